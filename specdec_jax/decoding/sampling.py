@@ -1,0 +1,65 @@
+"""Logits processing, applied identically to the target and the draft.
+
+Speculative sampling is exact only for the *processed* distributions: temperature, top-k and top-p
+must turn both p and q into the distributions the acceptance rule compares (Leviathan et al.,
+"standardised" sampling). Applying a processor to one side only is a classic silent bug of other
+engines, so both loops call this one function. Temperature 0 means greedy: the distribution is the
+one-hot of the argmax, and the same acceptance rule then accepts exactly when the argmaxes agree.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """temperature 0 = greedy; top_k 0 = off; top_p 1.0 = off. Hashable (a static jit argument)."""
+
+  temperature: float = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+  def __post_init__(self):
+    if not self.temperature >= 0.0:
+      raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {self.top_p}")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+
+def process_logits(logits_NxV: jax.Array, cfg: SamplingConfig) -> jax.Array:
+  """Returns the float32 distribution the sampler draws from: [..., V] logits -> [..., V] probs."""
+  logits = logits_NxV.astype(jnp.float32)
+  if cfg.greedy:
+    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+  logits = logits / cfg.temperature
+  if cfg.top_k and cfg.top_k < logits.shape[-1]:
+    kth = jax.lax.top_k(logits, cfg.top_k)[0][..., -1:]
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+  if cfg.top_p < 1.0:
+    logits = _top_p_mask(logits, cfg.top_p)
+  return jax.nn.softmax(logits, axis=-1)
+
+
+def _top_p_mask(logits: jax.Array, top_p: float) -> jax.Array:
+  """Keeps the smallest set of most likely tokens whose mass reaches top_p (nucleus sampling)."""
+  probs = jax.nn.softmax(logits, axis=-1)
+  sorted_probs = jnp.sort(probs, axis=-1)[..., ::-1]
+  mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+  # The smallest kept probability: the last sorted entry whose preceding mass is < top_p.
+  keep = mass_before < top_p
+  threshold = jnp.min(jnp.where(keep, sorted_probs, jnp.inf), axis=-1, keepdims=True)
+  return jnp.where(probs < threshold, -jnp.inf, logits)
+
+
+def sample(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
+  """One token per row from a (possibly one-hot) distribution; int32."""
+  return jax.random.categorical(key, jnp.log(probs_NxV), axis=-1).astype(jnp.int32)

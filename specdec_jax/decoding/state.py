@@ -1,0 +1,126 @@
+"""Loop state shared by the autoregressive and speculative loops, and the checks before decoding.
+
+The token buffer holds each example's decoder stream from its start token (slot 0: BOS for T5, the
+last prompt token for a decoder-only LM) followed by what has been generated. `num_B` counts valid
+slots, so slot `num_B - 1` is the last token, not yet fed to the target. A model's cache slot for
+buffer slot j is `base_B + j`, where `base_B` is the cache index right after prefill.
+"""
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.models.kv_cache import DecodeCache
+
+
+@flax.struct.dataclass
+class Counters:
+  """On-device statistics, summed over the batch unless the name ends in _B."""
+
+  iterations: jax.Array          # [] loop iterations (one target call each)
+  drafted_B: jax.Array           # [B] draft tokens proposed while the example was active
+  accepted_B: jax.Array          # [B] draft tokens accepted
+  emitted_B: jax.Array           # [B] tokens written to the buffer
+  target_calls_B: jax.Array      # [B] target calls while the example was active
+  accepts_per_position_G: jax.Array  # [G] times draft position i was accepted
+  accepted_length_hist: jax.Array    # [G + 1] histogram of accepted counts per target call
+  beta_sum_B: jax.Array          # [B] sum over generated positions of sum_x min(p, q)
+  beta_count_B: jax.Array        # [B] number of positions in beta_sum_B
+
+  @classmethod
+  def zeros(cls, batch: int, gamma: int) -> "Counters":
+    zi = jnp.zeros((batch,), jnp.int32)
+    return cls(iterations=jnp.zeros((), jnp.int32), drafted_B=zi, accepted_B=zi, emitted_B=zi,
+               target_calls_B=zi, accepts_per_position_G=jnp.zeros((gamma,), jnp.int32),
+               accepted_length_hist=jnp.zeros((gamma + 1,), jnp.int32),
+               beta_sum_B=jnp.zeros((batch,), jnp.float32), beta_count_B=zi)
+
+
+@flax.struct.dataclass
+class DecodeState:
+  """Carry of the decode `while_loop`s.
+
+  tokens_BxL: int32 buffer (slot 0 = start token; L = max_decode_len + gamma + 2 slack).
+  num_B: valid slots per example. done_B: EOS emitted or length reached; done rows never write.
+  base_B: cache slot of buffer slot 0. target_cache / draft_cache: the models' caches.
+  draft_pending_B: the draft has not yet seen buffer slot num_B - 2 (all gamma accepted last time).
+  """
+
+  tokens_BxL: jax.Array
+  num_B: jax.Array
+  done_B: jax.Array
+  base_B: jax.Array
+  target_cache: DecodeCache
+  rng: jax.Array
+  counters: Counters
+  draft_cache: DecodeCache | None = None
+  draft_pending_B: jax.Array | None = None
+
+
+@flax.struct.dataclass
+class DecodeResult:
+  """tokens_BxN: generated tokens (N = max_decode_len), 0 after each example's end."""
+
+  tokens_BxN: jax.Array
+  lengths_B: jax.Array
+  counters: Counters
+
+
+def finish(state: DecodeState, max_decode_len: int) -> DecodeResult:
+  gen = state.tokens_BxL[:, 1:1 + max_decode_len]
+  lengths_B = state.num_B - 1
+  gen = jnp.where(jnp.arange(max_decode_len)[None, :] < lengths_B[:, None], gen, 0)
+  return DecodeResult(gen, lengths_B, state.counters)
+
+
+def write_tokens(tokens_BxL: jax.Array, num_B: jax.Array, new_BxT: jax.Array,
+                 count_B: jax.Array) -> jax.Array:
+  """Writes the first count_B[b] of new_BxT[b] at slots num_B[b]...; the rest is dropped."""
+  t = new_BxT.shape[1]
+  j_T = jnp.arange(t, dtype=jnp.int32)
+  pos_BxT = jnp.where(j_T[None, :] < count_B[:, None], num_B[:, None] + j_T[None, :],
+                      tokens_BxL.shape[1])  # out of range -> dropped
+  b_Bx1 = jnp.arange(tokens_BxL.shape[0])[:, None]
+  return tokens_BxL.at[b_Bx1, pos_BxT].set(new_BxT, mode="drop")
+
+
+def emit_count(new_BxT: jax.Array, offered_B: jax.Array, num_B: jax.Array, done_B: jax.Array,
+               eos_id: int, max_decode_len: int) -> tuple[jax.Array, jax.Array]:
+  """How many of the offered tokens each example keeps, and whether it is done afterwards.
+
+  Keeps tokens up to and including the first EOS, never more than the length limit allows, and
+  nothing for examples that were already done.
+  """
+  t = new_BxT.shape[1]
+  j_T = jnp.arange(t, dtype=jnp.int32)
+  is_eos_BxT = (new_BxT == eos_id) & (j_T[None, :] < offered_B[:, None])
+  first_eos_B = jnp.min(jnp.where(is_eos_BxT, j_T[None, :], t), axis=1)
+  room_B = max_decode_len - (num_B - 1)
+  count_B = jnp.minimum(jnp.minimum(offered_B, first_eos_B + 1), room_B)
+  count_B = jnp.where(done_B, 0, jnp.maximum(count_B, 0))
+  hit_eos_B = first_eos_B < count_B
+  done_B = done_B | hit_eos_B | (num_B - 1 + count_B >= max_decode_len)
+  return count_B.astype(jnp.int32), done_B
+
+
+def check_decode_args(*, target_vocab: int, draft_vocab: int | None, gamma: int | None,
+                      sampling: SamplingConfig, max_decode_len: int, prompt_len: int,
+                      cache_len: int | None, needed_cache_len: int) -> None:
+  """Raises a ValueError naming the problem, before anything is compiled."""
+  if not isinstance(sampling, SamplingConfig):
+    raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+  if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
+    raise ValueError(f"gamma (draft tokens per iteration) must be an integer >= 1, got {gamma!r}")
+  if draft_vocab is not None and draft_vocab != target_vocab:
+    raise ValueError(
+        f"draft and target vocabularies differ in size: draft {draft_vocab} vs target "
+        f"{target_vocab}; speculative sampling needs both models over the same token ids")
+  if max_decode_len < 1:
+    raise ValueError(f"max_decode_len must be >= 1, got {max_decode_len}")
+  if cache_len is not None and needed_cache_len > cache_len:
+    raise ValueError(
+        f"prompt of length {prompt_len} plus max_decode_len {max_decode_len} (+ gamma + 2 slots "
+        f"of verification slack) needs {needed_cache_len} cache slots, but the cache has "
+        f"{cache_len}; shorten the prompt or raise the cache length")

@@ -1,0 +1,55 @@
+"""Multi-head dot-product attention as T5X computes it, split so a cache can sit in the middle.
+
+No 1/sqrt(head_dim) scaling of the logits: T5X folds it into the query kernel's initialisation, and
+pretrained checkpoints already contain it. Logits and softmax run in float32 (T5X's
+`float32_logits`), because draft and target probabilities are compared to the last bit.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.layers import Dense
+
+
+class MultiHeadAttention(nn.Module):
+  """Parameters `query`, `key`, `value` (embed, joined_kv) and `out` (joined_kv, embed)."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    inner, dt = cfg.num_heads * cfg.head_dim, jnp.dtype(cfg.dtype)
+    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim)
+    self.key = Dense(inner, ("embed", "joined_kv"), dt)
+    self.value = Dense(inner, ("embed", "joined_kv"), dt)
+    self.out = Dense(cfg.emb_dim, ("joined_kv", "embed"), dt)
+
+  def _heads(self, x_BxTxI: jax.Array) -> jax.Array:
+    b, t, _ = x_BxTxI.shape
+    x = x_BxTxI.reshape(b, t, self.config.num_heads, self.config.head_dim)
+    return nn.with_logical_constraint(x, ("batch", "length", "heads", "kv"))
+
+  def project_q(self, x_BxTxD: jax.Array) -> jax.Array:
+    return self._heads(self.query(x_BxTxD))
+
+  def project_kv(self, x_BxSxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return self._heads(self.key(x_BxSxD)), self._heads(self.value(x_BxSxD))
+
+  def attend(self, q_BxTxHxK: jax.Array, k_BxSxHxK: jax.Array, v_BxSxHxK: jax.Array,
+             bias_BxHxTxS: jax.Array) -> jax.Array:
+    """softmax(q k^T + bias) v, then the output projection. Returns B x T x D."""
+    logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK.astype(jnp.float32),
+                                k_BxSxHxK.astype(jnp.float32))
+    logits_BxHxTxS = logits_BxHxTxS + bias_BxHxTxS.astype(jnp.float32)
+    weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxSxHxK.dtype)
+    y_BxTxHxK = jnp.einsum("bhts,bshk->bthk", weights, v_BxSxHxK)
+    b, t, h, k = y_BxTxHxK.shape
+    return self.out(y_BxTxHxK.reshape(b, t, h * k))
+
+  def __call__(self, x_BxTxD: jax.Array, bias_BxHxTxS: jax.Array) -> jax.Array:
+    """Plain self-attention with no cache (the encoder)."""
+    k, v = self.project_kv(x_BxTxD)
+    return self.attend(self.project_q(x_BxTxD), k, v, bias_BxHxTxS)

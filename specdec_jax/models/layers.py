@@ -1,0 +1,143 @@
+"""T5 v1.1 building blocks, faithful to T5X (t5x/examples/t5/layers.py).
+
+Parameter names, shapes and orientations equal T5X's, so a T5X checkpoint loads by name with no
+transposes. Every parameter carries logical axis names (`embed`, `joined_kv`, `mlp`, `vocab`,
+`heads`, `relpos_buckets`); gin-bound rules map them to mesh axes (see `specdec_jax.sharding`).
+
+Shape legend used across the package: B batch, T new tokens in one call, S cache slots,
+E encoder length, D model width (emb_dim), H heads, K head_dim, M mlp_dim, V vocabulary,
+L layers, G gamma (draft tokens per iteration).
+"""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax.models.config import ModelConfig
+
+_NEG_INF = -1e10  # T5X's mask bias value.
+
+
+def _dtype(config: ModelConfig):
+  return jnp.dtype(config.dtype)
+
+
+def _kernel_init(scale: float = 1.0):
+  return nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal")
+
+
+class Dense(nn.Module):
+  """A bias-free projection with a 2-D (in, out) kernel, as T5X's DenseGeneral stores it."""
+
+  features: int
+  kernel_axes: tuple[str, str]
+  dtype: jnp.dtype = jnp.float32
+  init_scale: float = 1.0
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.param(
+        "kernel", nn.with_logical_partitioning(_kernel_init(self.init_scale), self.kernel_axes),
+        (x.shape[-1], self.features), jnp.float32)
+    kernel = jnp.asarray(kernel, self.dtype)
+    return jnp.einsum("...i,io->...o", x.astype(self.dtype), kernel)
+
+
+class LayerNorm(nn.Module):
+  """T5 RMS norm: statistics in float32, no mean subtraction, no bias, eps 1e-6."""
+
+  epsilon: float = 1e-6
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                       (x.shape[-1],), jnp.float32)
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.epsilon)
+    return y.astype(self.dtype) * jnp.asarray(scale, self.dtype)
+
+
+class MlpBlock(nn.Module):
+  """Gated GELU (tanh approximation, flax's default): gelu(x wi_0) * (x wi_1), then wo."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    cfg, dt = self.config, _dtype(self.config)
+    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, name="wi_0")(x)
+    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, name="wi_1")(x)
+    h = nn.gelu(gate, approximate=True) * lin
+    h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+    return Dense(cfg.emb_dim, ("mlp", "embed"), dt, name="wo")(h)
+
+
+def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,
+                             num_buckets: int = 32, max_distance: int = 128) -> jax.Array:
+  """T5's bucketing of (key position - query position); identical to Mesh-TF, T5X and HF.
+
+  Works on traced position arrays, so a multi-token extend at per-example offsets computes its
+  buckets directly from the positions instead of slicing a precomputed L x L table.
+  """
+  n = -relative_position
+  ret = jnp.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    ret = ret + (n < 0).astype(n.dtype) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  is_small = n < max_exact
+  n_float = jnp.maximum(n, 1).astype(jnp.float32)
+  val_if_large = max_exact + (
+      jnp.log(n_float / max_exact + np.finfo(np.float32).eps) / math.log(max_distance / max_exact)
+      * (num_buckets - max_exact)).astype(n.dtype)
+  val_if_large = jnp.minimum(val_if_large, num_buckets - 1)
+  return ret + jnp.where(is_small, n, val_if_large)
+
+
+class RelativePositionBiases(nn.Module):
+  """One (H, buckets) table per stack, shared by its layers (T5X `relpos_bias/rel_embedding`)."""
+
+  config: ModelConfig
+  bidirectional: bool
+
+  @nn.compact
+  def __call__(self, q_pos_BxT: jax.Array, k_pos_BxS: jax.Array) -> jax.Array:
+    cfg = self.config
+    table_HxR = self.param(
+        "rel_embedding",
+        nn.with_logical_partitioning(nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
+                                     ("heads", "relpos_buckets")),
+        (cfg.num_heads, cfg.relative_attention_num_buckets), jnp.float32)
+    rel_BxTxS = k_pos_BxS[:, None, :] - q_pos_BxT[:, :, None]
+    buckets_BxTxS = relative_position_bucket(
+        rel_BxTxS, self.bidirectional, cfg.relative_attention_num_buckets,
+        cfg.relative_attention_max_distance)
+    bias_BxTxSxH = jnp.take(table_HxR.T, buckets_BxTxS, axis=0)
+    return jnp.transpose(bias_BxTxSxH, (0, 3, 1, 2)).astype(_dtype(cfg))
+
+
+class Embed(nn.Module):
+  """Token embedding table (vocab, emb); normal(1.0) init as T5X."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    cfg = self.config
+    table = self.param("embedding",
+                       nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
+                       (cfg.vocab_size, cfg.emb_dim), jnp.float32)
+    return jnp.take(jnp.asarray(table, _dtype(cfg)), tokens.astype(jnp.int32), axis=0)
+
+
+def mask_to_bias(mask: jax.Array, dtype) -> jax.Array:
+  """1 = attend; T5X's `select(mask > 0, 0, -1e10)`."""
+  return jnp.where(mask, 0.0, _NEG_INF).astype(dtype)

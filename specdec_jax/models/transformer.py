@@ -1,0 +1,161 @@
+"""T5 v1.1 encoder-decoder and the decoder-only LM, as one Linen module tree.
+
+The tree is T5X's (`token_embedder`, `encoder/layers_{i}/...`, `decoder/layers_{i}/...`,
+`decoder/logits_dense`), so T5X checkpoints load by name. The decoder-only LM is the same decoder
+without cross-attention (T5X's decoder-only layout: relative position biases, gated GELU).
+
+The decoder has one code path, `extend`: a training forward pass is an extend of all target
+tokens into an empty cache, and verification is an extend of gamma + 1 tokens. Positions, masks and
+relative-position buckets come from the per-example cache index, so examples sit where they are.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.models.attention import MultiHeadAttention
+from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.kv_cache import DecodeCache, LayerKV
+from specdec_jax.models.layers import (Dense, Embed, LayerNorm, MlpBlock, RelativePositionBiases,
+                                       mask_to_bias)
+
+
+def _norm(cfg: ModelConfig, name: str) -> LayerNorm:
+  return LayerNorm(cfg.layer_norm_epsilon, jnp.dtype(cfg.dtype), name=name)
+
+
+class EncoderLayer(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxExD: jax.Array, bias_BxHxExE: jax.Array) -> jax.Array:
+    cfg = self.config
+    h = _norm(cfg, "pre_attention_layer_norm")(x_BxExD)
+    x_BxExD = x_BxExD + MultiHeadAttention(cfg, name="attention")(h, bias_BxHxExE)
+    h = _norm(cfg, "pre_mlp_layer_norm")(x_BxExD)
+    return x_BxExD + MlpBlock(cfg, name="mlp")(h)
+
+
+class Encoder(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxExD: jax.Array, mask_BxE: jax.Array) -> jax.Array:
+    cfg = self.config
+    pos_BxE = jnp.broadcast_to(jnp.arange(x_BxExD.shape[1]), mask_BxE.shape)
+    bias = RelativePositionBiases(cfg, bidirectional=True, name="relpos_bias")(pos_BxE, pos_BxE)
+    bias = bias + mask_to_bias(mask_BxE[:, None, None, :] & mask_BxE[:, None, :, None], bias.dtype)
+    for i in range(cfg.num_encoder_layers):
+      x_BxExD = EncoderLayer(cfg, name=f"layers_{i}")(x_BxExD, bias)
+    return _norm(cfg, "encoder_norm")(x_BxExD)
+
+
+class DecoderLayer(nn.Module):
+  """Pre-norm self-attention (cached), cross-attention (T5 only), gated-GELU MLP."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.pre_self_attention_layer_norm = _norm(cfg, "pre_self_attention_layer_norm")
+    self.self_attention = MultiHeadAttention(cfg)
+    if cfg.is_encoder_decoder:
+      self.pre_cross_attention_layer_norm = _norm(cfg, "pre_cross_attention_layer_norm")
+      self.encoder_decoder_attention = MultiHeadAttention(cfg)
+    self.pre_mlp_layer_norm = _norm(cfg, "pre_mlp_layer_norm")
+    self.mlp = MlpBlock(cfg)
+
+  def cross_kv(self, encoded_BxExD: jax.Array) -> LayerKV:
+    return LayerKV(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
+
+  def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, pos_BxT: jax.Array, self_bias: jax.Array,
+               cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array]
+               ) -> tuple[jax.Array, LayerKV]:
+    h = self.pre_self_attention_layer_norm(x_BxTxD)
+    q = self.self_attention.project_q(h)
+    k, v = self.self_attention.project_kv(h)
+    kv = kv.write(k, v, pos_BxT)
+    x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxSxHxK, kv.v_BxSxHxK, self_bias)
+    if cross_kv is not None:
+      h = self.pre_cross_attention_layer_norm(x_BxTxD)
+      q = self.encoder_decoder_attention.project_q(h)
+      x_BxTxD = x_BxTxD + self.encoder_decoder_attention.attend(
+          q, cross_kv.k_BxSxHxK, cross_kv.v_BxSxHxK, cross_bias)
+    return x_BxTxD + self.mlp(self.pre_mlp_layer_norm(x_BxTxD)), kv
+
+
+class Decoder(nn.Module):
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
+    self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
+    self.decoder_norm = _norm(cfg, "decoder_norm")
+    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+
+  def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...]:
+    return tuple(layer.cross_kv(encoded_BxExD) for layer in self.layers)
+
+  def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
+    """Runs T new positions per example starting at `cache.index_B`; returns float32 logits."""
+    batch, t = x_BxTxD.shape[:2]
+    pos_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
+    causal_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
+    self_bias = self.relpos_bias(pos_BxT, slots_BxS)
+    self_bias = self_bias + mask_to_bias(causal_BxTxS[:, None], self_bias.dtype)
+    cross_bias = None
+    if cache.cross_kv is not None:
+      cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
+    new_kv = []
+    for i, layer in enumerate(self.layers):
+      cross = None if cache.cross_kv is None else cache.cross_kv[i]
+      x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], pos_BxT, self_bias, cross, cross_bias)
+      new_kv.append(kv)
+    y_BxTxD = self.decoder_norm(x_BxTxD)
+    logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
+    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
+    cache = cache.replace(self_kv=tuple(new_kv), index_B=cache.index_B + t)
+    return logits_BxTxV, cache
+
+
+class Transformer(nn.Module):
+  """T5 v1.1 (kind 't5') or decoder-only LM (kind 'decoder'); methods are the model's entry points."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.token_embedder = Embed(cfg)
+    if cfg.is_encoder_decoder:
+      self.encoder = Encoder(cfg)
+    self.decoder = Decoder(cfg)
+
+  def encode(self, inputs_BxE: jax.Array) -> jax.Array:
+    mask_BxE = inputs_BxE > 0
+    return self.encoder(self.token_embedder(inputs_BxE), mask_BxE)
+
+  def empty_cache(self, batch: int, length: int, encoded_BxExD: Optional[jax.Array] = None,
+                  encoder_mask_BxE: Optional[jax.Array] = None) -> DecodeCache:
+    cfg = self.config
+    kv = tuple(LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim, jnp.dtype(cfg.dtype))
+               for _ in range(cfg.num_decoder_layers))
+    cross = None if encoded_BxExD is None else self.decoder.cross_kv(encoded_BxExD)
+    return DecodeCache(self_kv=kv, index_B=jnp.zeros((batch,), jnp.int32), cross_kv=cross,
+                       encoder_mask_BxE=encoder_mask_BxE)
+
+  def extend(self, cache: DecodeCache, tokens_BxT: jax.Array) -> tuple[jax.Array, DecodeCache]:
+    return self.decoder(self.token_embedder(tokens_BxT), cache)
+
+  def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array) -> jax.Array:
+    """Teacher-forced logits over the whole target (training, scoring, initialisation)."""
+    batch, t = decoder_tokens_BxT.shape
+    if self.config.is_encoder_decoder:
+      cache = self.empty_cache(batch, t, self.encode(inputs_BxE), inputs_BxE > 0)
+    else:
+      cache = self.empty_cache(batch, t)
+    return self.extend(cache, decoder_tokens_BxT)[0]
