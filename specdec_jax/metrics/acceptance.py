@@ -1,0 +1,72 @@
+"""Acceptance statistics from the loops' on-device counters.
+
+Why host-side dicts: counters come back once per batch; a run stores each batch's totals as plain
+JSON (so a resumed run sums the batches of both processes) and only these pure functions turn the
+sums into the published numbers:
+- alpha = sum beta / number of positions, beta = sum_x min(p, q) (Leviathan's Table 3 definition);
+- acceptance_rate = accepted / drafted;
+- tokens_per_target_call = emitted / target calls;
+- accepts_per_position[i] = fraction of target calls whose draft position i was accepted;
+- accepted_length_hist[n] = target calls that accepted exactly n draft tokens.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+SUMMED = ("drafted", "accepted", "emitted", "target_calls", "beta_sum", "beta_count", "iterations")
+VECTORS = ("accepts_per_position", "accepted_length_hist")
+
+
+def counters_to_dict(counters, rows: int | None = None) -> dict[str, Any]:
+  """Batch totals of a `state.Counters` as JSON-able numbers, over the first `rows` examples."""
+  def per_example(x):
+    x = np.asarray(x)
+    return x if rows is None else x[:rows]
+  return {
+      "drafted": int(per_example(counters.drafted_B).sum()),
+      "accepted": int(per_example(counters.accepted_B).sum()),
+      "emitted": int(per_example(counters.emitted_B).sum()),
+      "target_calls": int(per_example(counters.target_calls_B).sum()),
+      "beta_sum": float(per_example(counters.beta_sum_B).sum()),
+      "beta_count": int(per_example(counters.beta_count_B).sum()),
+      "iterations": int(np.asarray(counters.iterations)),
+      "accepts_per_position": np.asarray(counters.accepts_per_position_G).astype(int).tolist(),
+      "accepted_length_hist": np.asarray(counters.accepted_length_hist).astype(int).tolist(),
+  }
+
+
+def merge(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+  """Sums batch totals; vectors are summed elementwise (padded if gammas differ)."""
+  out: dict[str, Any] = {k: 0 for k in SUMMED}
+  out.update({k: [] for k in VECTORS})
+  for r in records:
+    for k in SUMMED:
+      out[k] += r.get(k, 0)
+    for k in VECTORS:
+      a, b = out[k], list(r.get(k, []))
+      n = max(len(a), len(b))
+      out[k] = [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+  return out
+
+
+def _ratio(num: float, den: float) -> float | None:
+  return float(num) / float(den) if den else None
+
+
+def summarize(totals: Mapping[str, Any]) -> dict[str, Any]:
+  """The published acceptance numbers of merged totals (None where undefined)."""
+  calls = sum(totals.get("accepted_length_hist", [])) or totals.get("target_calls", 0)
+  return {
+      "alpha": _ratio(totals["beta_sum"], totals["beta_count"]),
+      "acceptance_rate": _ratio(totals["accepted"], totals["drafted"]),
+      "tokens_per_target_call": _ratio(totals["emitted"], totals["target_calls"]),
+      "accepts_per_position": [_ratio(a, calls) for a in totals.get("accepts_per_position", [])],
+      "accepted_length_hist": list(totals.get("accepted_length_hist", [])),
+      "drafted": totals["drafted"],
+      "accepted": totals["accepted"],
+      "target_calls": totals["target_calls"],
+      "emitted": totals["emitted"],
+  }

@@ -1,0 +1,111 @@
+"""metrics.json objects (DESIGN's public contract) and the printed Table-2-style summary.
+
+Why pure functions over stored batch records: the numbers a run publishes are recomputed from
+`batches.jsonl` and `predictions.jsonl` (see runner/store.py), so a resumed run reports every
+example once, and tests can check the arithmetic without decoding anything.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specdec_jax.decoding import gamma as gamma_lib
+from specdec_jax.metrics import acceptance, quality
+
+CONTRACT_KEYS = ("task", "target", "draft", "temperature", "gamma", "num_examples", "alpha",
+                 "acceptance_rate", "tokens_per_target_call", "c", "v", "speedup",
+                 "speedup_predicted", "ar_ms_per_token", "spec_ms_per_token",
+                 "greedy_match_rate", "quality")
+
+
+def wall(records: Sequence[Mapping[str, Any]]) -> tuple[float, int]:
+  """(seconds, emitted tokens) summed over batch records of one program."""
+  return (sum(r["seconds"] for r in records), sum(r["emitted"] for r in records))
+
+
+def ms_per_token(records) -> float | None:
+  seconds, tokens = wall(records)
+  return 1e3 * seconds / tokens if records and tokens else None
+
+
+def greedy_match_rate(spec_outputs: Sequence[Sequence[int]], ar_outputs: Sequence[Sequence[int]]
+                      ) -> float | None:
+  """Fraction of examples whose speculative output equals the autoregressive one."""
+  if not spec_outputs or len(spec_outputs) != len(ar_outputs):
+    return None
+  return sum(list(a) == list(b) for a, b in zip(spec_outputs, ar_outputs)) / len(spec_outputs)
+
+
+def quality_block(metric: str, references: Sequence[str | None], ar_texts, spec_texts
+                  ) -> dict[str, Any]:
+  """{'metric', 'autoregressive', 'speculative'}; sides are None without references or text."""
+  def side(texts):
+    if texts is None or not references or any(r is None for r in references) \
+        or any(t is None for t in texts):
+      return None
+    return quality.score(metric, list(texts), list(references))
+  return {"metric": metric, "autoregressive": side(ar_texts), "speculative": side(spec_texts),
+          "num_references": sum(r is not None for r in references)}
+
+
+def build(*, task: str, target: str, draft: str | None, temperature: float, gamma: int | None,
+          num_examples: int, ar_records, spec_records, costs: gamma_lib.Costs | None,
+          quality_info: Mapping[str, Any], match_rate: float | None,
+          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+  """One metrics.json object. Keys that a mode does not measure are present with value None."""
+  stats = acceptance.summarize(acceptance.merge(r["counters"] for r in spec_records)) \
+      if spec_records else {}
+  alpha = stats.get("alpha")
+  v = c = predicted = None
+  if costs is not None and gamma is not None:
+    c = costs.c
+    v = 1.0 if gamma == 0 else costs.v.get(gamma + 1)
+    if gamma == 0:
+      predicted = 1.0
+    elif alpha is not None and v is not None:
+      predicted = gamma_lib.predicted_speedup(min(max(alpha, 0.0), 1.0), gamma, c, v)
+  ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
+  speedup = None
+  if ar_records and spec_records:
+    ar_s, spec_s = wall(ar_records)[0], wall(spec_records)[0]
+    speedup = ar_s / spec_s if spec_s > 0 else None
+  out = {
+      "task": task, "target": target, "draft": draft, "temperature": temperature,
+      "gamma": gamma, "num_examples": num_examples,
+      "alpha": alpha, "acceptance_rate": stats.get("acceptance_rate"),
+      "tokens_per_target_call": stats.get("tokens_per_target_call"),
+      "c": c, "v": v, "speedup": speedup, "speedup_predicted": predicted,
+      "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms,
+      "greedy_match_rate": match_rate if temperature == 0 else None,
+      "quality": dict(quality_info),
+      "accepts_per_position": stats.get("accepts_per_position"),
+      "accepted_length_hist": stats.get("accepted_length_hist"),
+      "target_ms_per_call": costs.target_ms if costs is not None else None,
+      "draft_ms_per_call": costs.draft_ms if costs is not None else None,
+      "v_curve": ({str(k): val for k, val in costs.v.items()} if costs is not None else None),
+  }
+  out.update(extra or {})
+  return out
+
+
+def _fmt(x, spec=".3f") -> str:
+  return "-" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """A Table-2-style text table: one line per metrics object."""
+  head = ("task", "draft", "temp", "gamma", "alpha", "c", "v", "speedup", "predicted",
+          "AR ms/tok", "spec ms/tok", "match", "quality AR", "quality spec")
+  lines = [head]
+  for m in rows:
+    q = m.get("quality") or {}
+    metric = q.get("metric")
+    lines.append((
+        str(m["task"]), str(m["draft"]), _fmt(m["temperature"], "g"), _fmt(m["gamma"], "d"),
+        _fmt(m["alpha"]), _fmt(m["c"]), _fmt(m["v"], ".2f"), _fmt(m["speedup"], ".2f"),
+        _fmt(m["speedup_predicted"], ".2f"), _fmt(m["ar_ms_per_token"], ".2f"),
+        _fmt(m["spec_ms_per_token"], ".2f"), _fmt(m["greedy_match_rate"], ".2f"),
+        _fmt(quality.headline(metric, q.get("autoregressive")), ".2f"),
+        _fmt(quality.headline(metric, q.get("speculative")), ".2f")))
+  widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+  return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in lines)

@@ -1,0 +1,84 @@
+r"""Entry point: decode, benchmark or sweep any config.
+
+  python -m specdec_jax.run --gin_file=configs/local/smoke.gin --output_dir=/tmp/smoke
+  python -m specdec_jax.run --gin_file=configs/local/default.gin --gin.TEMPERATURE=1.0 \
+      --gin.GAMMA=[1,2,4] --output_dir=/tmp/ende_sweep
+
+Flags are T5X's: `--gin_file` (repeatable, parsed in order), `--gin.NAME=VALUE` (rewritten to
+`--gin_bindings`), `--gin_search_paths` (the working directory and the repository root are always
+searched). Modes (`MODE`): speculative, autoregressive, benchmark (both on the same prompts, in one
+process) and sweep (any of GAMMA / TEMPERATURE / DRAFT / DRAFT_CHECKPOINT a list).
+Writes OUTPUT_DIR/metrics.json, predictions.jsonl, config.gin and tensorboard/.
+
+Gin lives here only: this module registers `RunConfig` as a configurable; library code below
+(models, decoding, runner, metrics) imports no gin.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import gin
+from absl import flags, logging
+
+from specdec_jax import gin_utils
+from specdec_jax.runner.config import RunConfig
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
+flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
+flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths (before the defaults: working "
+                  "directory, repository root).")
+flags.DEFINE_string("output_dir", None, "Where results, config.gin and TensorBoard events go.")
+
+CONFIGURABLE = "RunConfig"
+
+
+def register_configurables() -> None:
+  """Registers `RunConfig` with gin once per process (module may be imported as __main__ too)."""
+  try:
+    gin.get_configurable(CONFIGURABLE)
+  except ValueError:
+    gin.external_configurable(RunConfig, name=CONFIGURABLE, module="specdec")
+
+
+def build_run_config() -> RunConfig:
+  """The `RunConfig` the parsed gin config describes (validated)."""
+  register_configurables()
+  return gin.get_configurable(CONFIGURABLE)()
+
+
+def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
+          search_paths: Sequence[str] = ()) -> RunConfig:
+  """Parses gin files and bindings (strictly) and returns the run's config."""
+  register_configurables()
+  gin.clear_config()
+  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
+  return build_run_config()
+
+
+def run(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] = (),
+        search_paths: Sequence[str] = ()) -> list[dict]:
+  """Parses the config, writes config.gin, runs; returns the metrics objects."""
+  from specdec_jax.runner.experiment import execute  # jax and friends: after flag errors
+  cfg = parse(gin_files, gin_bindings, search_paths)
+  os.makedirs(output_dir, exist_ok=True)
+  text = gin_utils.write_config(output_dir)
+  return execute(cfg, output_dir, config_text=text)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise ValueError(f"unexpected positional arguments: {list(argv[1:])}")
+  if not FLAGS.output_dir:
+    raise ValueError("--output_dir is required")
+  run(FLAGS.gin_file, FLAGS.output_dir, FLAGS.gin_bindings, FLAGS.gin_search_paths)
+
+
+def console_entry() -> None:
+  logging.set_verbosity(logging.INFO)
+  gin_utils.run(main)
+
+
+if __name__ == "__main__":
+  console_entry()

@@ -1,0 +1,80 @@
+"""Per-run cost measurement (c and the verify curve v(T)) and GAMMA='auto' resolution.
+
+Why per run: c and v depend on the machine, the batch shape and the models, so they are measured
+in the process that decodes, on the run's own first batch, right before the timed decode. alpha
+comes from a short untimed calibration decode on the first few prompts. The chosen gamma is
+remembered in run_state.json so a resumed run keeps decoding with the same gamma.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from specdec_jax.decoding import gamma as gamma_lib
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.runner.config import DraftSpec, Point, as_list
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedPoint:
+  """A speculative point with a concrete gamma (0 = autoregressive) and how it was chosen."""
+
+  draft: DraftSpec
+  gamma: int
+  temperature: float
+  auto: bool = False
+  calibration_alpha: float | None = None
+  predicted_curve: tuple[tuple[int, float], ...] = ()
+
+  @property
+  def key(self) -> str:
+    g = "auto" if self.auto else str(self.gamma)
+    return f"draft={self.draft.name},gamma={g},temperature={self.temperature:g}"
+
+
+def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
+  """Block sizes T whose verify cost v(T) a run needs: G + 1 per fixed G, 1..gamma_max+1 for auto."""
+  needed = {1} | {g + 1 for g in as_list(gammas) if g != "auto"}
+  if any(g == "auto" for g in as_list(gammas)):
+    needed |= set(range(1, gamma_max + 2))
+  return sorted(needed)
+
+
+def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10
+            ) -> dict[DraftSpec, gamma_lib.Costs]:
+  """Costs per draft spec; the target curve is measured once and shared."""
+  return gamma_lib.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats)
+
+
+def calibration_alpha(target, target_params, draft, draft_params, inputs_BxP, *, gamma: int,
+                      sampling: SamplingConfig, max_decode_len: int, seed: int, rule: str
+                      ) -> float:
+  """alpha (sum beta / positions) of a short speculative decode of `inputs_BxP`."""
+  res = generate_speculative(target, target_params, draft, draft_params, inputs_BxP, gamma=gamma,
+                             sampling=sampling, max_decode_len=max_decode_len,
+                             rng=jax.random.key(seed + 7919), rule=rule)
+  beta_sum = float(np.asarray(res.counters.beta_sum_B).sum())
+  count = int(np.asarray(res.counters.beta_count_B).sum())
+  return beta_sum / count if count else 0.0
+
+
+def resolve(point: Point, costs: gamma_lib.Costs, store, alpha_fn, *, gamma_max: int,
+            min_speedup: float) -> ResolvedPoint:
+  """A concrete point; for 'auto', gamma from alpha (alpha_fn(), once) and the measured costs."""
+  if point.gamma != "auto":
+    return ResolvedPoint(point.draft, int(point.gamma), point.temperature)
+  memo_key = f"draft={point.draft.name},temperature={point.temperature:g}"
+  memo = store.recall("gammas", memo_key)
+  if memo is None:
+    alpha = float(alpha_fn())
+    curve = gamma_lib.speedup_curve(alpha, costs.c, costs.v, gamma_max)
+    chosen = gamma_lib.choose_gamma(alpha, costs.c, costs.v, gamma_max, min_speedup)
+    memo = {"gamma": chosen, "alpha": alpha, "c": costs.c,
+            "curve": [[g, s] for g, s in curve.items()]}
+    store.remember("gammas", memo_key, memo)
+  return ResolvedPoint(point.draft, int(memo["gamma"]), point.temperature, auto=True,
+                       calibration_alpha=memo["alpha"],
+                       predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]))

@@ -1,0 +1,110 @@
+"""From the result files to metrics.json, TensorBoard summaries, plots and the printed table.
+
+Why from the files: the store's batch records and prediction lines are the single source of truth
+(they survive a kill), so the metrics of a resumed run cover each example exactly once.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from specdec_jax.metrics import quality, report
+from specdec_jax.metrics.tensorboard import RunWriter, run_dir
+from specdec_jax.runner.config import RunConfig, temperatures
+from specdec_jax.runner.pipeline import AR, Loaded, ar_key, group_key
+from specdec_jax.runner.store import ResultStore
+
+METRICS_FILE = "metrics.json"
+
+
+def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool) -> dict[str, Any]:
+  refs = [p.get("reference") for p in preds]
+  spec_texts = [p.get("text") for p in preds] if with_spec else None
+  if with_ar:
+    ar_texts = [p.get("autoregressive_text", p.get("text") if not with_spec else None)
+                for p in preds]
+  else:
+    ar_texts = None
+  return report.quality_block(metric, refs, ar_texts, spec_texts)
+
+
+def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, costs) -> dict:
+  group = group_key(point.temperature)
+  batches = store.group_batches(group)
+  spec_records = [b["points"][point.key] for b in batches if point.key in b["points"]]
+  ar_records = [b[AR] for b in batches if b.get(AR)] if cfg.runs_autoregressive else []
+  preds = store.run_predictions(point.key)
+  metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
+  has_ar = cfg.runs_autoregressive and all("autoregressive_output_ids" in p for p in preds)
+  match = (report.greedy_match_rate([p["output_ids"] for p in preds],
+                                    [p["autoregressive_output_ids"] for p in preds])
+           if has_ar else None)
+  extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
+  if point.auto:
+    extra["auto_calibration_alpha"] = point.calibration_alpha
+    extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
+  m = report.build(task=cfg.task, target=loaded.target_name, draft=point.draft.name,
+                   temperature=point.temperature, gamma=point.gamma, num_examples=len(preds),
+                   ar_records=ar_records, spec_records=spec_records, costs=costs.get(point.draft),
+                   quality_info=_quality(metric, preds, has_ar, True), match_rate=match,
+                   extra=extra)
+  if point.gamma == 0 and point.auto:
+    m["alpha"] = point.calibration_alpha  # measured by the calibration decode; nothing drafted
+  return m
+
+
+def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:
+  group = group_key(temperature)
+  ar_records = [b[AR] for b in store.group_batches(group) if b.get(AR)]
+  preds = store.run_predictions(ar_key(temperature))
+  metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
+  return report.build(task=cfg.task, target=loaded.target_name, draft=None,
+                      temperature=temperature, gamma=None, num_examples=len(preds),
+                      ar_records=ar_records, spec_records=[], costs=None,
+                      quality_info=_quality(metric, preds, True, False), match_rate=None,
+                      extra={"mode": cfg.mode, "run": ar_key(temperature), "gamma_auto": False})
+
+
+def collect(cfg: RunConfig, loaded: Loaded, store: ResultStore, resolved, costs) -> list[dict]:
+  if resolved:
+    return [point_metrics(cfg, loaded, store, p, costs) for p in resolved]
+  return [ar_metrics(cfg, loaded, store, t) for t in temperatures(cfg)]
+
+
+def write_outputs(cfg: RunConfig, output_dir: str, metrics: list[dict]) -> None:
+  """metrics.json (an object, or a list for a sweep), TensorBoard finals, sweep plots."""
+  payload = metrics if (cfg.is_sweep or len(metrics) != 1) else metrics[0]
+  tmp = os.path.join(output_dir, METRICS_FILE + ".tmp")
+  with open(tmp, "w") as f:
+    json.dump(payload, f, indent=2, sort_keys=True)
+  os.replace(tmp, os.path.join(output_dir, METRICS_FILE))
+  for m in metrics:
+    w = RunWriter(run_dir(output_dir, m["run"]))
+    w.final(m, step=m["num_examples"])
+    w.close()
+  if cfg.is_sweep and cfg.plots:
+    from specdec_jax.metrics import plots
+    plots.plot_sweep(metrics, output_dir)
+
+
+def sweep_notes(metrics: list[dict]) -> list[str]:
+  """Per draft and temperature: the gamma 'auto' chose beside the best measured gamma."""
+  notes = []
+  keys = sorted({(m["draft"], m["temperature"]) for m in metrics}, key=str)
+  for draft, temp in keys:
+    rows = [m for m in metrics if m["draft"] == draft and m["temperature"] == temp]
+    measured = [m for m in rows if m["speedup"] is not None and not m.get("gamma_auto")]
+    auto = [m for m in rows if m.get("gamma_auto")]
+    if len(measured) > 1 or auto:
+      best = max(measured, key=lambda m: m["speedup"], default=None)
+      text = f"{draft} @ temperature {temp:g}: "
+      if best is not None:
+        text += f"swept optimum gamma {best['gamma']} ({best['speedup']:.2f}x measured)"
+      if auto:
+        a = auto[0]
+        text += (f"{'; ' if best else ''}GAMMA='auto' chose {a['gamma']} "
+                 f"(calibration alpha {a.get('auto_calibration_alpha') or 0:.3f}, "
+                 f"{a['speedup'] or 0:.2f}x measured)")
+      notes.append(text)
+  return notes

@@ -1,0 +1,165 @@
+"""What one run does: `RunConfig` (filled from gin macros by `run.py`) and its sweep points.
+
+Why a plain dataclass: the pipeline is testable without gin, and gin stays at the edge
+(`run.py` registers this class as the `RunConfig` configurable). A *sweep* is any run where
+`gamma`, `temperature`, `draft` or `draft_checkpoint` is a list: the pipeline runs the cartesian
+product, grouping points by temperature so the autoregressive baseline of a temperature is decoded
+and timed once, interleaved with every speculative point of that temperature.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+MODES = ("speculative", "autoregressive", "benchmark", "sweep")
+MODEL_DRAFT = "model"
+NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """One decoding run. Field names mirror the gin macros (lower case).
+
+  gamma: int >= 1, 'auto' (chosen from measured alpha, c and v; 0 = autoregressive), or a list.
+  draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them.
+  repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
+  """
+
+  mode: str = "benchmark"
+  target_checkpoint: str = "t5_test_target"
+  draft_checkpoint: Any = "t5_test_draft"
+  draft: Any = MODEL_DRAFT
+  task: str = "translate_en_de"
+  num_examples: int | None = 8
+  batch_size: int = 4
+  gamma: Any = 4
+  temperature: Any = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+  seed: int = 0
+  max_decode_length: int = 32
+  # Knobs with sensible defaults (bind as RunConfig.<name> in gin).
+  split: str = "valid"
+  max_input_length: int = 256
+  vocabulary: str | None = None
+  dtype: str | None = None
+  rule: str = "tokenwise"
+  repeats: int = 3
+  gamma_max: int = 8
+  auto_calibration_examples: int = 4
+  auto_calibration_gamma: int = 4
+  auto_min_speedup: float = 1.0
+  resume: bool = True
+  plots: bool = True
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
+    for g in as_list(self.gamma):
+      if g != "auto" and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
+        raise ValueError(f"GAMMA must be an int >= 0, 'auto', or a list of them; got {g!r}")
+    for t in as_list(self.temperature):
+      if not isinstance(t, (int, float)) or t < 0:
+        raise ValueError(f"TEMPERATURE must be a number >= 0 (0 = greedy), got {t!r}")
+    for d in as_list(self.draft):
+      if d != MODEL_DRAFT and d not in NON_MODEL_DRAFTS:
+        raise ValueError(f"DRAFT must be {MODEL_DRAFT!r} or one of {NON_MODEL_DRAFTS}, got {d!r}")
+    if self.num_examples is not None and self.num_examples < 1:
+      raise ValueError(f"NUM_EXAMPLES must be >= 1 or None (all), got {self.num_examples}")
+    positive = dict(batch_size=self.batch_size, max_decode_length=self.max_decode_length,
+                    repeats=self.repeats, gamma_max=self.gamma_max,
+                    max_input_length=self.max_input_length)
+    for name, value in positive.items():
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name.upper()} must be an integer >= 1, got {value!r}")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
+    if not 0.0 < float(self.top_p) <= 1.0:
+      raise ValueError(f"TOP_P must be in (0, 1] (1 = off), got {self.top_p!r}")
+
+  @property
+  def is_sweep(self) -> bool:
+    return self.mode == "sweep" or any(
+        isinstance(x, (list, tuple)) for x in (self.gamma, self.temperature, self.draft,
+                                               self.draft_checkpoint))
+
+  @property
+  def runs_autoregressive(self) -> bool:
+    return self.mode in ("autoregressive", "benchmark", "sweep")
+
+  @property
+  def runs_speculative(self) -> bool:
+    return self.mode != "autoregressive"
+
+  def fingerprint(self) -> dict[str, Any]:
+    """What must not change between a killed run and its resumption (outputs depend on it)."""
+    keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
+            "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
+            "max_input_length", "vocabulary", "dtype", "rule", "mode")
+    return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSpec:
+  """One draft: kind 'model' with a checkpoint (path or preset), or a non-model drafter."""
+
+  kind: str
+  checkpoint: str | None = None
+
+  @property
+  def name(self) -> str:
+    if self.kind != MODEL_DRAFT:
+      return self.kind
+    return os.path.basename(os.path.normpath(self.checkpoint))
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One speculative configuration of a sweep (gamma may still be 'auto' until calibrated)."""
+
+  draft: DraftSpec
+  gamma: Any
+  temperature: float
+
+  @property
+  def key(self) -> str:
+    return f"draft={self.draft.name},gamma={self.gamma},temperature={self.temperature:g}"
+
+
+def as_list(x) -> list:
+  return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def draft_specs(cfg: RunConfig) -> list[DraftSpec]:
+  out = []
+  for kind in as_list(cfg.draft):
+    if kind == MODEL_DRAFT:
+      out.extend(DraftSpec(MODEL_DRAFT, str(c)) for c in as_list(cfg.draft_checkpoint))
+    else:
+      out.append(DraftSpec(kind))
+  return out
+
+
+def temperatures(cfg: RunConfig) -> list[float]:
+  return [float(t) for t in as_list(cfg.temperature)]
+
+
+def points(cfg: RunConfig) -> list[Point]:
+  """Speculative points in run order: temperature outermost, then draft, then gamma."""
+  if not cfg.runs_speculative:
+    return []
+  return [Point(d, g, t) for t, d, g in itertools.product(
+      temperatures(cfg), draft_specs(cfg), as_list(cfg.gamma))]
+
+
+def unique(seq: Sequence) -> list:
+  seen, out = set(), []
+  for x in seq:
+    if x not in seen:
+      seen.add(x)
+      out.append(x)
+  return out

@@ -1,0 +1,93 @@
+"""One run end to end, without gin: `execute(RunConfig, output_dir)` -> the metrics objects.
+
+Why separate from run.py: tests and notebooks drive runs from a `RunConfig` directly; run.py only
+turns flags and gin files into one. Progress goes to absl logging (examples done, tokens/s,
+running alpha) and to TensorBoard; the final table goes to stdout.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from absl import logging
+
+from specdec_jax.metrics import acceptance
+from specdec_jax.metrics.tensorboard import RunWriter, run_dir
+from specdec_jax.runner import collect, pipeline
+from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.store import ResultStore
+
+
+class Progress:
+  """Logs and records per-batch progress of each run (point) of the output directory."""
+
+  def __init__(self, output_dir: str, resolved, cfg: RunConfig, log: Callable[[str], None]):
+    self.output_dir, self.resolved, self.cfg, self.log = output_dir, resolved, cfg, log
+    self.writers: dict[str, RunWriter] = {}
+    self.totals: dict[str, list] = {}
+    self.t0 = time.perf_counter()
+
+  def _writer(self, run: str) -> RunWriter:
+    if run not in self.writers:
+      self.writers[run] = RunWriter(run_dir(self.output_dir, run))
+    return self.writers[run]
+
+  def __call__(self, *, group: str, done: int, total: int, record, resumed: bool) -> None:
+    if resumed:
+      self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
+      return
+    parts = [f"[{group}] {done}/{total} examples ({time.perf_counter() - self.t0:.1f}s)"]
+    if record.get(pipeline.AR):
+      ar = record[pipeline.AR]
+      parts.append(f"AR {ar['emitted'] / max(ar['seconds'], 1e-9):.0f} tok/s")
+    for key, rec in record["points"].items():
+      hist = self.totals.setdefault(key, [])
+      hist.append(rec["counters"])
+      running = acceptance.summarize(acceptance.merge(hist))
+      tok_s = rec["emitted"] / max(rec["seconds"], 1e-9)
+      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha "
+                   + (f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"))
+      self._writer(key).progress(done, {"examples_done": done, "tokens_per_s": tok_s,
+                                        "running_alpha": running["alpha"],
+                                        "running_acceptance_rate": running["acceptance_rate"]})
+    if not record["points"] and record.get(pipeline.AR):
+      ar = record[pipeline.AR]
+      run = pipeline.ar_key(float(group.split("=", 1)[1]))
+      self._writer(run).progress(done, {"examples_done": done,
+                                        "tokens_per_s": ar["emitted"] / max(ar["seconds"], 1e-9)})
+    self.log("; ".join(parts))
+
+  def close(self) -> None:
+    for w in self.writers.values():
+      w.close()
+
+
+def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
+            log: Callable[[str], None] = logging.info, echo: Callable[[str], None] = print
+            ) -> list[dict]:
+  """Runs `cfg`, writing results under `output_dir`; returns the metrics objects."""
+  t_start = time.perf_counter()
+  store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
+  if config_text is not None:
+    w = RunWriter(run_dir(output_dir, ""))
+    w.text("config", "\n".join("    " + line for line in config_text.splitlines()))
+    w.close()
+  loaded = pipeline.load(cfg)
+  log(f"target {loaded.target_name} ({loaded.target.config.kind}, vocab "
+      f"{loaded.target.vocab_size}); {len(loaded.prompts.examples)} examples, prompt width "
+      f"{loaded.prompts.width}; mode {cfg.mode}")
+  resolved, costs = pipeline.resolve_points(cfg, loaded, store, log)
+  progress = Progress(output_dir, resolved, cfg, log)
+  try:
+    pipeline.decode_all(cfg, loaded, resolved, store, progress)
+  finally:
+    progress.close()
+  metrics = collect.collect(cfg, loaded, store, resolved, costs)
+  collect.write_outputs(cfg, output_dir, metrics)
+  from specdec_jax.metrics.report import table
+  echo(table(metrics))
+  for note in collect.sweep_notes(metrics):
+    echo(note)
+  echo(f"wrote {output_dir}/metrics.json, predictions.jsonl, config.gin; TensorBoard: "
+       f"tensorboard --logdir {output_dir}/tensorboard ({time.perf_counter() - t_start:.1f}s)")
+  return metrics

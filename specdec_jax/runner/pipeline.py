@@ -1,0 +1,176 @@
+"""The run pipeline: load, measure, calibrate, decode batch by batch (written as it goes), report.
+
+Why this shape: for each temperature the autoregressive baseline and every speculative point of
+that temperature decode the same batch in the same process, timed interleaved (runner/timing.py),
+and the batch is appended to the result files before the next one starts (runner/store.py). The
+published metrics are then computed from those files alone (runner/collect.py), so a killed and
+resumed run reports exactly what an uninterrupted one would, up to timing noise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.metrics import acceptance
+from specdec_jax.runner import calibrate, inputs as inputs_lib, models as models_lib
+from specdec_jax.runner.config import DraftSpec, RunConfig, draft_specs, points, temperatures
+from specdec_jax.runner.store import ResultStore
+from specdec_jax.runner.timing import run_interleaved
+
+AR = "ar"
+
+
+@dataclasses.dataclass
+class Loaded:
+  """Everything decoded against: the target, the drafts and the prompts."""
+
+  target: object
+  target_params: object
+  target_name: str
+  drafts: dict
+  prompts: inputs_lib.Prompts
+
+
+def group_key(temperature: float) -> str:
+  return f"temperature={temperature:g}"
+
+
+def ar_key(temperature: float) -> str:
+  return f"autoregressive,temperature={temperature:g}"
+
+
+def load(cfg: RunConfig) -> Loaded:
+  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples)
+  text = inputs_lib.needs_text(examples)
+  vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=text)
+  preset_vocab = vocab.padded_vocab_size if (text and vocab is not None) else None
+  target, tparams = models_lib.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
+                                          dtype=cfg.dtype, seed=cfg.seed)
+  drafts = {}
+  if cfg.runs_speculative:
+    for spec in draft_specs(cfg):
+      drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
+                                           dtype=cfg.dtype, seed=cfg.seed)
+  ids = inputs_lib.tokenize(examples, vocab if text else None,
+                            model_vocab_size=target.vocab_size,
+                            encoder_decoder=target.config.is_encoder_decoder,
+                            max_input_length=cfg.max_input_length)
+  prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
+                               width=max(len(r) for r in ids))
+  name = DraftSpec("model", cfg.target_checkpoint).name
+  return Loaded(target, tparams, name, drafts, prompts)
+
+
+def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Callable
+                   ) -> tuple[list, dict]:
+  """Measures c and v(T) per draft, then gives every point a concrete gamma."""
+  if not cfg.runs_speculative:
+    return [], {}
+  first = loaded.prompts.batch(range(min(cfg.batch_size, len(loaded.prompts.ids))))
+  tokens = calibrate.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
+  t0 = time.perf_counter()
+  costs = calibrate.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens)
+  log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
+      f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
+      ", ".join(f"v({n})={c.v[n]:.2f}" for n in sorted(c.v) if n > 1) for s, c in costs.items()))
+  cal_rows = range(min(cfg.auto_calibration_examples, len(loaded.prompts.ids)))
+  resolved = []
+  for p in points(cfg):
+    draft, dparams = loaded.drafts[p.draft]
+    alpha_fn = lambda p=p, draft=draft, dparams=dparams: calibrate.calibration_alpha(  # noqa: E731
+        loaded.target, loaded.target_params, draft, dparams, loaded.prompts.batch(cal_rows),
+        gamma=cfg.auto_calibration_gamma, sampling=sampling_of(cfg, p.temperature),
+        max_decode_len=cfg.max_decode_length, seed=cfg.seed, rule=cfg.rule)
+    r = calibrate.resolve(p, costs[p.draft], store, alpha_fn, gamma_max=cfg.gamma_max,
+                          min_speedup=cfg.auto_min_speedup)
+    if r.auto:
+      log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
+          f"{r.calibration_alpha:.3f}, c {costs[p.draft].c:.3f} -> gamma {r.gamma}"
+          + (" (plain autoregressive decoding)" if r.gamma == 0 else ""))
+    resolved.append(r)
+  return resolved, costs
+
+
+def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
+  return SamplingConfig(temperature=float(temperature), top_k=int(cfg.top_k),
+                        top_p=float(cfg.top_p))
+
+
+def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: float, positions
+                 ) -> tuple[dict, list]:
+  """Decodes and times one batch for the AR baseline and the group's points; record + lines."""
+  inputs = jax.device_put(loaded.prompts.batch(positions))
+  rows = len(positions)
+  examples = [loaded.prompts.examples[p] for p in positions]
+  rng = jax.random.fold_in(jax.random.key(cfg.seed), examples[0].index)
+  sampling = sampling_of(cfg, temperature)
+  common = dict(sampling=sampling, max_decode_len=cfg.max_decode_length, rng=rng)
+  programs = {}
+  if cfg.runs_autoregressive or any(p.gamma == 0 for p in group_points):
+    programs[AR] = lambda: generate_autoregressive(loaded.target, loaded.target_params, inputs,
+                                                   **common)
+  for p in group_points:
+    if p.gamma > 0:
+      draft, dparams = loaded.drafts[p.draft]
+      programs[p.key] = (lambda draft=draft, dparams=dparams, g=p.gamma: generate_speculative(
+          loaded.target, loaded.target_params, draft, dparams, inputs, gamma=g, rule=cfg.rule,
+          **common))
+  results, seconds = run_interleaved(programs, cfg.repeats)
+  outputs = {k: _outputs(r, rows) for k, r in results.items()}
+  counters = {k: acceptance.counters_to_dict(r.counters, rows) for k, r in results.items()}
+  record = {"group": group_key(temperature), "indices": [ex.index for ex in examples],
+            "points": {}, AR: None}
+  if AR in programs:
+    record[AR] = {"seconds": seconds[AR], "emitted": counters[AR]["emitted"],
+                  "counters": counters[AR]}
+  for p in group_points:
+    k = p.key if p.gamma > 0 else AR
+    record["points"][p.key] = {"seconds": seconds[k], "emitted": counters[k]["emitted"],
+                               "gamma": p.gamma, "counters": counters[k]}
+  lines = []
+  ar_out = outputs.get(AR)
+  runs = [(p.key, outputs[p.key if p.gamma > 0 else AR]) for p in group_points]
+  if not group_points:
+    runs = [(ar_key(temperature), ar_out)]
+  for run, out in runs:
+    for i, ex in enumerate(examples):
+      line = {"run": run, "group": record["group"], "index": ex.index,
+              "output_ids": out[i], "text": loaded.prompts.decode(out[i]),
+              "reference": ex.reference}
+      if ar_out is not None and group_points:
+        line["autoregressive_output_ids"] = ar_out[i]
+        line["autoregressive_text"] = loaded.prompts.decode(ar_out[i])
+        line["match"] = out[i] == ar_out[i]
+      lines.append(line)
+  return record, lines
+
+
+def _outputs(result, rows: int) -> list[list[int]]:
+  tokens = np.asarray(result.tokens_BxN)
+  lengths = np.asarray(result.lengths_B)
+  return [tokens[i, :lengths[i]].astype(int).tolist() for i in range(rows)]
+
+
+def decode_all(cfg: RunConfig, loaded: Loaded, resolved, store: ResultStore, progress: Callable
+               ) -> None:
+  """Every temperature group, batch by batch, skipping examples already on disk."""
+  total = len(loaded.prompts.examples)
+  for t in temperatures(cfg):
+    group_points = [p for p in resolved if p.temperature == t]
+    done = store.done_indices(group_key(t))
+    todo = [pos for pos, ex in enumerate(loaded.prompts.examples) if ex.index not in done]
+    if done:
+      progress(group=group_key(t), done=len(done), total=total, record=None, resumed=True)
+    for start in range(0, len(todo), cfg.batch_size):
+      positions = todo[start:start + cfg.batch_size]
+      record, lines = decode_batch(cfg, loaded, group_points, t, positions)
+      store.add_batch(record, lines)
+      progress(group=group_key(t), done=len(store.done_indices(group_key(t))), total=total,
+               record=record, resumed=False)
