@@ -59,7 +59,8 @@ class LayerNorm(nn.Module):
                        (x.shape[-1],), jnp.float32)
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.epsilon)
-    return y.astype(self.dtype) * jnp.asarray(scale, self.dtype)
+    scale = jnp.asarray(scale, self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+    return y.astype(self.dtype) * scale
 
 
 class MlpBlock(nn.Module):

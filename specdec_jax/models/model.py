@@ -11,15 +11,16 @@ cache slot of that start token, so buffer slot j lives at cache slot `index_B + 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from specdec_jax.models.config import ModelConfig
-from specdec_jax.models.kv_cache import DecodeCache, rollback
+from specdec_jax.models.kv_cache import DecodeCache, LayerKV, rollback
 from specdec_jax.models.transformer import Transformer
 
 Params = Any
@@ -27,9 +28,21 @@ Params = Any
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """A T5 v1.1 or decoder-only model behind the decoding seam."""
+  """A T5 v1.1 or decoder-only model behind the decoding seam.
+
+  `axis_rules` (optional, see `specdec_jax.sharding`): logical-axis rules this model's activation
+  and cache constraints use. Per model, because the target and the draft map the same logical
+  names to different mesh axes inside one program. None leaves the caller's rules (if any) in
+  force; without a mesh in context the constraints are no-ops.
+  """
 
   config: ModelConfig
+  axis_rules: Optional[tuple] = None
+
+  def _rules(self):
+    if self.axis_rules is None:
+      return contextlib.nullcontext()
+    return nn.logical_axis_rules(self.axis_rules)
 
   @property
   def module(self) -> Transformer:
@@ -41,8 +54,8 @@ class Model:
 
   # ---- parameters -------------------------------------------------------------------------------
   def init(self, rng: jax.Array) -> Params:
-    """Random parameters (float32), T5X initialisers."""
-    return nn.unbox(self._init_boxed(rng))
+    """Random parameters (float32), T5X initialisers (jitted: eager Flax init is slow)."""
+    return jax.jit(lambda r: nn.unbox(self._init_boxed(r)))(rng)
 
   def _init_boxed(self, rng: jax.Array):
     e = 4 if self.config.is_encoder_decoder else 1
@@ -76,24 +89,52 @@ class Model:
     """
     batch, plen = inputs_BxP.shape
     mod = self.module
-    if self.config.is_encoder_decoder:
-      def _prefill(m, inputs):
-        return m.empty_cache(batch, cache_len, m.encode(inputs), inputs > 0)
-      return mod.apply({"params": params}, inputs_BxP, method=_prefill)
-    cache = mod.apply({"params": params}, batch, cache_len, method=Transformer.empty_cache)
-    if plen > 1:
-      _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
-    return rollback(cache, jnp.maximum(prompt_lengths(inputs_BxP) - 1, 0))
+    with self._rules():
+      if self.config.is_encoder_decoder:
+        def _prefill(m, inputs):
+          return m.empty_cache(batch, cache_len, m.encode(inputs), inputs > 0)
+        return _constrain_cache(mod.apply({"params": params}, inputs_BxP, method=_prefill))
+      cache = mod.apply({"params": params}, batch, cache_len, method=Transformer.empty_cache)
+      cache = _constrain_cache(cache)
+      if plen > 1:
+        _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
+      return rollback(cache, jnp.maximum(prompt_lengths(inputs_BxP) - 1, 0))
 
   def extend(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array
              ) -> tuple[jax.Array, DecodeCache]:
-    """Feeds T tokens per example at `cache.index_B`; returns float32 logits and the new cache."""
-    return self.module.apply({"params": params}, cache, tokens_BxT, method=Transformer.extend)
+    """Feeds T tokens per example at `cache.index_B`; returns float32 logits and the new cache.
+
+    Under a mesh the logits come back with the vocabulary gathered (sampling, top-k/top-p and the
+    acceptance ratios then see whole rows) and the cache keeps its batch/heads sharding.
+    """
+    with self._rules():
+      logits_BxTxV, cache = self.module.apply({"params": params}, cache, tokens_BxT,
+                                              method=Transformer.extend)
+      logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+      return logits_BxTxV, _constrain_cache(cache)
 
   def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array
               ) -> jax.Array:
     """Teacher-forced logits (training and the full-forward reference of the cache tests)."""
-    return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT)
+    with self._rules():
+      return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT)
+
+
+def _constrain_cache(cache: DecodeCache) -> DecodeCache:
+  """Batch/heads sharding of the cache (a no-op without rules and a mesh), so the decode loops'
+  carries keep one layout across iterations instead of being resharded each time."""
+  def c(x):  # [B, S, H, K], or [L, B, S, H, K] for layers stacked under scan
+    axes = ("layers",) * (x.ndim - 4) + ("batch", "length", "heads", "kv")
+    return nn.with_logical_constraint(x, axes)
+
+  def kv(layers):
+    return None if layers is None else tuple(LayerKV(c(l.k_BxSxHxK), c(l.v_BxSxHxK))
+                                             for l in layers)
+  mask = cache.encoder_mask_BxE
+  return cache.replace(
+      self_kv=kv(cache.self_kv), cross_kv=kv(cache.cross_kv),
+      index_B=nn.with_logical_constraint(cache.index_B, ("batch",)),
+      encoder_mask_BxE=None if mask is None else nn.with_logical_constraint(mask, ("batch", None)))
 
 
 def prompt_lengths(inputs_BxP: jax.Array) -> jax.Array:

@@ -1,0 +1,121 @@
+"""Small models and exact references for tests (the package's own `gm.testing`).
+
+Wrappers here implement the decoding seam around a real `Model`, so the loops can be driven by a
+draft that is always wrong or a target that ends at a chosen position, without special cases in
+the loops themselves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits
+from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model import Model
+
+
+def tiny_pair(kind: str = "decoder", vocab_size: int | None = None, seed: int = 0):
+  """(target, target_params, draft, draft_params) with the `*_test_*` presets."""
+  overrides = {} if vocab_size is None else {"vocab_size": vocab_size}
+  target = Model(get_preset(f"{kind}_test_target", **overrides))
+  draft = Model(get_preset(f"{kind}_test_draft", **overrides))
+  k1, k2 = jax.random.split(jax.random.key(seed))
+  return target, target.init(k1), draft, draft.init(k2)
+
+
+@dataclasses.dataclass(frozen=True)
+class WrappedModel:
+  """Delegates the seam to `base`; subclasses override `extend`."""
+
+  base: Model
+
+  @property
+  def config(self) -> ModelConfig:
+    return self.base.config
+
+  @property
+  def vocab_size(self) -> int:
+    return self.base.vocab_size
+
+  def start_tokens(self, inputs_BxP):
+    return self.base.start_tokens(inputs_BxP)
+
+  def prefill(self, params, inputs_BxP, cache_len):
+    return self.base.prefill(params, inputs_BxP, cache_len)
+
+  def extend(self, params, cache, tokens_BxT):
+    return self.base.extend(params, cache, tokens_BxT)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlwaysWrong(WrappedModel):
+  """Negated logits: its argmax is the base model's argmin, so greedy drafts are always rejected."""
+
+  def extend(self, params, cache, tokens_BxT):
+    logits, cache = self.base.extend(params, cache, tokens_BxT)
+    return -logits, cache
+
+
+@dataclasses.dataclass(frozen=True)
+class EosAt(WrappedModel):
+  """EOS is the argmax exactly when the token fed sits at cache slot `slots[b]`, never elsewhere."""
+
+  slots: tuple[int, ...] = ()
+
+  def extend(self, params, cache, tokens_BxT):
+    index_B = cache.index_B
+    logits, cache = self.base.extend(params, cache, tokens_BxT)
+    pos_BxT = index_B[:, None] + jnp.arange(tokens_BxT.shape[1])[None, :]
+    slots_B = jnp.asarray(self.slots, jnp.int32)
+    eos_logit_BxT = jnp.where(pos_BxT == slots_B[:, None], 1e4, -1e4)
+    return logits.at[..., self.config.eos_id].set(eos_logit_BxT), cache
+
+
+def exact_joint(model: Model, params, prompt_P: np.ndarray, num_tokens: int,
+                sampling: SamplingConfig) -> np.ndarray:
+  """Exact probability of every continuation of `num_tokens` tokens under the processed target.
+
+  Enumerates all V^k sequences through the full (uncached) forward pass, independently of the
+  loops, so it is the reference the sampled frequencies are tested against. Decoder-only models.
+  Returns a float64 array of shape [V] * k.
+  """
+  v = model.vocab_size
+  seqs = np.array(list(itertools.product(range(v), repeat=num_tokens)), np.int32)
+  prompt = np.broadcast_to(np.asarray(prompt_P, np.int32), (len(seqs), len(prompt_P)))
+  full = jnp.asarray(np.concatenate([prompt, seqs], axis=1))
+  logits = model.forward(params, full, full)
+  p0 = len(prompt_P) - 1
+  probs = process_logits(logits[:, p0:p0 + num_tokens], sampling)
+  step_probs = np.take_along_axis(np.asarray(probs, np.float64), seqs[..., None], axis=-1)[..., 0]
+  joint = np.prod(step_probs, axis=1)
+  return joint.reshape([v] * num_tokens)
+
+
+def chi_square_gof(counts: np.ndarray, probs: np.ndarray, min_expected: float = 5.0):
+  """Chi-square goodness of fit with cells of expected count < min_expected pooled into one.
+
+  Returns (statistic, degrees of freedom, p-value).
+  """
+  from scipy import stats  # test-only dependency
+
+  counts = np.asarray(counts, np.float64).ravel()
+  probs = np.asarray(probs, np.float64).ravel()
+  n = counts.sum()
+  expected = probs * n
+  big = expected >= min_expected
+  obs = np.append(counts[big], counts[~big].sum())
+  exp = np.append(expected[big], expected[~big].sum())
+  if exp[-1] < min_expected:  # fold a too-small pooled cell into the smallest kept one
+    i = np.argmin(exp[:-1])
+    obs[i] += obs[-1]
+    exp[i] += exp[-1]
+    obs, exp = obs[:-1], exp[:-1]
+  if np.any((exp == 0) & (obs > 0)):
+    return np.inf, len(exp) - 1, 0.0
+  stat = float(np.sum((obs - exp) ** 2 / np.where(exp > 0, exp, 1)))
+  dof = len(exp) - 1
+  return stat, dof, float(stats.chi2.sf(stat, dof))

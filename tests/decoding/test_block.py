@@ -1,0 +1,193 @@
+"""Block verification (`acceptance.block`): exact output law, optimality, greedy, sampling.
+
+Why these tests: a wrong residual or weight in a verification rule shifts the output distribution
+by a little and nothing crashes. So the rule's output law is computed EXACTLY by enumerating every
+draft block on a small vocabulary with context-dependent p and q (including degenerate rows:
+p == q, zeros in q, one-hot rows) and compared with the target's law; sampling is then checked
+against those exact probabilities, and the whole loop against the target model elsewhere.
+"""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from specdec_jax.decoding import acceptance as acc
+
+
+# ---- an exact reference: context-dependent p and q on a small vocabulary -------------------------
+class TreeModels:
+  """Random next-token tables p(.|prefix) and q(.|prefix) for every prefix up to a length."""
+
+  def __init__(self, vocab: int, depth: int, seed: int, degenerate: bool = True):
+    rng = np.random.default_rng(seed)
+    self.vocab, self.depth = vocab, depth
+    self.p, self.q = {}, {}
+    for k in range(depth + 1):
+      for prefix in itertools.product(range(vocab), repeat=k):
+        p = rng.dirichlet(np.full(vocab, 0.5))
+        q = rng.dirichlet(np.full(vocab, 0.5))
+        kind = rng.integers(5) if degenerate else 0
+        if kind == 1:
+          q = p.copy()  # p == q: every residual is empty
+        elif kind == 2:
+          q[rng.integers(vocab)] = 0.0  # the draft never proposes one token
+          q /= q.sum()
+        elif kind == 3:
+          p = np.eye(vocab)[rng.integers(vocab)]  # a one-hot target
+        self.p[prefix], self.q[prefix] = p, q
+
+  def target_joint(self, length: int) -> np.ndarray:
+    out = np.zeros([self.vocab] * length)
+    for s in itertools.product(range(self.vocab), repeat=length):
+      out[s] = np.prod([self.p[s[:j]][s[j]] for j in range(length)])
+    return out
+
+  def blocks(self, gamma: int):
+    """Every draft block, its probability under q, and the rule's inputs [N, ...] (float32)."""
+    xs = list(itertools.product(range(self.vocab), repeat=gamma))
+    weight = np.array([np.prod([self.q[x[:j]][x[j]] for j in range(gamma)]) for x in xs])
+    q = np.array([[self.q[x[:j]] for j in range(gamma)] for x in xs], np.float32)
+    p = np.array([[self.p[x[:j]] for j in range(gamma + 1)] for x in xs], np.float32)
+    return xs, weight, np.array(xs, np.int32), q, p
+
+
+def output_law(models: TreeModels, gamma: int, stop_BxG1, next_BxG1xV) -> np.ndarray:
+  """Law of the first gamma + 1 tokens: one verification, then plain target sampling to fill."""
+  xs, weight, *_ = models.blocks(gamma)
+  v = models.vocab
+  out = np.zeros([v] * (gamma + 1))
+  for b, x in enumerate(xs):
+    for tau in range(gamma + 1):
+      w = weight[b] * stop_BxG1[b, tau]
+      if w == 0.0:
+        continue
+      for y in range(v):
+        head = tuple(x[:tau]) + (y,)
+        wy = w * next_BxG1xV[b, tau, y]
+        for tail in itertools.product(range(v), repeat=gamma - tau):
+          s = head + tail
+          out[s] += wy * np.prod([models.p[s[:j]][s[j]] for j in range(tau + 1, gamma + 1)])
+  return out
+
+
+def tokenwise_law(x_BxG, q_BxGxV, p_BxG1xV):
+  """Exact stop probabilities and next-token laws of token-wise verification (reference)."""
+  gamma = x_BxG.shape[1]
+  px = np.take_along_axis(p_BxG1xV[:, :gamma], x_BxG[..., None], -1)[..., 0]
+  qx = np.take_along_axis(q_BxGxV, x_BxG[..., None], -1)[..., 0]
+  beta = np.minimum(1.0, px / np.maximum(qx, 1e-30))
+  reach = np.concatenate([np.ones_like(beta[:, :1]), np.cumprod(beta, axis=1)], axis=1)
+  stop = reach * np.concatenate([1.0 - beta, np.ones_like(beta[:, :1])], axis=1)
+  q_pad = np.concatenate([q_BxGxV, np.zeros_like(q_BxGxV[:, :1])], axis=1)
+  r = np.maximum(p_BxG1xV - q_pad, 0.0)
+  mass = r.sum(-1, keepdims=True)
+  nxt = np.where(mass > acc.RESIDUAL_EPS, r / np.maximum(mass, 1e-30), p_BxG1xV)
+  return stop, nxt
+
+
+def block_law(x_BxG, q_BxGxV, p_BxG1xV):
+  stop, nxt = _block_law_jit(jnp.asarray(x_BxG), jnp.asarray(q_BxGxV), jnp.asarray(p_BxG1xV))
+  return np.asarray(stop, np.float64), np.asarray(nxt, np.float64)
+
+
+@jax.jit
+def _block_law_jit(x, q, p):
+  h, _, nxt = acc.block_distributions(x, q, p)
+  return acc.stop_probabilities(h), nxt
+
+
+# ---- tests -----------------------------------------------------------------------------------------
+def test_paper_toy_example():
+  """Sun et al.'s example: q = (2/3, 1/3), p = (1/3, 2/3), gamma 2: 10/9 token-wise, 11/9 block."""
+  p = np.array([1 / 3, 2 / 3], np.float32)
+  q = np.array([2 / 3, 1 / 3], np.float32)
+  xs = np.array(list(itertools.product(range(2), repeat=2)), np.int32)
+  weight = np.prod(q[xs], axis=1)
+  qq = np.broadcast_to(q, (4, 2, 2)).copy()
+  pp = np.broadcast_to(p, (4, 3, 2)).copy()
+  i3 = np.arange(3)
+  e_token = weight @ (tokenwise_law(xs, qq, pp)[0] @ i3)
+  e_block = weight @ (block_law(xs, qq, pp)[0] @ i3)
+  assert e_token == pytest.approx(10 / 9, abs=1e-6)
+  assert e_block == pytest.approx(11 / 9, abs=1e-6)
+
+
+@pytest.mark.parametrize("gamma,seed", [(1, 0), (2, 1), (3, 2), (3, 3)])
+def test_block_output_law_is_the_target(gamma, seed):
+  """One block verification + target sampling gives exactly the target's joint law."""
+  models = TreeModels(vocab=3, depth=gamma, seed=seed)
+  _, _, x, q, p = models.blocks(gamma)
+  want = models.target_joint(gamma + 1)
+  got_token = output_law(models, gamma, *tokenwise_law(x, q, p))  # checks the harness itself
+  np.testing.assert_allclose(got_token, want, atol=2e-6)
+  got_block = output_law(models, gamma, *block_law(x, q, p))
+  np.testing.assert_allclose(got_block, want, atol=2e-6)
+
+
+def test_block_accepts_at_least_as_many_as_tokenwise():
+  """Exact expected accepted length over x ~ q: block >= token-wise on random p/q, every gamma."""
+  gains = []
+  for seed in range(12):
+    gamma = 1 + seed % 4
+    models = TreeModels(vocab=3, depth=gamma, seed=100 + seed, degenerate=seed % 2 == 0)
+    _, weight, x, q, p = models.blocks(gamma)
+    i = np.arange(gamma + 1)
+    e_token = weight @ (tokenwise_law(x, q, p)[0] @ i)
+    e_block = weight @ (block_law(x, q, p)[0] @ i)
+    assert e_block >= e_token - 1e-6, (seed, e_block, e_token)
+    gains.append(e_block - e_token)
+    if gamma == 1:  # a block of one token is token-wise verification
+      assert e_block == pytest.approx(e_token, abs=1e-6)
+  assert max(gains) > 0.01  # and it does help somewhere
+
+
+def test_block_greedy_equals_tokenwise():
+  """One-hot p and q: both rules accept the longest agreeing prefix and emit p's argmax."""
+  rng = np.random.default_rng(0)
+  b, g, v = 64, 4, 5
+  x = rng.integers(v, size=(b, g)).astype(np.int32)
+  q = jax.nn.one_hot(x, v)
+  agree = rng.random((b, g + 1)) < 0.7
+  p_tok = np.where(agree[:, :g], x, (x + 1) % v)
+  p_tok = np.concatenate([p_tok, rng.integers(v, size=(b, 1))], axis=1).astype(np.int32)
+  p = jax.nn.one_hot(p_tok, v)
+  key = jax.random.key(3)
+  n_t, y_t = jax.jit(acc.tokenwise)(key, jnp.asarray(x), q, p)
+  n_b, y_b = jax.jit(acc.block)(key, jnp.asarray(x), q, p)
+  np.testing.assert_array_equal(n_b, n_t)
+  np.testing.assert_array_equal(y_b, y_t)
+  np.testing.assert_array_equal(y_b, p_tok[np.arange(b), np.asarray(n_b)])
+
+
+def test_masked_positions_act_as_a_shorter_block():
+  """q rows set to 0 from position g on (adaptive gamma) give exactly block verification with g."""
+  models = TreeModels(vocab=3, depth=4, seed=7)
+  _, _, x, q, p = models.blocks(4)
+  for g in (1, 2, 3):
+    qm = q.copy()
+    qm[:, g:] = 0.0
+    stop_m, next_m = block_law(x, qm, p)
+    stop_g, next_g = block_law(x[:, :g], q[:, :g], p[:, :g + 1])
+    np.testing.assert_allclose(stop_m[:, g + 1:], 0.0, atol=0)
+    np.testing.assert_allclose(stop_m[:, :g + 1], stop_g, atol=1e-6)
+    np.testing.assert_allclose(next_m[:, :g + 1], next_g, atol=1e-6)
+
+
+def test_block_sampler_matches_its_probabilities():
+  """The sampled (accepted count, next token) pairs follow the exact law (chi-square, 200k)."""
+  models = TreeModels(vocab=3, depth=3, seed=11, degenerate=False)
+  _, _, x, q, p = models.blocks(3)
+  row = 13  # one fixed draft block, repeated
+  n = 200_000
+  xb, qb, pb = (jnp.asarray(np.repeat(a[row:row + 1], n, axis=0)) for a in (x, q, p))
+  n_B, y_B = jax.jit(acc.block)(jax.random.key(0), xb, qb, pb)
+  stop, nxt = block_law(x[row:row + 1], q[row:row + 1], p[row:row + 1])
+  probs = (stop[0][:, None] * nxt[0]).ravel()
+  counts = np.bincount(np.asarray(n_B) * 3 + np.asarray(y_B), minlength=probs.size)
+  keep = probs * n >= 5
+  assert counts[~keep].sum() <= 5  # near-impossible cells stay near empty
+  stat = np.sum((counts[keep] - n * probs[keep]) ** 2 / (n * probs[keep]))
+  assert stats.chi2.sf(stat, keep.sum() - 1) > 1e-3
