@@ -1,0 +1,67 @@
+r"""Converts a T5X or Hugging Face checkpoint into the project's own format.
+
+  python -m specdec_jax.convert --input_format=t5x \
+      --input=/ckpts/t5_1_1_small/checkpoint_1000000 --output=/ckpts/small [--dtype=bfloat16]
+
+The output is an Orbax checkpoint with `model_config.json` beside it, so runs and gin files need
+only the path (T5X checkpoints carry no config: give `--preset` or `--config_json`, or let the
+config be inferred from the array shapes). Converting once also drops the optimizer state, which
+is a third of a T5X Adafactor checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax"], "Format of --input.")
+flags.DEFINE_string("input", None, "Checkpoint directory (or T5X msgpack file) to read.")
+flags.DEFINE_string("output", None, "Directory to write (Orbax params/ + model_config.json).")
+flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "Cast weights to this dtype on write.")
+flags.DEFINE_string("preset", None, "Model preset (T5X formats store no config), e.g. t5_1_1_small.")
+flags.DEFINE_string("config_json", None, "ModelConfig JSON file or inline JSON (instead of --preset).")
+flags.DEFINE_bool("scan_layers", None, "Store the layers stacked (scan) or per layer; default: config.")
+
+
+def _config_from_flags():
+  from specdec_jax.models.config import ModelConfig, get_preset
+  if FLAGS.preset and FLAGS.config_json:
+    raise app.UsageError("give --preset or --config_json, not both")
+  if FLAGS.preset:
+    return get_preset(FLAGS.preset)
+  if FLAGS.config_json:
+    text = FLAGS.config_json
+    if os.path.isfile(text):
+      with open(text) as f:
+        text = f.read()
+    return ModelConfig.from_dict(json.loads(text))
+  return None
+
+
+def convert(input_format: str, input_path: str, output: str, dtype: str | None = None,
+            config=None, scan_layers: bool | None = None) -> str:
+  """Library form of the entry point; returns the output directory."""
+  from specdec_jax.checkpoints import loading, orbax_io
+  found = loading.detect_format(input_path)
+  if found != input_format:
+    raise ValueError(f"--input_format={input_format} but {input_path} looks like {found!r}")
+  cfg, params = loading.load_checkpoint(input_path, dtype=dtype, config=config,
+                                        scan_layers=scan_layers, progress=True)
+  logging.info("read %s checkpoint %s: %s", input_format, input_path, cfg)
+  orbax_io.save(output, cfg, params)
+  logging.info("wrote %s", output)
+  return output
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  convert(FLAGS.input_format, FLAGS.input, FLAGS.output, FLAGS.dtype, _config_from_flags(),
+          FLAGS.scan_layers)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["input_format", "input", "output"])
+  app.run(main)
