@@ -88,6 +88,38 @@ def check_macro_bindings(bindings: Sequence[str]) -> None:
         "bind a configurable parameter (e.g. --gin.RunConfig.repeats=5).")
 
 
+def _harden_system_path_reader() -> None:
+  """Makes gin's Python-package file lookup tolerate namespace packages.
+
+  For a relative path such as `configs/local/smoke.gin` that is not under the working directory,
+  gin asks importlib for a package `configs.local`; when the repository root is importable (an
+  editable install) that is a namespace package whose `origin` is None, and gin crashes with a
+  TypeError instead of trying the next search path. Wrapping the check restores the search.
+  """
+  try:
+    from gin import config as gin_config, resource_reader
+  except ImportError:  # pragma: no cover - layout of another gin version
+    return
+  readers = getattr(gin_config, "_FILE_READERS", None)
+  if not isinstance(readers, list):  # pragma: no cover
+    return
+  for i, (reader, check) in enumerate(readers):
+    if check is resource_reader.system_path_file_exists:
+      def safe_check(path, _check=check):
+        try:
+          return _check(path)
+        except TypeError:
+          return False
+      readers[i] = (reader, safe_check)
+
+
+def add_search_paths(extra: Sequence[str] = ()) -> None:
+  """Registers the default search paths (and `extra` first) with gin."""
+  _harden_system_path_reader()
+  for path in default_search_paths(extra):
+    gin.add_config_file_search_path(path)
+
+
 def parse_gin_flags(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
                     search_paths: Sequence[str] = (), finalize: bool = True) -> None:
   """Adds the search paths, parses the files, checks macro bindings, then applies the bindings.
@@ -97,8 +129,7 @@ def parse_gin_flags(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
   """
   if not gin_files:
     raise ValueError("no --gin_file given; e.g. --gin_file=configs/local/smoke.gin")
-  for path in default_search_paths(search_paths):
-    gin.add_config_file_search_path(path)
+  add_search_paths(search_paths)
   gin_bindings = [b for b in gin_bindings if b.strip()]
   gin.parse_config_files_and_bindings(list(gin_files), None, finalize_config=False,
                                       skip_unknown=False)

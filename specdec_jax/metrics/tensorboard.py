@@ -8,6 +8,7 @@ histogram. `read_scalars` reads them back with TensorBoard's own `EventAccumulat
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Mapping
@@ -16,6 +17,9 @@ from typing import Any
 SCALARS = ("alpha", "acceptance_rate", "tokens_per_target_call", "c", "v", "speedup",
            "speedup_predicted", "ar_ms_per_token", "spec_ms_per_token", "greedy_match_rate",
            "gamma")
+
+
+_WRITER_IDS = itertools.count()
 
 
 def run_dir(output_dir: str, run: str) -> str:
@@ -28,7 +32,10 @@ class RunWriter:
   def __init__(self, log_dir: str):
     from tensorboardX import SummaryWriter
     self.log_dir = log_dir
-    self._w = SummaryWriter(log_dir)
+    # tensorboardX names event files by the second they were opened; two writers of one
+    # directory within a second (progress, then final metrics) would share, and clobber, a file.
+    suffix = f".{os.getpid()}.{next(_WRITER_IDS):06d}"
+    self._w = SummaryWriter(log_dir, filename_suffix=suffix)
 
   @property
   def writer(self):

@@ -1,0 +1,47 @@
+"""metrics.json objects and the printed table (specdec_jax/metrics/report.py).
+
+Why: metrics.json is a public contract; every key must be present in every mode (None where a
+mode measures nothing), and speedup / predicted speedup must be the documented ratios.
+"""
+import pytest
+
+from specdec_jax.decoding.gamma import Costs, predicted_speedup
+from specdec_jax.metrics import report
+
+
+def _spec_record(seconds, emitted):
+  counters = dict(drafted=30, accepted=20, emitted=emitted, target_calls=10, beta_sum=16.0,
+                  beta_count=20, iterations=10, accepts_per_position=[8, 7, 5],
+                  accepted_length_hist=[1, 1, 3, 5])
+  return {"seconds": seconds, "emitted": emitted, "counters": counters}
+
+
+def test_build_benchmark_point():
+  costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
+  m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
+                   ar_records=[{"seconds": 2.0, "emitted": 40}],
+                   spec_records=[_spec_record(1.0, 40)], costs=costs,
+                   quality_info={"metric": "bleu"}, match_rate=1.0)
+  assert set(report.CONTRACT_KEYS) <= set(m)
+  assert m["alpha"] == pytest.approx(0.8) and m["acceptance_rate"] == pytest.approx(2 / 3)
+  assert m["speedup"] == pytest.approx(2.0) and m["v"] == 1.5 and m["c"] == 0.1
+  assert m["speedup_predicted"] == pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
+  assert m["ar_ms_per_token"] == pytest.approx(50.0) and m["spec_ms_per_token"] == 25.0
+  assert m["greedy_match_rate"] == 1.0
+  assert "speedup" in report.table([m]) and "bleu" not in report.table([m])
+
+
+def test_build_autoregressive_only_has_all_keys():
+  m = report.build(task="t", target="tgt", draft=None, temperature=1.0, gamma=None,
+                   num_examples=1, ar_records=[{"seconds": 1.0, "emitted": 10}], spec_records=[],
+                   costs=None, quality_info={"metric": "exact_match"}, match_rate=0.5)
+  assert set(report.CONTRACT_KEYS) <= set(m)
+  assert m["speedup"] is None and m["alpha"] is None and m["greedy_match_rate"] is None
+  assert m["ar_ms_per_token"] == pytest.approx(100.0)
+
+
+def test_greedy_match_rate_and_quality_block():
+  assert report.greedy_match_rate([[1, 2], [3]], [[1, 2], [4]]) == 0.5
+  q = report.quality_block("exact_match", ["a", "b"], ["a", "c"], ["a", "b"])
+  assert q["autoregressive"]["exact_match"] == 0.5 and q["speculative"]["exact_match"] == 1.0
+  assert report.quality_block("bleu", [None], ["x"], ["x"])["speculative"] is None
