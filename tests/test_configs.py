@@ -2,6 +2,11 @@
 
 Why: a config that only breaks when someone runs it is found late (levanter tests every config
 file). Macros left as %gin.REQUIRED are bound to a placeholder, as a user would on the command line.
+Three kinds of file live under configs/:
+- entry files (a "Required / commonly overridden" header): parsed alone into a RunConfig;
+- fragments (draft swaps, mesh settings): parsed after an entry file that they are meant to follow,
+  and each fragment must be applied somewhere (so none rots unparsed);
+- training configs (configs/**/train/): parsed by specdec_jax.train (skipped if it is absent).
 """
 import glob
 import os
@@ -48,11 +53,92 @@ def test_there_are_configs():
     assert f"configs/local/{must}.gin" in names
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, ROOT))
-def test_config_parses(path):
+HEADER = "Required / commonly overridden"
+# Fragment directory -> the entry file a fragment there is applied after.
+FRAGMENT_BASES = {
+    "configs/local/drafts": "configs/local/ende.gin",
+    "configs/paper/drafts": "configs/paper/ende.gin",
+    "configs/paper": "configs/paper/table2/ende_t5_small_t0.gin",  # mesh_*.gin
+}
+
+
+def _rel(path):
+  return os.path.relpath(path, ROOT)
+
+
+def _kind(path):
+  rel = _rel(path)
+  if "/train/" in rel:
+    return "train"
+  with open(path) as f:
+    return "entry" if HEADER in f.read() else "fragment"
+
+
+ENTRIES = [c for c in CONFIGS if _kind(c) == "entry"]
+FRAGMENTS = [c for c in CONFIGS if _kind(c) == "fragment"]
+TRAIN = [c for c in CONFIGS if _kind(c) == "train"]
+
+
+@pytest.mark.parametrize("path", ENTRIES, ids=_rel)
+def test_entry_config_parses(path):
   cfg = run.parse([path], _required_bindings(path))
   assert isinstance(cfg, RunConfig)
   for name in REQUIRED_MACROS:
     assert gin_utils.macro_defined(name), f"{path} does not declare {name}"
+
+
+@pytest.mark.parametrize("path", FRAGMENTS, ids=_rel)
+def test_fragment_parses_after_its_entry_file(path):
+  base = FRAGMENT_BASES.get(os.path.dirname(_rel(path)))
+  assert base is not None, f"{_rel(path)}: fragment in a directory without a base entry file"
+  base = os.path.join(ROOT, base)
+  cfg = run.parse([base, path], _required_bindings(base))
+  assert isinstance(cfg, RunConfig)
+
+
+def _register_train_configurables():
+  """TrainConfig and TaskSpec as specdec_jax.train registers them (without importing that entry
+  point: both entry points define the same absl flags, so only one can be imported per process)."""
+  trainer = pytest.importorskip("specdec_jax.training.trainer")
+  data = pytest.importorskip("specdec_jax.training.data")
+  for cls in (trainer.TrainConfig, data.TaskSpec):
+    try:
+      gin.get_configurable(cls.__name__)
+    except ValueError:
+      gin.external_configurable(cls, module="specdec")
+
+
+@pytest.mark.parametrize("path", TRAIN, ids=_rel)
+def test_train_config_parses(path):
+  _register_train_configurables()
   with open(path) as f:
-    assert "Required / commonly overridden" in f.read(), f"{path} lacks the macro header"
+    complete = "TrainConfig.model" in f.read()  # else an included fragment (the data mixture)
+  gin_utils.parse_gin_flags([path], finalize=False)
+  if complete:
+    assert gin.get_configurable("TrainConfig")() is not None
+
+
+def test_draft_swap_is_one_include_or_binding():
+  base = os.path.join(ROOT, "configs/local/ende.gin")
+  large = os.path.join(ROOT, "configs/local/drafts/large.gin")
+  assert run.parse([base, large]).draft_checkpoint.endswith("t5_draft_large")
+  cfg = run.parse([base], ["DRAFT_CHECKPOINT = 't5_test_draft'"])
+  assert cfg.draft_checkpoint == "t5_test_draft"
+  paper = os.path.join(ROOT, "configs/paper/table2/cnndm_t5_large_t1.gin")
+  cfg = run.parse([paper])
+  assert (cfg.gamma, cfg.temperature, cfg.task) == (3, 1.0, "cnn_dailymail")
+  assert "t5_1_1_large" in cfg.draft_checkpoint and "t5_1_1_xxl" in cfg.target_checkpoint
+
+
+def test_paper_table2_has_the_twelve_rows():
+  rows = sorted(glob.glob(os.path.join(ROOT, "configs/paper/table2/*.gin")))
+  assert len(rows) == 12
+  gammas = {}
+  for path in rows:
+    cfg = run.parse([path])
+    gammas[(cfg.task, os.path.basename(cfg.draft_checkpoint.rstrip("/").split("/")[-2]),
+            cfg.temperature)] = cfg.gamma
+    assert cfg.batch_size == 1 and cfg.mode == "benchmark"
+  assert gammas[("wmt_t2t_ende_v003", "t5_1_1_base", 1.0)] == 5
+  assert gammas[("cnn_dailymail", "t5_1_1_small", 0.0)] == 5
+  assert sorted(gammas.values()) == sorted([7, 7, 7, 7, 5, 3, 5, 5, 3, 5, 3, 3])

@@ -55,6 +55,13 @@ class RunConfig:
   auto_min_speedup: float = 1.0
   resume: bool = True
   plots: bool = True
+  # Model-free drafts (unigram, bigram, prompt_lookup fallback): a .npz of tables
+  # (decoding.drafters.save_tables), or None to estimate them on the task's train split.
+  ngram_tables: str | None = None
+  ngram_train_examples: int = 20000
+  # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
+  tfds_data_dir: str | None = None
+  progress_every_s: float = 10.0
 
   def __post_init__(self):
     if self.mode not in MODES:
@@ -99,7 +106,8 @@ class RunConfig:
     """What must not change between a killed run and its resumption (outputs depend on it)."""
     keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
             "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
-            "max_input_length", "vocabulary", "dtype", "rule", "mode")
+            "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
+            "ngram_train_examples")
     return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
 
 
