@@ -1,0 +1,509 @@
+"""Mesh, logical-axis rules and placement: the target model-parallel, the draft on fewer chips.
+
+Why one mesh with a split model axis (DESIGN.md, "Sharding"): one `jit` cannot span two disjoint
+device sets, and the speculative `while_loop` must stay one on-device program. So the mesh has
+axes (data, model_outer, model_inner); the target shards its model dimension (heads, mlp, vocab,
+joined_kv) over both model axes, the draft over `model_inner` only and is replicated over
+`model_outer`. The draft's collectives then span `model_inner` chips, not all of them (Chen et al.
+saw a 7B draft slow down across 16 chips).
+
+Each `Model` carries its own logical-axis rules (`Model.axis_rules`), applied inside its
+`prefill`/`extend`, because the target's and the draft's `with_logical_constraint` calls resolve
+the same names (`heads`, `vocab`, ...) to different mesh axes inside the same traced program. The
+rules are part of the (static, hashable) model, so they are part of every jit cache key.
+
+Everything is checked before anything is compiled: a mesh axis that does not divide a dimension it
+shards raises a ValueError naming the axis, the dimension and both sizes.
+
+Typical use::
+
+  mesh = make_mesh(MeshConfig(data=1, model_outer=4, model_inner=2))
+  sm = shard_models(target, target_params, draft, draft_params, mesh, batch_size=8)
+  result = sm.speculative(inputs_BxP, rng, gamma=4, sampling=SamplingConfig(), max_decode_len=32)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import autoregressive as ar
+from specdec_jax.decoding import speculative as spec
+from specdec_jax.decoding import state as st
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.models.model import Model
+
+DATA, OUTER, INNER = "data", "model_outer", "model_inner"
+MESH_AXES = (DATA, OUTER, INNER)
+TARGET_MODEL_AXES = (OUTER, INNER)
+DRAFT_MODEL_AXES = (INNER,)
+
+Rules = tuple[tuple[str, Any], ...]
+
+
+# ---- rules ----------------------------------------------------------------------------------------
+def standard_rules(model_axes: Sequence[str] = TARGET_MODEL_AXES, data_axis: str = DATA) -> Rules:
+  """t5x's `standard_logical_axis_rules()` (1-D activation and parameter partitioning).
+
+  `model_axes` replaces t5x's single 'model' axis: the target passes (model_outer, model_inner),
+  the draft (model_inner,), so the same logical names land on different mesh axes.
+  """
+  m = tuple(model_axes)
+  m = None if not m else (m[0] if len(m) == 1 else m)
+  return (("batch", data_axis), ("vocab", m), ("embed", None), ("mlp", m), ("heads", m),
+          ("kv", None), ("joined_kv", m), ("relpos_buckets", None), ("abspos_buckets", None),
+          ("length", None), ("layers", None), ("stack", None), ("mlp_activations", None))
+
+
+def rules_to_hashable(rules) -> Rules:
+  """Lists (gin, JSON) -> nested tuples, so the rules can sit in a frozen, hashable `Model`."""
+  out = []
+  for name, axes in rules:
+    if isinstance(axes, list):
+      axes = tuple(axes)
+    out.append((str(name), axes))
+  return tuple(out)
+
+
+# ---- mesh -----------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Mesh shape and which model axes each model uses (gin binds this; see gin/mesh/).
+
+  data * model_outer * model_inner must equal the device count; one of them may be -1 (the rest).
+  The target shards over `target_model_axes`, the draft over `draft_model_axes`. `*_rules`
+  override the t5x standard rules built from those axes.
+  """
+
+  data: int = 1
+  model_outer: int = 1
+  model_inner: int = -1
+  target_model_axes: tuple[str, ...] = TARGET_MODEL_AXES
+  draft_model_axes: tuple[str, ...] = DRAFT_MODEL_AXES
+  target_rules: Optional[Rules] = None
+  draft_rules: Optional[Rules] = None
+  # > 0: force this many host (CPU) devices; takes effect only before jax's first device use.
+  num_cpu_devices: int = 0
+
+  @property
+  def shape(self) -> tuple[int, int, int]:
+    return (self.data, self.model_outer, self.model_inner)
+
+  def resolved_shape(self, num_devices: int) -> tuple[int, int, int]:
+    shape = list(self.shape)
+    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+      raise ValueError(f"mesh shape {tuple(shape)} (axes {MESH_AXES}): sizes must be >= 1, "
+                       "with at most one -1 (the rest of the devices)")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+      if num_devices % known:
+        raise ValueError(f"mesh shape {tuple(shape)}: {known} does not divide the "
+                         f"{num_devices} devices")
+      shape[shape.index(-1)] = num_devices // known
+    if math.prod(shape) != num_devices:
+      raise ValueError(f"mesh shape {tuple(shape)} (axes {MESH_AXES}) has {math.prod(shape)} "
+                       f"devices, but {num_devices} are available")
+    return tuple(shape)
+
+  def rules_for(self, which: str) -> Rules:
+    if which == "target":
+      return rules_to_hashable(self.target_rules or standard_rules(self.target_model_axes))
+    if which == "draft":
+      return rules_to_hashable(self.draft_rules or standard_rules(self.draft_model_axes))
+    raise ValueError(f"which must be 'target' or 'draft', got {which!r}")
+
+
+def force_cpu_devices(n: int) -> None:
+  """`jax_num_cpu_devices = n` (the smoke job's 8 forced CPU devices) if not already in force.
+
+  Works after `import jax` but only before the first device use, so entry points call it right
+  after parsing their config; a conflicting count that is too late raises jax's RuntimeError.
+  """
+  if n <= 0 or jax.config.jax_num_cpu_devices == n:
+    return
+  try:
+    jax.config.update("jax_num_cpu_devices", n)
+  except RuntimeError as e:  # backends already up (e.g. XLA_FLAGS forced them): fine if n match
+    have = len(jax.devices("cpu"))
+    if have != n:
+      raise RuntimeError(f"MeshConfig.num_cpu_devices={n}, but jax already started with {have} "
+                         "CPU devices; set it before any jax operation") from e
+
+
+def make_mesh(config: MeshConfig = MeshConfig(), devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """A classic (automatic axis types) `Mesh` over all global devices, axes (data, outer, inner).
+
+  `jax.sharding.Mesh` rather than `jax.make_mesh`, which defaults to Explicit axis types in this
+  jax. Devices are laid out in `jax.devices()` order, which groups each process's devices, so the
+  data axis (the slowest) crosses hosts and the model axes stay within one.
+  """
+  if devices is None:
+    force_cpu_devices(config.num_cpu_devices)
+  devices = list(jax.devices() if devices is None else devices)
+  shape = config.resolved_shape(len(devices))
+  if devices[0].platform == "tpu":  # physical-topology-aware order (ICI rings per mesh axis)
+    from jax.experimental import mesh_utils  # pylint: disable=import-outside-toplevel
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+  else:
+    grid = np.asarray(devices, dtype=object).reshape(shape)
+  return Mesh(grid, MESH_AXES)
+
+
+# ---- validation -----------------------------------------------------------------------------------
+def _mesh_axes_of(rules: Rules, logical: str):
+  for name, axes in rules:
+    if name == logical:
+      if axes is None:
+        return ()
+      return (axes,) if isinstance(axes, str) else tuple(axes)
+  return ()
+
+
+def _dims(model: Model) -> list[tuple[str, int]]:
+  c = model.config
+  # Order matters for the message: heads before joined_kv (heads | joined_kv).
+  return [("heads", c.num_heads), ("mlp", c.mlp_dim), ("vocab", c.vocab_size),
+          ("joined_kv", c.num_heads * c.head_dim), ("embed", c.emb_dim), ("kv", c.head_dim),
+          ("relpos_buckets", c.relative_attention_num_buckets)]
+
+
+def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
+             batch_size: Optional[int] = None) -> None:
+  """Raises ValueError if a mesh axis named by `rules` is missing or does not divide its dimension.
+
+  Checked on shapes only (nothing is traced or compiled): every model dimension a rule shards,
+  and the batch against the axes `batch` maps to.
+  """
+  for logical, _ in rules:
+    for ax in _mesh_axes_of(rules, logical):
+      if ax not in mesh.shape:
+        raise ValueError(f"{name}: rule {logical!r} -> {ax!r} names a mesh axis that does not "
+                         f"exist; mesh axes are {tuple(mesh.shape)}")
+  dims = _dims(model)
+  if batch_size is not None:
+    dims.append(("batch", batch_size))
+  for logical, size in dims:
+    axes = _mesh_axes_of(rules, logical)
+    n = math.prod(mesh.shape[a] for a in axes)
+    if n > 1 and size % n:
+      what = "batch size" if logical == "batch" else f"{name} dimension '{logical}'"
+      sizes = " x ".join(f"{a}={mesh.shape[a]}" for a in axes)
+      raise ValueError(
+          f"mesh axis {axes[0] if len(axes) == 1 else axes} of size {n} ({sizes}) does not divide "
+          f"the {what} = {size}; choose a mesh whose {'/'.join(axes)} size divides {size}")
+
+
+# ---- placement ------------------------------------------------------------------------------------
+def with_rules(model: Model, rules: Rules) -> Model:
+  return dataclasses.replace(model, axis_rules=rules_to_hashable(rules))
+
+
+def param_shardings(model: Model, mesh: Mesh, rules: Optional[Rules] = None):
+  """NamedSharding tree of the model's params from `logical_axes()` and the rules."""
+  rules = model.axis_rules if rules is None else rules
+  return nn.logical_to_mesh_sharding(model.logical_axes(), mesh, list(rules))
+
+
+def place(tree, shardings):
+  """Puts a pytree of host or device arrays onto `shardings`; works with several processes.
+
+  Every process passes the same full values (e.g. the same checkpoint); each keeps only the
+  shards of its own devices (`make_array_from_callback`), so nothing spans a foreign device.
+  """
+  def one(x, s):
+    if isinstance(x, jax.Array) and x.sharding == s:
+      return x
+    if isinstance(x, jax.Array) and jax.process_count() == 1:
+      return jax.device_put(x, s)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, s, lambda idx: host[idx])
+  return jax.tree.map(one, tree, shardings)
+
+
+def init_params(model: Model, rng: jax.Array, mesh: Mesh):
+  """Random params created directly in their shards (no full copy on any one device)."""
+  shardings = param_shardings(model, mesh)
+  return jax.jit(model.init, out_shardings=shardings)(rng)
+
+
+def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 2) -> NamedSharding:
+  """Sharding of a [B, ...] array: batch over the axes `batch` maps to, the rest replicated."""
+  axes = _mesh_axes_of(rules, "batch")
+  first = None if not axes else (axes[0] if len(axes) == 1 else axes)
+  return NamedSharding(mesh, P(first, *([None] * (ndim - 1))))
+
+
+def shard_batch(x, mesh: Mesh, rules: Rules, *, process_local: bool = False) -> jax.Array:
+  """Global [B, ...] array sharded over the data axis.
+
+  process_local=False: `x` is the whole batch (same on every process).
+  process_local=True: `x` holds only this process's rows (see `distributed.local_rows`).
+  """
+  s = batch_sharding(mesh, rules, np.ndim(x))
+  if process_local:
+    return jax.make_array_from_process_local_data(s, np.asarray(x))
+  return place(x, s)
+
+
+def replicate_key(mesh: Mesh, rng: Optional[jax.Array]) -> jax.Array:
+  """A PRNG key (default key(0)) replicated on every mesh device; needed with several processes,
+  where a key on one local device cannot feed a program that spans the others."""
+  rng = jax.random.key(0) if rng is None else rng
+  data = place(np.asarray(jax.random.key_data(rng)), NamedSharding(mesh, P()))
+  return jax.random.wrap_key_data(data, impl=jax.random.key_impl(rng))
+
+
+def per_device_bytes(tree) -> dict[Any, int]:
+  """Bytes each device holds for a pytree of arrays, measured from `addressable_shards`."""
+  out: dict[Any, int] = {}
+  for leaf in jax.tree.leaves(tree):
+    for shard in leaf.addressable_shards:
+      out[shard.device] = out.get(shard.device, 0) + shard.data.nbytes
+  return out
+
+
+# ---- the front door -------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ShardedModels:
+  """A target (and optionally a draft) with rules attached and params placed on one mesh."""
+
+  mesh: Mesh
+  target: Model
+  target_params: Any
+  draft: Optional[Model] = None
+  draft_params: Any = None
+
+  @property
+  def data_rules(self) -> Rules:
+    return self.target.axis_rules
+
+  def shard_inputs(self, inputs_BxP, *, process_local: bool = False) -> jax.Array:
+    batch = np.shape(inputs_BxP)[0] * (jax.process_count() if process_local else 1)
+    validate(self.mesh, self.target, self.target.axis_rules, name="target", batch_size=batch)
+    return shard_batch(np.asarray(inputs_BxP, np.int32), self.mesh, self.data_rules,
+                       process_local=process_local)
+
+  def speculative(self, inputs_BxP, rng=None, *, gamma: int, sampling: SamplingConfig,
+                  max_decode_len: int, rule: str = "tokenwise", cache_len: Optional[int] = None,
+                  process_local: bool = False) -> st.DecodeResult:
+    """Speculative decoding on the mesh: prefill, then the whole loop on device.
+
+    Two programs per batch: `_spec_prefill` (encoders, caches, token buffer, all sharded) and
+    `_spec_loop` (the `lax.while_loop`), which receives that state DONATED, so the loop updates
+    the caches and the token buffer in place instead of copying them into fresh buffers.
+    """
+    inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
+                                  cache_len, process_local)
+    with jax.set_mesh(self.mesh):
+      state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
+                            inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
+                            cache_len=cache_len)
+      result, _ = _spec_loop(self.target, self.target_params, self.draft, self.draft_params,
+                             state, **kw)
+      return result
+
+  def lower_speculative(self, inputs_BxP, rng=None, *, gamma: int, sampling: SamplingConfig,
+                        max_decode_len: int, rule: str = "tokenwise",
+                        cache_len: Optional[int] = None):
+    """(prefilled state, the lowered loop program), for HLO inspection:
+    `lowered.compile()(target_params, draft_params, state)` decodes, returning
+    (result, final state); `state` is donated (deleted) by that call."""
+    inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
+                                  cache_len, False)
+    with jax.set_mesh(self.mesh):
+      state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
+                            inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
+                            cache_len=cache_len)
+      lowered = _spec_loop.lower(self.target, self.target_params, self.draft, self.draft_params,
+                                 state, **kw)
+    return state, lowered
+
+  def _check(self, inputs_BxP, rng, gamma, sampling, max_decode_len, rule, cache_len,
+             process_local):
+    """Shape checks (before any compile), then the inputs and key placed on the mesh."""
+    if self.draft is None:
+      raise ValueError("speculative decoding needs a draft; shard_models(..., draft=...)")
+    plen = np.shape(inputs_BxP)[1]
+    st.check_decode_args(target_vocab=self.target.vocab_size, draft_vocab=self.draft.vocab_size,
+                         gamma=gamma, sampling=sampling, max_decode_len=max_decode_len,
+                         prompt_len=plen, cache_len=cache_len,
+                         needed_cache_len=ar.cache_len_needed(self.target, plen, max_decode_len,
+                                                              gamma + 2))
+    acc.get_rule(rule)
+    inputs = self.shard_inputs(inputs_BxP, process_local=process_local)
+    kw = dict(gamma=gamma, sampling=sampling, max_decode_len=max_decode_len, rule=rule)
+    return inputs, replicate_key(self.mesh, rng), kw
+
+  def autoregressive(self, inputs_BxP, rng=None, *, sampling: SamplingConfig,
+                     max_decode_len: int, cache_len: Optional[int] = None,
+                     process_local: bool = False) -> st.DecodeResult:
+    """The target's autoregressive decode on the mesh (prefill, then a donated-state loop)."""
+    plen = np.shape(inputs_BxP)[1]
+    st.check_decode_args(target_vocab=self.target.vocab_size, draft_vocab=None, gamma=None,
+                         sampling=sampling, max_decode_len=max_decode_len, prompt_len=plen,
+                         cache_len=cache_len,
+                         needed_cache_len=ar.cache_len_needed(self.target, plen, max_decode_len,
+                                                              2))
+    inputs = self.shard_inputs(inputs_BxP, process_local=process_local)
+    rng = replicate_key(self.mesh, rng)
+    with jax.set_mesh(self.mesh):
+      state = _ar_prefill(self.target, self.target_params, inputs, rng,
+                          max_decode_len=max_decode_len, cache_len=cache_len)
+      result, _ = _ar_loop(self.target, self.target_params, state, sampling=sampling,
+                           max_decode_len=max_decode_len)
+      return result
+
+
+# ---- the sharded programs: prefill, then a loop over the donated state ---------------------------
+def _constrain_state(state: st.DecodeState, model: Model) -> st.DecodeState:
+  """The token buffer and per-example vectors (counters too) batch-sharded (`batch` -> data) by
+  `model`'s rules; the caches carry their batch/heads constraints from `Model.prefill`/`extend`.
+  Prefill and loop body use the same constraints, so the donated state and the loop's output have
+  equal shardings, which is what lets XLA alias them."""
+  with nn.logical_axis_rules(model.axis_rules or ()):
+    def b(x):
+      return nn.with_logical_constraint(x, ("batch",) + (None,) * (x.ndim - 1))
+    c = state.counters
+    counters = c.replace(**{f.name: b(getattr(c, f.name)) for f in dataclasses.fields(c)
+                            if f.name.endswith("_B")})
+    return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B), counters=counters,
+                         done_B=b(state.done_B), base_B=b(state.base_B),
+                         draft_pending_B=(None if state.draft_pending_B is None
+                                          else b(state.draft_pending_B)))
+
+
+@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "max_decode_len",
+                                             "cache_len"))
+def _spec_prefill(target, target_params, draft, draft_params, inputs_BxP, rng, *, gamma: int,
+                  max_decode_len: int, cache_len: Optional[int]) -> st.DecodeState:
+  """What `speculative.speculative_decode` does before its loop, as its own program."""
+  slack = gamma + 2
+  state = ar.prepare(target, target_params, inputs_BxP, max_decode_len=max_decode_len,
+                     slack=slack, cache_len=cache_len, rng=rng, gamma=gamma)
+  draft_cache = draft.prefill(draft_params, inputs_BxP, cache_len or ar.cache_len_needed(
+      draft, inputs_BxP.shape[1], max_decode_len, slack))
+  state = state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros_like(state.done_B))
+  return _constrain_state(state, target)
+
+
+@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "sampling", "rule",
+                                             "max_decode_len"), donate_argnames=("state",))
+def _spec_loop(target, target_params, draft, draft_params, state: st.DecodeState, *,
+               gamma: int, sampling: SamplingConfig, max_decode_len: int, rule: str
+               ) -> tuple[st.DecodeResult, st.DecodeState]:
+  """`speculative.speculative_decode`'s loop (same iteration function) over a donated state.
+
+  Returns the final state too: an output of the donated input's shape and sharding is what lets
+  XLA alias the two, so the while loop runs in the donated buffers (no copy of the caches).
+  """
+  def cond(s):
+    return jnp.any(~s.done_B)
+
+  def body(s):
+    return _constrain_state(spec.spec_iteration(
+        target, target_params, draft, draft_params, s, gamma=gamma, sampling=sampling,
+        rule=rule, max_decode_len=max_decode_len), target)
+
+  final = jax.lax.while_loop(cond, body, state)
+  return st.finish(final, max_decode_len), final
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "cache_len"))
+def _ar_prefill(model, params, inputs_BxP, rng, *, max_decode_len: int,
+                cache_len: Optional[int]) -> st.DecodeState:
+  state = ar.prepare(model, params, inputs_BxP, max_decode_len=max_decode_len, slack=2,
+                     cache_len=cache_len, rng=rng)
+  return _constrain_state(state, model)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "sampling", "max_decode_len"),
+                   donate_argnames=("state",))
+def _ar_loop(model, params, state: st.DecodeState, *, sampling: SamplingConfig,
+             max_decode_len: int) -> tuple[st.DecodeResult, st.DecodeState]:
+  """`autoregressive.autoregressive_decode`'s loop (same step function) over a donated state."""
+  def cond(s):
+    return jnp.any(~s.done_B)
+
+  def body(s):
+    return _constrain_state(ar.ar_step(model, params, s, sampling, model.config.eos_id,
+                                       max_decode_len), model)
+
+  final = jax.lax.while_loop(cond, body, state)
+  return st.finish(final, max_decode_len), final
+
+
+def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "model",
+                batch_size: Optional[int] = None):
+  """(model with `rules` attached, params placed on `mesh`), validated first."""
+  model = with_rules(model, rules)
+  validate(mesh, model, model.axis_rules, name=name, batch_size=batch_size)
+  return model, place(params, param_shardings(model, mesh))
+
+
+def shard_models(target: Model, target_params, draft: Optional[Model] = None,
+                 draft_params=None, mesh: Optional[Mesh] = None, *,
+                 mesh_config: MeshConfig = MeshConfig(), batch_size: Optional[int] = None
+                 ) -> ShardedModels:
+  """Attaches each model's rules, validates the mesh, and places the params.
+
+  Validation happens first, on shapes only, so a bad mesh fails before any transfer or compile.
+  `params` may be host (numpy) or device arrays; with several processes each must pass the same.
+  """
+  mesh = make_mesh(mesh_config) if mesh is None else mesh
+  t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
+  # Both validated before either is placed: a bad mesh fails before any transfer or compile.
+  validate(mesh, target, t_rules, name="target", batch_size=batch_size)
+  if draft is not None:
+    validate(mesh, draft, d_rules, name="draft", batch_size=batch_size)
+  target, tp = shard_model(target, target_params, mesh, t_rules, name="target")
+  dp = None
+  if draft is not None:
+    draft, dp = shard_model(draft, draft_params, mesh, d_rules, name="draft")
+  return ShardedModels(mesh, target, tp, draft, dp)
+
+
+# ---- runs (specdec_jax.runner): a mesh for a whole run -------------------------------------------
+@contextlib.contextmanager
+def run_mesh(config: Optional[MeshConfig]):
+  """The mesh of `config` in context for a whole run (`jax.set_mesh`); no-op for None.
+
+  Inside it, models that carry rules (`shard_for_run`) constrain activations and caches to this
+  mesh in any jitted code, the runner's own decode and calibration programs included.
+  """
+  if config is None:
+    yield None
+    return
+  mesh = make_mesh(config)
+  with jax.set_mesh(mesh):
+    yield mesh
+
+
+def shard_for_run(config: MeshConfig, target: Model, target_params, drafts: dict, *,
+                  batch_size: Optional[int] = None):
+  """(target, params, drafts) with rules attached and params placed on `config`'s mesh.
+
+  `drafts` maps a key to (Model, params) or to a non-model drafter; model drafts get the draft
+  rules (fewer chips), anything else is left as it is. Everything is validated before anything
+  is placed.
+  """
+  mesh = make_mesh(config)
+  t_rules, d_rules = config.rules_for("target"), config.rules_for("draft")
+  validate(mesh, target, t_rules, name="target", batch_size=batch_size)
+  model_drafts = {k: v for k, v in drafts.items()
+                  if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], Model)}
+  for k, (d, _) in model_drafts.items():
+    validate(mesh, d, d_rules, name=f"draft {k}", batch_size=batch_size)
+  target, target_params = shard_model(target, target_params, mesh, t_rules, name="target")
+  out = dict(drafts)
+  for k, (d, dp) in model_drafts.items():
+    out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
+  return target, target_params, out
