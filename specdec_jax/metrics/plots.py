@@ -44,7 +44,6 @@ def speedup_vs_gamma(metrics, path: str) -> str:
   ax.axhline(1.0, color="gray", lw=0.8)
   ax.set_xlabel("gamma (draft tokens per target call)")
   ax.set_ylabel("speedup over autoregressive")
-  ax.legend(fontsize=7)
   return _save(fig, path)
 
 
@@ -55,7 +54,6 @@ def alpha_vs_gamma(metrics, path: str) -> str:
   ax.set_ylim(0, 1.02)
   ax.set_xlabel("gamma")
   ax.set_ylabel("alpha (mean sum_x min(p, q))")
-  ax.legend(fontsize=7)
   return _save(fig, path)
 
 
@@ -76,7 +74,9 @@ def predicted_vs_measured(metrics, path: str) -> str:
 
 
 def _save(fig, path: str) -> str:
-  fig.tight_layout()
+  for ax in fig.axes:
+    if ax.get_legend_handles_labels()[0]:
+      fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path

@@ -10,7 +10,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-TASK_METRICS = {"translate_en_de": "bleu", "summarize": "rouge", "code_complete": "exact_match"}
+TASK_METRICS = {"translate_en_de": "bleu", "summarize": "rouge", "code_complete": "exact_match",
+                # seqio tasks (specdec_jax.data.seqio_tasks)
+                "wmt_t2t_ende_v003": "bleu", "cnn_dailymail": "rouge",
+                "specdec_translate_en_de": "bleu", "specdec_summarize": "rouge",
+                "specdec_code_complete": "exact_match"}
 FIELD_METRICS = {"en": "bleu", "document": "rouge"}
 
 

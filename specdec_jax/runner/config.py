@@ -55,6 +55,8 @@ class RunConfig:
   auto_min_speedup: float = 1.0
   resume: bool = True
   plots: bool = True
+  # A specdec_jax.sharding.MeshConfig (gin/mesh/*.gin binds it); None: one device, unsharded.
+  mesh: Any = None
   # Model-free drafts (unigram, bigram, prompt_lookup fallback): a .npz of tables
   # (decoding.drafters.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None

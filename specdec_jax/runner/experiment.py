@@ -26,6 +26,7 @@ class Progress:
     self.writers: dict[str, RunWriter] = {}
     self.totals: dict[str, list] = {}
     self.t0 = time.perf_counter()
+    self.last_log = -float("inf")
 
   def _writer(self, run: str) -> RunWriter:
     if run not in self.writers:
@@ -36,7 +37,8 @@ class Progress:
     if resumed:
       self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
       return
-    parts = [f"[{group}] {done}/{total} examples ({time.perf_counter() - self.t0:.1f}s)"]
+    elapsed = time.perf_counter() - self.t0
+    parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s)"]
     if record.get(pipeline.AR):
       ar = record[pipeline.AR]
       parts.append(f"AR {ar['emitted'] / max(ar['seconds'], 1e-9):.0f} tok/s")
@@ -55,7 +57,10 @@ class Progress:
       run = pipeline.ar_key(float(group.split("=", 1)[1]))
       self._writer(run).progress(done, {"examples_done": done,
                                         "tokens_per_s": ar["emitted"] / max(ar["seconds"], 1e-9)})
-    self.log("; ".join(parts))
+    # TensorBoard gets every batch; the log a line every `progress_every_s` (and the last batch).
+    if done >= total or elapsed - self.last_log >= self.cfg.progress_every_s:
+      self.last_log = elapsed
+      self.log("; ".join(parts))
 
   def close(self) -> None:
     for w in self.writers.values():
@@ -65,7 +70,17 @@ class Progress:
 def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
             log: Callable[[str], None] = logging.info, echo: Callable[[str], None] = print
             ) -> list[dict]:
-  """Runs `cfg`, writing results under `output_dir`; returns the metrics objects."""
+  """Runs `cfg`, writing results under `output_dir`; returns the metrics objects.
+
+  With `cfg.mesh` (gin/mesh/*.gin) the whole run happens on that mesh (specdec_jax.sharding).
+  """
+  from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
+  with sharding.run_mesh(cfg.mesh):
+    return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo)
+
+
+def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
+             log: Callable[[str], None], echo: Callable[[str], None]) -> list[dict]:
   t_start = time.perf_counter()
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
   if config_text is not None:

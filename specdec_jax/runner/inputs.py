@@ -72,11 +72,46 @@ def load_vocabulary(path: str | None, required: bool):
   return None
 
 
-def load_examples(task: str, split: str, num_examples: int | None):
-  examples = local_tasks.load_examples(resolve_task(task), split, num_examples)
+def is_seqio(task: str) -> bool:
+  if task in local_tasks.LOCAL_TASKS or os.path.exists(resolve_path(task)):
+    return False
+  from specdec_jax.data import seqio_tasks
+  return seqio_tasks.is_seqio_task(task)
+
+
+def load_examples(task: str, split: str, num_examples: int | None, *,
+                  max_input_length: int = 512, tfds_data_dir: str | None = None):
+  """Examples of a shipped task, a JSONL path, or a seqio task (seqio extra)."""
+  if is_seqio(task):
+    from specdec_jax.data import seqio_tasks
+    examples = seqio_tasks.load_examples(task, split, num_examples,
+                                         max_input_length=max_input_length,
+                                         tfds_data_dir=tfds_data_dir)
+  else:
+    examples = local_tasks.load_examples(resolve_task(task), split, num_examples)
   if not examples:
     raise ValueError(f"task {task!r} ({split}) has no examples")
   return examples
+
+
+FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
+
+
+def ngram_examples(cfg, run_examples):
+  """(examples, description) to estimate n-gram tables on: the train split of the run's task (a
+  shipped task, the shipped task of a JSONL's input field, or a seqio task), else the run's own
+  prompts (only input ids: fine for smoke runs, leaky for real ones)."""
+  task = cfg.task
+  if task not in local_tasks.LOCAL_TASKS and run_examples:
+    task = FIELD_TASKS.get(run_examples[0].input_field, task)
+  if task in local_tasks.LOCAL_TASKS:
+    return (local_tasks.load_examples(task, "train", cfg.ngram_train_examples),
+            f"{task} (train split)")
+  from specdec_jax.data import seqio_tasks
+  if seqio_tasks.is_seqio_task(task):
+    return (seqio_tasks.load_examples(task, "train", cfg.ngram_train_examples,
+                                      tfds_data_dir=cfg.tfds_data_dir), f"{task} (train split)")
+  return run_examples, "the run's own prompts"
 
 
 def tokenize(examples, vocab, *, model_vocab_size: int, encoder_decoder: bool,

@@ -44,14 +44,62 @@ def load_model(spec: str, *, vocab_size: int | None = None, dtype: str | None = 
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int | None,
-               dtype: str | None, seed: int):
-  """(draft model, params) for a model draft or a non-model drafter over the target's ids."""
+               dtype: str | None, seed: int, tables_fn=None):
+  """(draft, params) for a model draft, or a model-free drafter over the target's ids.
+
+  Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
+  them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
+  needs none (its fallback is uniform).
+  """
   if spec.kind == MODEL_DRAFT:
     return load_model(spec.checkpoint, vocab_size=vocab_size, dtype=dtype, seed=seed + 1)
   try:
     from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise ValueError(
-        f"DRAFT={spec.kind!r} needs the non-model drafters (specdec_jax.decoding.drafters), "
-        "which this installation does not have yet; use DRAFT='model'") from e
-  return drafters.build(spec.kind, target=target, target_params=target_params)
+        f"DRAFT={spec.kind!r} needs the model-free drafters (specdec_jax.decoding.drafters), "
+        "which this installation does not have; use DRAFT='model'") from e
+  if hasattr(drafters, "build"):  # a richer hook, if the drafters module provides one
+    return drafters.build(spec.kind, target=target, target_params=target_params)
+  draft = drafters.make_draft(spec.kind, target.config)
+  if spec.kind == "prompt_lookup":
+    return draft, {}
+  if tables_fn is None:
+    raise ValueError(f"DRAFT={spec.kind!r} needs n-gram tables (RunConfig.ngram_tables)")
+  return draft, tables_fn()
+
+
+def ngram_sequences(examples, vocab, *, encoder_decoder: bool) -> list[list[int]]:
+  """Token streams the n-gram tables are estimated on: what the target's decoder emits.
+
+  T5: the references (the decode loop adds BOS/EOS around them, as `build_ngram_tables` is told);
+  decoder-only: prompt followed by reference. Examples without text fall back to their ids.
+  """
+  out = []
+  for ex in examples:
+    if vocab is not None and ex.reference is not None:
+      if encoder_decoder:
+        out.append(vocab.encode(ex.reference))
+      else:
+        out.append(vocab.encode((ex.inputs or "") + ex.reference))
+    elif ex.input_ids is not None:
+      out.append(list(ex.input_ids))
+  return [s for s in out if s]
+
+
+def ngram_tables(path: str | None, examples_fn, vocab, target: Model, log=None):
+  """Tables from a .npz (`drafters.save_tables`), else estimated on `examples_fn()`."""
+  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
+  if path:
+    return drafters.load_tables(resolve_path(path))
+  examples, source = examples_fn()
+  cfg = target.config
+  seqs = ngram_sequences(examples, vocab, encoder_decoder=cfg.is_encoder_decoder)
+  if not seqs:
+    raise ValueError(f"no token streams to estimate n-gram tables on ({source}); give "
+                     "RunConfig.ngram_tables")
+  kw = dict(bos_id=0, eos_id=cfg.eos_id) if cfg.is_encoder_decoder else {}
+  tables = drafters.build_ngram_tables(seqs, target.vocab_size, **kw)
+  if log is not None:
+    log(f"n-gram tables estimated on {len(seqs)} sequences of {source}")
+  return jax.tree.map(jax.numpy.asarray, tables)

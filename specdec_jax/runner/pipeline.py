@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+from absl import logging
 
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -47,23 +48,42 @@ def ar_key(temperature: float) -> str:
 
 
 def load(cfg: RunConfig) -> Loaded:
-  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples)
+  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples,
+                                      max_input_length=cfg.max_input_length,
+                                      tfds_data_dir=cfg.tfds_data_dir)
   text = inputs_lib.needs_text(examples)
-  vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=text)
-  preset_vocab = vocab.padded_vocab_size if (text and vocab is not None) else None
+  seqio_ids = inputs_lib.is_seqio(cfg.task)  # ids tokenized by the task's own vocabulary
+  if seqio_ids and not cfg.vocabulary:
+    from specdec_jax.data import seqio_tasks
+    vocab = seqio_tasks.vocabulary(cfg.task, cfg.tfds_data_dir)
+  else:
+    vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=text)
+  preset_vocab = vocab.padded_vocab_size if ((text or seqio_ids) and vocab is not None) else None
   target, tparams = models_lib.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
                                           dtype=cfg.dtype, seed=cfg.seed)
   drafts = {}
   if cfg.runs_speculative:
+    tables = {}
+
+    def tables_fn():  # estimated once per run, shared by unigram and bigram
+      if "t" not in tables:
+        tables["t"] = models_lib.ngram_tables(
+            cfg.ngram_tables, lambda: inputs_lib.ngram_examples(cfg, examples), vocab, target,
+            log=logging.info)
+      return tables["t"]
     for spec in draft_specs(cfg):
       drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
-                                           dtype=cfg.dtype, seed=cfg.seed)
+                                           dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn)
   ids = inputs_lib.tokenize(examples, vocab if text else None,
                             model_vocab_size=target.vocab_size,
                             encoder_decoder=target.config.is_encoder_decoder,
                             max_input_length=cfg.max_input_length)
   prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
                                width=max(len(r) for r in ids))
+  if cfg.mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
+    from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
+    target, tparams, drafts = sharding.shard_for_run(cfg.mesh, target, tparams, drafts,
+                                                     batch_size=cfg.batch_size)
   name = DraftSpec("model", cfg.target_checkpoint).name
   return Loaded(target, tparams, name, drafts, prompts)
 
