@@ -1,0 +1,233 @@
+r"""Side-by-side with Hugging Face: the same T5 weights, the same prompts, one process.
+
+  python scripts/compare_hf.py                                  # zoo en-de pair (when trained)
+  python scripts/compare_hf.py --target=t5_test_target --draft=t5_test_draft   # random presets
+  python scripts/compare_hf.py --task=summarize --gamma=3 --temperatures=0,1 --num_examples=16
+
+Both of our models are exported to HF T5ForConditionalGeneration (specdec_jax.checkpoints.hf.to_hf,
+v1.1 layout with an untied head) and run in float32 on CPU. Per temperature it times, prompt by
+prompt at batch 1 (HF assisted generation supports T5 at batch 1 only), interleaved:
+  ours AR      specdec_jax autoregressive loop        vs  HF plain   model.generate(...)
+  ours spec    specdec_jax speculative loop (gamma)   vs  HF assist  model.generate(assistant_model=...)
+HF assisted generation is pinned to the same draft length: num_assistant_tokens=gamma with the
+'constant' schedule and assistant_confidence_threshold=0 (its default 0.4 cuts a weak draft's
+proposals short). Sampling uses temperature T with top-k and top-p off on both sides (HF's default
+top_k=50 is switched off). Prints tokens/s of each and the ratios; --output writes them as JSON.
+Warm-up (jit compilation, first torch call) is excluded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+ZOO = "specdec_jax/assets/zoo"
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--target", default=f"{ZOO}/t5_target", help="checkpoint dir or preset name")
+  p.add_argument("--draft", default=f"{ZOO}/t5_draft_small_distill")
+  p.add_argument("--task", default="translate_en_de", help="local task or JSONL path")
+  p.add_argument("--split", default="valid")
+  p.add_argument("--num_examples", type=int, default=16)
+  p.add_argument("--max_new_tokens", type=int, default=64)
+  p.add_argument("--max_input_length", type=int, default=128)
+  p.add_argument("--gamma", type=int, default=4)
+  p.add_argument("--temperatures", default="0,1")
+  p.add_argument("--repeats", type=int, default=1, help="timed passes over the prompts")
+  p.add_argument("--torch_threads", type=int, default=0, help="0: torch's default")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--output", default=None, help="write the results as JSON here")
+  return p.parse_args(argv)
+
+
+def load_pair(target_spec: str, draft_spec: str, task: str, split: str, num_examples: int,
+              max_input_length: int):
+  """Our (target, params), (draft, params) and fixed-width prompts [N, P] (+ their lengths)."""
+  from specdec_jax.runner import inputs as inputs_lib
+  from specdec_jax.runner import models as models_lib
+  examples = inputs_lib.load_examples(task, split, num_examples)
+  text = inputs_lib.needs_text(examples)
+  vocab = inputs_lib.load_vocabulary(None, required=text)
+  preset_vocab = vocab.padded_vocab_size if (text and vocab is not None) else None
+  target = models_lib.load_model(target_spec, vocab_size=preset_vocab, dtype="float32")
+  draft = models_lib.load_model(draft_spec, vocab_size=preset_vocab, dtype="float32", seed=1)
+  if not target[0].config.is_encoder_decoder:
+    raise SystemExit("compare_hf compares T5 (encoder-decoder) models; HF assisted generation "
+                     "for decoder-only models would need a decoder-only export")
+  ids = inputs_lib.tokenize(examples, vocab if text else None,
+                            model_vocab_size=target[0].vocab_size, encoder_decoder=True,
+                            max_input_length=max_input_length)
+  return target, draft, ids
+
+
+def to_torch(model, params, out_dir: str):
+  import torch
+  import transformers
+  from specdec_jax.checkpoints import hf
+  hf.to_hf(model.config, params, out_dir, dtype=np.float32)
+  m = transformers.T5ForConditionalGeneration.from_pretrained(out_dir, dtype=torch.float32).eval()
+  if m.lm_head.weight.data_ptr() == m.shared.weight.data_ptr():
+    raise RuntimeError("HF tied the head to the embedding; the export would not be T5 v1.1")
+  gc = m.generation_config
+  gc.pad_token_id, gc.eos_token_id, gc.decoder_start_token_id = (
+      model.config.pad_id, model.config.eos_id, model.config.pad_id)
+  return m
+
+
+def _hf_kwargs(temperature: float, max_new_tokens: int) -> dict:
+  kw = dict(max_new_tokens=max_new_tokens, num_beams=1)
+  if temperature > 0:
+    kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+  else:
+    kw.update(do_sample=False)
+  return kw
+
+
+def _hf_tokens(out, eos_id: int) -> list[int]:
+  toks = out[0, 1:].tolist()  # drop the decoder start token
+  if eos_id in toks:
+    toks = toks[:toks.index(eos_id) + 1]
+  while toks and toks[-1] == 0:
+    toks.pop()
+  return toks
+
+
+def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
+            split: str = "valid", num_examples: int = 16, max_new_tokens: int = 64,
+            max_input_length: int = 128, gamma: int = 4, temperatures=(0.0, 1.0),
+            repeats: int = 1, torch_threads: int = 0, seed: int = 0, log=print) -> dict:
+  """Times the four programs per temperature; returns {temperature: {system: stats}, ...}."""
+  import jax
+  import torch
+  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.data.local_tasks import batch_inputs
+
+  if torch_threads:
+    torch.set_num_threads(torch_threads)
+  (tm, tp), (dm, dp), ids = load_pair(target_spec, draft_spec, task, split, num_examples,
+                                      max_input_length)
+  width = max(len(r) for r in ids)
+  eos = tm.config.eos_id
+  with tempfile.TemporaryDirectory() as tmp:
+    hf_t = to_torch(tm, tp, os.path.join(tmp, "target"))
+    hf_d = to_torch(dm, dp, os.path.join(tmp, "draft"))
+  log(f"target {target_spec} ({sum(x.size for x in jax.tree.leaves(tp)) / 1e6:.1f}M params), "
+      f"draft {draft_spec} ({sum(x.size for x in jax.tree.leaves(dp)) / 1e6:.1f}M); "
+      f"{len(ids)} prompts, gamma {gamma}, max_new_tokens {max_new_tokens}, "
+      f"torch threads {torch.get_num_threads()}")
+  results = {"target": target_spec, "draft": draft_spec, "task": task, "gamma": gamma,
+             "num_examples": len(ids), "max_new_tokens": max_new_tokens, "by_temperature": {}}
+  for temperature in temperatures:
+    sampling = SamplingConfig(temperature=float(temperature), top_k=0, top_p=1.0)
+    hf_kw = _hf_kwargs(float(temperature), max_new_tokens)
+    assist_kw = dict(assistant_model=hf_d, num_assistant_tokens=gamma,
+                     num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+
+    def ours_ar(row, key):
+      return generate_autoregressive(tm, tp, row, sampling=sampling,
+                                     max_decode_len=max_new_tokens, rng=key)
+
+    def ours_spec(row, key):
+      return generate_speculative(tm, tp, dm, dp, row, gamma=gamma, sampling=sampling,
+                                  max_decode_len=max_new_tokens, rng=key)
+
+    def ours(fn):
+      def call(i, r):
+        row = batch_inputs([ids[i]], pad_to=width)
+        res = jax.block_until_ready(fn(row, jax.random.key(seed * 100003 + 7 * i + r)))
+        n = int(np.asarray(res.lengths_B)[0])
+        return np.asarray(res.tokens_BxN)[0, :n].tolist()
+      return call
+
+    def hf(extra):
+      def call(i, r):
+        torch.manual_seed(seed * 100003 + 7 * i + r)
+        x = torch.tensor([ids[i]], dtype=torch.long)
+        with torch.no_grad():
+          out = hf_t.generate(x, attention_mask=torch.ones_like(x), **hf_kw, **extra)
+        return _hf_tokens(out, eos)
+      return call
+
+    systems = {"ours_ar": ours(ours_ar), "ours_spec": ours(ours_spec), "hf_plain": hf({}),
+               "hf_assisted": hf(assist_kw)}
+    for fn in systems.values():  # warm-up: compile (ours), first call (torch); not timed
+      fn(0, 0)
+    secs = {k: 0.0 for k in systems}
+    toks = {k: 0 for k in systems}
+    outputs = {k: [] for k in systems}
+    names = list(systems)
+    for r in range(repeats):
+      for i in range(len(ids)):
+        shift = (i + r) % len(names)
+        for k in names[shift:] + names[:shift]:  # rotate the order: drift hits all alike
+          t0 = time.perf_counter()
+          out = systems[k](i, r)
+          secs[k] += time.perf_counter() - t0
+          toks[k] += len(out)
+          if r == 0:
+            outputs[k].append(out)
+    tps = {k: toks[k] / secs[k] if secs[k] > 0 else None for k in systems}
+    row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
+           "spec_vs_hf_assisted": tps["ours_spec"] / tps["hf_assisted"],
+           "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
+           "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
+           "hf_assisted_vs_hf_plain": tps["hf_assisted"] / tps["hf_plain"]}
+    if float(temperature) == 0:
+      def agree(a, b):
+        return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
+      row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
+                                 "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
+                                 "hf_assisted=hf_plain": agree("hf_assisted", "hf_plain")}
+    results["by_temperature"][f"{float(temperature):g}"] = row
+  return results
+
+
+def table(results: dict) -> str:
+  lines = [f"{'T':>3}  {'ours AR':>9}  {'HF plain':>9}  {'AR/HF':>6}  {'ours spec':>9}  "
+           f"{'HF assist':>9}  {'spec/HF':>7}  {'ours spec/AR':>12}  {'HF assist/plain':>15}"
+           "   (tokens/s)"]
+  for t, row in results["by_temperature"].items():
+    s = row["tokens_per_s"]
+    lines.append(f"{t:>3}  {s['ours_ar']:9.1f}  {s['hf_plain']:9.1f}  {row['ar_vs_hf_plain']:5.2f}x"
+                 f"  {s['ours_spec']:9.1f}  {s['hf_assisted']:9.1f}  "
+                 f"{row['spec_vs_hf_assisted']:6.2f}x  {row['ours_spec_vs_ours_ar']:11.2f}x  "
+                 f"{row['hf_assisted_vs_hf_plain']:14.2f}x")
+    if "greedy_agreement" in row:
+      lines.append("     greedy output agreement: " + ", ".join(
+          f"{k} {v:.2f}" for k, v in row["greedy_agreement"].items()))
+  return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+  args = parse_args(argv)
+  temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+  results = compare(args.target, args.draft, task=args.task, split=args.split,
+                    num_examples=args.num_examples, max_new_tokens=args.max_new_tokens,
+                    max_input_length=args.max_input_length, gamma=args.gamma,
+                    temperatures=temps, repeats=args.repeats, torch_threads=args.torch_threads,
+                    seed=args.seed)
+  print(table(results))
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump(results, f, indent=2)
+    print(f"wrote {args.output}")
+  return results
+
+
+if __name__ == "__main__":
+  main()
