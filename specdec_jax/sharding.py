@@ -15,11 +15,21 @@ rules are part of the (static, hashable) model, so they are part of every jit ca
 Everything is checked before anything is compiled: a mesh axis that does not divide a dimension it
 shards raises a ValueError naming the axis, the dimension and both sizes.
 
+`ShardedModels.speculative` runs two programs per batch: a prefill (encoders, caches, token buffer,
+sharded) and the loop, which gets that state donated and runs the `while_loop` in those buffers.
+Both use the core's own pieces (`autoregressive.prepare`, `speculative.spec_iteration`), so the
+tokens equal `generate_speculative`'s (tests/sharding/test_equivalence.py). The vocabulary is
+gathered before sampling by `Model.extend` (its logits constraint leaves `vocab` unsharded).
+
 Typical use::
 
-  mesh = make_mesh(MeshConfig(data=1, model_outer=4, model_inner=2))
-  sm = shard_models(target, target_params, draft, draft_params, mesh, batch_size=8)
+  sm = shard_models(target, target_params, draft, draft_params,
+                    mesh_config=MeshConfig(data=1, model_outer=4, model_inner=2), batch_size=8)
   result = sm.speculative(inputs_BxP, rng, gamma=4, sampling=SamplingConfig(), max_decode_len=32)
+
+The run pipeline (`python -m specdec_jax.run` with a gin/mesh/*.gin module) instead uses
+`run_mesh` + `shard_for_run`: the models carry rules and placed params, and the runner's own
+`generate_*` programs run sharded under the mesh in context.
 """
 from __future__ import annotations
 

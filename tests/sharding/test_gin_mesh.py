@@ -65,3 +65,13 @@ def test_tpu_meshes_fit_t5_xxl_and_its_drafts(module, devices):
     sh.validate(mesh, Model(get_preset(draft)), m.rules_for("draft"), name=draft, batch_size=1)
   # The target really spans every chip; the draft fewer.
   assert shape[1] * shape[2] == devices and shape[2] < devices
+
+
+@pytest.mark.slow
+def test_smoke_sharded_runs_end_to_end(tmp_path):
+  """`python -m specdec_jax.run --gin_file=configs/local/smoke_sharded.gin`, in process (~1 min)."""
+  metrics = run.run([os.path.join(ROOT, "configs/local/smoke_sharded.gin")], str(tmp_path),
+                    ["RunConfig.repeats = 1", "NUM_EXAMPLES = 4"])
+  m = metrics[0] if isinstance(metrics, list) else metrics
+  assert m["greedy_match_rate"] == 1.0
+  assert os.path.exists(tmp_path / "predictions.jsonl")
