@@ -15,6 +15,7 @@ def _clean_gin():
   gin.clear_config()
 
 
+@pytest.mark.slow
 def test_unigram_bigram_prompt_lookup_alpha_only(tmp_path):
   out = str(tmp_path)
   metrics = run.run(["configs/local/smoke.gin"], out, [

@@ -1,0 +1,36 @@
+"""A gamma sweep: metrics.json is a list, the plots exist, and GAMMA='auto' is printed beside the
+swept optimum (with gamma 0, plain autoregressive decoding, allowed)."""
+import json
+import os
+
+import gin
+import pytest
+
+from specdec_jax import run
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+@pytest.mark.slow
+def test_sweep_smoke(tmp_path, capsys):
+  out = str(tmp_path)
+  metrics = run.run(["configs/ci/sweep_smoke.gin"], out, ["TEMPERATURE = [0.0]"])
+  assert [(m["gamma_auto"], m["temperature"]) for m in metrics] == [
+      (False, 0.0), (False, 0.0), (True, 0.0)]
+  auto = metrics[-1]
+  assert 0 <= auto["gamma"] <= 3 and auto["auto_calibration_alpha"] is not None
+  assert set(auto["auto_predicted_speedup"]) == {"0", "1", "2", "3"}
+  if auto["gamma"] == 0:  # nothing predicted to help: the "speculative" run is the AR loop
+    assert auto["speedup_predicted"] == 1.0
+  with open(os.path.join(out, "metrics.json")) as f:
+    assert isinstance(json.load(f), list)
+  for name in ("speedup_vs_gamma", "alpha_vs_gamma", "predicted_vs_measured"):
+    assert os.path.getsize(os.path.join(out, "plots", name + ".png")) > 1000
+  printed = capsys.readouterr().out
+  assert "swept optimum gamma" in printed and "GAMMA='auto' chose" in printed
+  assert "predicted" in printed.splitlines()[0] or "predicted" in printed
