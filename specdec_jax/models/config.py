@@ -115,6 +115,27 @@ PRESETS: dict[str, ModelConfig] = {
     "decoder_test_draft": ModelConfig(kind="decoder", vocab_size=64, emb_dim=16, num_heads=2,
                                       head_dim=8, mlp_dim=32, num_encoder_layers=0,
                                       num_decoder_layers=1),
+    # The local zoo (vocabulary: the shipped 8k SentencePiece model, 8100 ids padded to 8192).
+    # Target: 21M parameters, 84 MB in float32, over the CPU's 32 MB L3 (memory-bound decode).
+    # Drafts grow roughly 1 : 2.6 : 6.6 like T5-small : base : large (embeddings dominate the
+    # smallest; a model draft cannot shrink below its 8k-row tables).
+    "zoo_t5_target": ModelConfig(kind="t5", vocab_size=8192, emb_dim=512, num_heads=8, head_dim=64,
+                                 mlp_dim=1024, num_encoder_layers=2, num_decoder_layers=2),
+    "zoo_t5_draft_small": ModelConfig(kind="t5", vocab_size=8192, emb_dim=64, num_heads=2,
+                                      head_dim=32, mlp_dim=128, num_encoder_layers=1,
+                                      num_decoder_layers=1),
+    "zoo_t5_draft_base": ModelConfig(kind="t5", vocab_size=8192, emb_dim=128, num_heads=4,
+                                     head_dim=32, mlp_dim=256, num_encoder_layers=2,
+                                     num_decoder_layers=2),
+    "zoo_t5_draft_large": ModelConfig(kind="t5", vocab_size=8192, emb_dim=256, num_heads=4,
+                                      head_dim=64, mlp_dim=512, num_encoder_layers=2,
+                                      num_decoder_layers=2),
+    "zoo_lm_target": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=256, num_heads=4,
+                                 head_dim=64, mlp_dim=768, num_encoder_layers=0,
+                                 num_decoder_layers=4),
+    "zoo_lm_draft": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=128, num_heads=2,
+                                head_dim=64, mlp_dim=256, num_encoder_layers=0,
+                                num_decoder_layers=2),
     # GPT-like 97M of Leviathan Table 3 and its 6M draft (vocabulary of the local SentencePiece model).
     "decoder_97m": ModelConfig(kind="decoder", vocab_size=32128, emb_dim=768, num_heads=12,
                                head_dim=64, mlp_dim=3072, num_encoder_layers=0, num_decoder_layers=12),

@@ -1,0 +1,121 @@
+"""Training batches whose order is a pure function of (seed, step).
+
+Why: resuming after a kill must continue with exactly the batches the killed run would have seen
+next, without storing an iterator. Batch `step` is built from scratch: the step picks a task from
+a fixed round-robin schedule (the mixture), the task's own counter picks an epoch and a slot in
+that epoch's permutation (seeded by (seed, task, epoch)). Nothing depends on the history.
+
+Shapes are static per task (inputs padded/truncated to `input_len`, targets to `target_len`), so
+the jitted train step compiles once per task.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from specdec_jax.data import local_tasks
+from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """One task of the mixture.
+
+  Attributes:
+    name: a local task name or JSONL path (see `local_tasks.resolve`).
+    weight: batches of this task per round of the schedule (integer mixing rate).
+    input_len: encoder tokens per example (T5), EOS included; 0 for decoder-only.
+    target_len: decoder tokens per example, EOS included (decoder-only: the whole sequence).
+  """
+  name: str
+  weight: int = 1
+  input_len: int = 64
+  target_len: int = 64
+
+
+@dataclasses.dataclass
+class TokenizedTask:
+  """Token arrays of one task, padded with 0: inputs [N, input_len] (T5) and targets [N, L]."""
+  spec: TaskSpec
+  inputs_NxP: np.ndarray | None
+  targets_NxL: np.ndarray
+
+  @property
+  def size(self) -> int:
+    return self.targets_NxL.shape[0]
+
+
+def _pad(ids: Sequence[int], length: int) -> np.ndarray:
+  """Truncates keeping a final EOS, then right-pads with PAD to `length`."""
+  ids = list(ids)
+  if len(ids) > length:
+    ids = ids[:length - 1] + [EOS_ID]
+  out = np.full(length, PAD_ID, np.int32)
+  out[:len(ids)] = ids
+  return out
+
+
+def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "train",
+                  limit: int | None = None) -> TokenizedTask:
+  """Reads and tokenizes a task split into fixed-width arrays.
+
+  Encoder-decoder: input (with its task prefix) + EOS -> inputs, reference + EOS -> targets.
+  Decoder-only (code): input followed by reference + EOS, as one sequence in `targets`.
+  """
+  examples = local_tasks.load_examples(spec.name, split, limit)
+  examples = [ex for ex in examples if ex.reference]
+  if not examples:
+    raise ValueError(f"task {spec.name!r} ({split}) has no examples with a reference to train on")
+  src = vocab.encode_batch([ex.inputs for ex in examples])
+  tgt = vocab.encode_batch([ex.reference for ex in examples])
+  if encoder_decoder:
+    inputs = np.stack([_pad(s + [EOS_ID], spec.input_len) for s in src])
+    targets = np.stack([_pad(t + [EOS_ID], spec.target_len) for t in tgt])
+    return TokenizedTask(spec, inputs, targets)
+  targets = np.stack([_pad(s + t + [EOS_ID], spec.target_len) for s, t in zip(src, tgt)])
+  return TokenizedTask(spec, None, targets)
+
+
+def schedule(specs: Sequence[TaskSpec]) -> list[int]:
+  """Round-robin task indices, e.g. weights (3, 1) -> [0, 0, 0, 1]."""
+  out = [i for i, s in enumerate(specs) for _ in range(s.weight)]
+  if not out:
+    raise ValueError("the training mixture is empty (every task weight is 0)")
+  return out
+
+
+def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int
+             ) -> tuple[int, dict[str, np.ndarray]]:
+  """(task index, batch) of training step `step`; a pure function of its arguments.
+
+  The batch holds `decoder_input_tokens` (T5: targets shifted right with BOS = PAD = 0;
+  decoder-only: the sequence without its last token), `decoder_target_tokens`, `loss_weights`
+  (1 where the target is not padding) and, for T5, `encoder_input_tokens`.
+  """
+  order = schedule([t.spec for t in tasks])
+  rounds, pos = divmod(step, len(order))
+  task_idx = order[pos]
+  # How many batches this task served before `step`: full rounds plus earlier slots of this round.
+  served = rounds * order.count(task_idx) + order[:pos].count(task_idx)
+  task = tasks[task_idx]
+  per_epoch = task.size // batch_size
+  if per_epoch == 0:
+    raise ValueError(f"task {task.spec.name!r} has {task.size} examples, fewer than one batch "
+                     f"of {batch_size}")
+  epoch, slot = divmod(served, per_epoch)
+  perm = np.random.default_rng([seed, task_idx, epoch]).permutation(task.size)
+  rows = perm[slot * batch_size:(slot + 1) * batch_size]
+  seq = task.targets_NxL[rows]
+  if task.inputs_NxP is not None:
+    # T5: BOS (= PAD = 0) then the targets shifted right, as the decode loop feeds them.
+    inputs, targets = np.concatenate([np.zeros_like(seq[:, :1]), seq[:, :-1]], axis=1), seq
+  else:
+    # Decoder-only: next-token prediction with no BOS, as decoding feeds the raw prompt.
+    inputs, targets = seq[:, :-1], seq[:, 1:]
+  batch = {"decoder_input_tokens": inputs, "decoder_target_tokens": targets,
+           "loss_weights": (targets != PAD_ID).astype(np.float32)}
+  if task.inputs_NxP is not None:
+    batch["encoder_input_tokens"] = task.inputs_NxP[rows]
+  return task_idx, batch

@@ -1,0 +1,362 @@
+"""The optax trainer: from scratch, fine-tuning a loaded checkpoint, or distilling a draft.
+
+Why it looks like this:
+- Resume after a kill is exact: the train state (params, optimizer state, step, tokens seen,
+  seconds spent) is an Orbax checkpoint written every `checkpoint_every` steps, and the batch of a
+  step is a pure function of (seed, step) (`training.data`), so a resumed run continues with the
+  very batches the killed one would have seen. `batches.jsonl` logs a hash of every batch to prove
+  it.
+- Adafactor is the default because T5 trains with it (factored second moments: small optimizer
+  state); AdamW is the option researchers reach for with small models.
+- Distillation (DistillSpec) is a loss option of the same step: with a `teacher` checkpoint the
+  loss mixes forward KL to the teacher's next-token distribution with the data cross-entropy.
+- Wall-clock budgets (`max_train_seconds`) end a run cleanly at a checkpoint: training on a
+  2-core CPU is slow, and a budget that resumes across sessions is how the local zoo is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+
+from specdec_jax.checkpoints import load_checkpoint
+from specdec_jax.checkpoints import orbax_io
+from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model import Model
+from specdec_jax.training import data as data_lib
+from specdec_jax.training import losses
+
+OPTIMIZERS = ("adafactor", "adamw")
+SCHEDULES = ("constant", "rsqrt", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything a training run needs (gin binds it in `specdec_jax.train`).
+
+  Attributes:
+    model: a preset name (random init, e.g. 't5_1_1_small') or a checkpoint path in any format
+      `load_checkpoint` reads (fine-tuning).
+    tasks: the mixture (`TaskSpec`s: task name or JSONL path, weight, lengths).
+    max_steps: total optimizer steps (a resumed run continues up to it).
+    batch_size: examples per step.
+    optimizer: 'adafactor' (T5's) or 'adamw'.
+    learning_rate: peak learning rate.
+    schedule: 'constant', 'rsqrt' (T5: lr * sqrt(warmup / max(step, warmup))) or 'cosine'.
+    warmup_steps: linear warm-up steps (rsqrt: the constant phase length).
+    weight_decay: AdamW's decoupled weight decay.
+    z_loss: T5X's auxiliary log Z penalty.
+    teacher: checkpoint of the model to distil from; None trains on data alone.
+    distill_weight: loss = w * KL(teacher || student) + (1 - w) * cross-entropy.
+    distill_temperature: softmax temperature of both distributions in the KL term.
+    seed: parameter init (for presets) and data order.
+    checkpoint_every: steps between train-state checkpoints.
+    keep_checkpoints: how many train-state checkpoints to keep.
+    log_every: steps between TensorBoard / log lines.
+    max_train_seconds: stop (with a checkpoint) once this much training time has passed in this
+      process; None for no limit.
+    export_dir: where the final weights are written as a specdec checkpoint (config beside them).
+    export_dtype: dtype of the exported weights ('bfloat16' halves the size; load as float32).
+    eval_examples: valid-split examples per task for the final validation loss (0 to skip).
+    vocabulary: SentencePiece model file; None for the shipped 8k vocabulary.
+  """
+  model: str
+  tasks: Sequence[data_lib.TaskSpec]
+  max_steps: int
+  batch_size: int = 32
+  optimizer: str = "adafactor"
+  learning_rate: float = 1e-2
+  schedule: str = "constant"
+  warmup_steps: int = 0
+  weight_decay: float = 0.0
+  z_loss: float = 1e-4
+  teacher: str | None = None
+  distill_weight: float = 1.0
+  distill_temperature: float = 1.0
+  seed: int = 0
+  checkpoint_every: int = 200
+  keep_checkpoints: int = 2
+  log_every: int = 20
+  max_train_seconds: float | None = None
+  export_dir: str | None = None
+  export_dtype: str | None = "bfloat16"
+  eval_examples: int = 256
+  vocabulary: str | None = None
+
+  def __post_init__(self):
+    if self.optimizer not in OPTIMIZERS:
+      raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
+    if self.schedule not in SCHEDULES:
+      raise ValueError(f"unknown schedule {self.schedule!r}; choose one of {SCHEDULES}")
+    if self.max_steps < 1 or self.batch_size < 1:
+      raise ValueError(f"max_steps and batch_size must be >= 1, got {self.max_steps}, "
+                       f"{self.batch_size}")
+    if not 0.0 <= self.distill_weight <= 1.0:
+      raise ValueError(f"distill_weight must lie in [0, 1], got {self.distill_weight}")
+    if not self.tasks:
+      raise ValueError("TrainConfig.tasks is empty: name at least one TaskSpec")
+
+
+def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
+  warm = max(cfg.warmup_steps, 1)
+  if cfg.schedule == "constant":
+    return optax.linear_schedule(0.0, cfg.learning_rate, warm) if cfg.warmup_steps else (
+        lambda step: jnp.float32(cfg.learning_rate))
+  if cfg.schedule == "rsqrt":
+    return lambda step: cfg.learning_rate * jnp.sqrt(warm / jnp.maximum(step, warm))
+  return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, warm, cfg.max_steps,
+                                            cfg.learning_rate * 0.1)
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+  lr = learning_rate_schedule(cfg)
+  if cfg.optimizer == "adafactor":
+    return optax.adafactor(learning_rate=lr)
+  return optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adamw(lr, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
+
+
+def _model_inputs(batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+  dec = batch["decoder_input_tokens"]
+  enc = batch.get("encoder_input_tokens", jnp.zeros((dec.shape[0], 1), jnp.int32))
+  return enc, dec
+
+
+def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTransformation,
+                    teacher: Model | None):
+  """Jitted (state, batch, teacher_params) -> (state, metrics)."""
+
+  def loss_fn(params, batch, teacher_params):
+    enc, dec = _model_inputs(batch)
+    logits = model.forward(params, enc, dec)
+    w = batch["loss_weights"]
+    ce_sum, n = losses.cross_entropy(logits, batch["decoder_target_tokens"], w, cfg.z_loss)
+    n = jnp.maximum(n, 1.0)
+    metrics = {"cross_entropy": ce_sum / n, "target_tokens": n}
+    if teacher is None:
+      return ce_sum / n, metrics
+    teacher_logits = teacher.forward(teacher_params, enc, dec)
+    kl = losses.forward_kl(logits, teacher_logits, w, cfg.distill_temperature) / n
+    metrics["kl"] = kl
+    return cfg.distill_weight * kl + (1.0 - cfg.distill_weight) * ce_sum / n, metrics
+
+  def step(state, batch, teacher_params):
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state["params"], batch, teacher_params)
+    updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+    new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1,
+                     tokens=state["tokens"] + metrics["target_tokens"].astype(jnp.int32))
+    return new_state, metrics
+
+  return jax.jit(step, donate_argnums=(0,))
+
+
+_STEP_CACHE: dict[tuple, Any] = {}
+
+
+def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None):
+  """One compiled step per (model, optimizer, loss) setting: a resume in the same process (tests,
+  notebooks) reuses the compilation instead of paying it again."""
+  key = (model.config, teacher and teacher.config, cfg.optimizer, cfg.learning_rate, cfg.schedule,
+         cfg.warmup_steps, cfg.weight_decay, cfg.z_loss, cfg.distill_weight,
+         cfg.distill_temperature, cfg.max_steps)
+  if key not in _STEP_CACHE:
+    _STEP_CACHE[key] = make_train_step(model, cfg, make_optimizer(cfg), teacher)
+  return _STEP_CACHE[key]
+
+
+def make_eval_loss(model: Model):
+  @jax.jit
+  def eval_loss(params, batch):
+    enc, dec = _model_inputs(batch)
+    return losses.cross_entropy(model.forward(params, enc, dec), batch["decoder_target_tokens"],
+                                batch["loss_weights"])
+  return eval_loss
+
+
+def _batch_digest(batch: dict[str, np.ndarray]) -> str:
+  h = hashlib.sha1()
+  for k in sorted(batch):
+    h.update(k.encode())
+    h.update(np.ascontiguousarray(batch[k]).tobytes())
+  return h.hexdigest()[:16]
+
+
+def _load_model(path_or_preset: str, seed: int) -> tuple[ModelConfig, Any]:
+  cfg, params = load_checkpoint(path_or_preset, dtype=np.float32, seed=seed)
+  cfg = cfg.replace(dtype="float32", scan_layers=False)
+  return cfg, jax.tree.map(jnp.asarray, params)
+
+
+def _check_vocab(model_cfg: ModelConfig, vocab: SentencePieceVocabulary, what: str) -> None:
+  if model_cfg.vocab_size < vocab.vocab_size:
+    raise ValueError(f"{what} has vocab_size {model_cfg.vocab_size}, smaller than the "
+                     f"vocabulary's {vocab.vocab_size} ids ({vocab.model_file})")
+
+
+class _Writer:
+  """TensorBoard scalars via tensorboardX (no TensorFlow needed)."""
+
+  def __init__(self, logdir: str):
+    from tensorboardX import SummaryWriter
+    self._w = SummaryWriter(logdir)
+
+  def scalars(self, step: int, values: dict[str, float]) -> None:
+    for k, v in values.items():
+      self._w.add_scalar(k, float(v), step)
+    self._w.flush()
+
+  def text(self, tag: str, value: str) -> None:
+    self._w.add_text(tag, value, 0)
+
+  def close(self) -> None:
+    self._w.close()
+
+
+def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
+          crash_after_step: int | None = None, progress: bool = True) -> dict[str, Any]:
+  """Trains (or resumes) into `output_dir`; returns the summary written to `train_summary.json`.
+
+  `crash_after_step` raises after that step's checkpoint logic, simulating a kill (tests).
+  """
+  output_dir = os.path.abspath(output_dir)
+  os.makedirs(output_dir, exist_ok=True)
+  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
+  model_cfg, params = _load_model(cfg.model, cfg.seed)
+  _check_vocab(model_cfg, vocab, f"model {cfg.model}")
+  model = Model(model_cfg)
+  teacher, teacher_params = None, None
+  if cfg.teacher:
+    teacher_cfg, teacher_params = _load_model(cfg.teacher, cfg.seed)
+    if teacher_cfg.vocab_size != model_cfg.vocab_size or teacher_cfg.kind != model_cfg.kind:
+      raise ValueError(f"teacher {cfg.teacher} (kind {teacher_cfg.kind}, vocab_size "
+                       f"{teacher_cfg.vocab_size}) cannot teach model {cfg.model} (kind "
+                       f"{model_cfg.kind}, vocab_size {model_cfg.vocab_size})")
+    teacher = Model(teacher_cfg)
+
+  enc_dec = model_cfg.is_encoder_decoder
+  tasks = [data_lib.tokenize_task(s, vocab, enc_dec, "train") for s in cfg.tasks]
+  logging.info("tasks: %s", ", ".join(f"{t.spec.name} ({t.size} examples)" for t in tasks))
+
+  optimizer = make_optimizer(cfg)
+  state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.int32(0),
+           "tokens": jnp.int32(0), "seconds": jnp.float32(0.0)}
+  manager = ocp.CheckpointManager(
+      os.path.join(output_dir, "checkpoints"),
+      options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
+  latest = manager.latest_step()
+  if latest is not None:
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))
+    logging.info("resumed from step %d (%s)", latest, manager.directory)
+  start_step = int(state["step"])
+
+  train_step = _cached_train_step(model, cfg, teacher)
+  writer = _Writer(os.path.join(output_dir, "tensorboard"))
+  if config_text and start_step == 0:
+    writer.text("config", config_text)
+  batches_log = open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
+  schedule_fn = learning_rate_schedule(cfg)
+  bar = None
+  if progress:
+    from tqdm import tqdm
+    bar = tqdm(total=cfg.max_steps, initial=start_step, desc="train", unit="step",
+               dynamic_ncols=True)
+
+  t_process = time.perf_counter()
+  t_window, tokens_window = time.perf_counter(), 0.0
+  seconds_before = float(state["seconds"])
+  last_metrics: dict[str, float] = {}
+  step = start_step
+  stopped_by_budget = False
+  try:
+    while step < cfg.max_steps:
+      task_idx, batch_np = data_lib.batch_at(tasks, step, cfg.batch_size, cfg.seed)
+      batches_log.write(json.dumps({"step": step, "task": tasks[task_idx].spec.name,
+                                    "digest": _batch_digest(batch_np)}) + "\n")
+      state, metrics = train_step(state, jax.tree.map(jnp.asarray, batch_np), teacher_params)
+      step += 1
+      tokens_window += float(np.sum(batch_np["loss_weights"]))
+      if step % cfg.log_every == 0 or step == cfg.max_steps:
+        metrics = jax.device_get(metrics)
+        now = time.perf_counter()
+        last_metrics = {f"train/{k}": float(v) for k, v in metrics.items() if k != "target_tokens"}
+        last_metrics["train/learning_rate"] = float(schedule_fn(step))
+        last_metrics["train/target_tokens_per_second"] = tokens_window / max(now - t_window, 1e-9)
+        writer.scalars(step, last_metrics)
+        t_window, tokens_window = now, 0.0
+        if bar is not None:
+          bar.set_postfix(loss=f"{last_metrics['train/loss']:.3f}",
+                          tok_s=f"{last_metrics['train/target_tokens_per_second']:.0f}")
+      if bar is not None:
+        bar.update(1)
+      over_budget = (cfg.max_train_seconds is not None
+                     and time.perf_counter() - t_process > cfg.max_train_seconds)
+      if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over_budget:
+        state["seconds"] = jnp.float32(seconds_before + time.perf_counter() - t_process)
+        manager.save(step, args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+        batches_log.flush()
+      if crash_after_step is not None and step >= crash_after_step:
+        raise RuntimeError(f"simulated crash after step {step}")
+      if over_budget:
+        stopped_by_budget = step < cfg.max_steps
+        break
+  finally:
+    batches_log.close()
+    if bar is not None:
+      bar.close()
+    manager.wait_until_finished()
+
+  seconds = seconds_before + time.perf_counter() - t_process
+  summary = {
+      "model": cfg.model, "teacher": cfg.teacher, "steps": step, "max_steps": cfg.max_steps,
+      "stopped_by_time_budget": stopped_by_budget,
+      "target_tokens_seen": int(state["tokens"]), "train_seconds": round(seconds, 1),
+      "num_params": int(sum(np.size(x) for x in jax.tree.leaves(state["params"]))),
+      "final_train_metrics": last_metrics,
+  }
+  if cfg.eval_examples:
+    summary["valid_cross_entropy"] = evaluate(model, state["params"], cfg, vocab)
+  writer.scalars(step, {f"valid/{k}": v for k, v in summary.get("valid_cross_entropy", {}).items()})
+  writer.close()
+  if cfg.export_dir:
+    dtype = jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None
+    orbax_io.save(cfg.export_dir, model_cfg, jax.device_get(state["params"]), dtype=dtype)
+    summary["export_dir"] = cfg.export_dir
+  with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=1)
+  return summary
+
+
+def evaluate(model: Model, params, cfg: TrainConfig, vocab) -> dict[str, float]:
+  """Token-level cross-entropy per task on the first `eval_examples` of the valid split."""
+  eval_loss = make_eval_loss(model)
+  out = {}
+  for spec in cfg.tasks:
+    task = data_lib.tokenize_task(spec, vocab, model.config.is_encoder_decoder, "valid",
+                                  cfg.eval_examples)
+    total, count = 0.0, 0.0
+    for start in range(0, task.size, cfg.batch_size):
+      rows = np.arange(start, min(start + cfg.batch_size, task.size))
+      sub = data_lib.TokenizedTask(spec, None if task.inputs_NxP is None else task.inputs_NxP[rows],
+                                   task.targets_NxL[rows])
+      _, batch = data_lib.batch_at([sub], 0, len(rows), 0)
+      s, n = eval_loss(params, jax.tree.map(jnp.asarray, batch))
+      total, count = total + float(s), count + float(n)
+    out[spec.name] = total / max(count, 1.0)
+  return out
