@@ -191,3 +191,117 @@ def test_block_sampler_matches_its_probabilities():
   assert counts[~keep].sum() <= 5  # near-impossible cells stay near empty
   stat = np.sum((counts[keep] - n * probs[keep]) ** 2 / (n * probs[keep]))
   assert stats.chi2.sf(stat, keep.sum() - 1) > 1e-3
+
+
+# ---- the whole loop with rule='block' --------------------------------------------------------------
+V = 6
+NUM_TOKENS = 3
+NUM_SAMPLES = 100_000
+PROMPT = np.array([3, 5, 2], np.int32)
+
+
+def bigram_pair(v=V, seed=0):
+  """A context-dependent target and draft through the same seam at almost no cost: dense bigram
+  tables (random sharp rows), so the exact law of any continuation is a product of table rows."""
+  from specdec_jax.decoding import drafters as dr
+  rng = np.random.default_rng(seed)
+  cfg = dr.NgramConfig(kind="decoder", vocab_size=v, eos_id=-1)
+  mats = [rng.dirichlet(np.full(v, 0.4), size=v) for _ in range(2)]
+  params = [{k: jnp.asarray(x) for k, x in dr.dense_bigram_params(m).items()} for m in mats]
+  return dr.BigramDraft(cfg), params[0], dr.BigramDraft(cfg), params[1], mats[0]
+
+
+def exact_bigram_joint(matrix, last_token, num_tokens, sampling):
+  """Exact law of the next `num_tokens` tokens of the processed bigram target -> [V] * k."""
+  from specdec_jax.decoding.sampling import process_logits
+  rows = np.asarray(process_logits(jnp.log(jnp.asarray(matrix, jnp.float32)), sampling),
+                    np.float64)
+  joint = rows[last_token]
+  for _ in range(num_tokens - 1):
+    joint = np.einsum("...a,ab->...ab", joint, rows)
+  return joint
+
+
+@pytest.fixture(scope="module")
+def sharp_models():
+  return bigram_pair()
+
+
+def _loop_counts(models, sampling, rule, gamma=3, seed=0):
+  from specdec_jax.decoding.speculative import generate_speculative
+  target, tp, draft, dp, _ = models
+  inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
+  out = generate_speculative(target, tp, draft, dp, inputs, gamma=gamma, sampling=sampling,
+                             max_decode_len=NUM_TOKENS, rng=jax.random.key(seed), rule=rule)
+  assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
+  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :NUM_TOKENS]).T, (V,) * NUM_TOKENS)
+  return np.bincount(flat, minlength=V ** NUM_TOKENS), out.counters
+
+
+def _broken_block(key, draft_tokens, draft_probs, target_probs):
+  """Block verification with a plausible bug: after a stop at tau the correction is sampled from
+  the token-wise residual norm(max(0, p - q)) instead of norm(max(0, a_tau p - q))."""
+  batch, gamma = draft_tokens.shape
+  k_accept, k_next = jax.random.split(key)
+  h_BxG, _, _ = acc.block_distributions(draft_tokens, draft_probs, target_probs)
+  eta = jax.random.uniform(k_accept, (batch, gamma), jnp.float32)
+  i_G = jnp.arange(1, gamma + 1, dtype=jnp.int32)
+  n_B = jnp.max(jnp.where(eta < h_BxG, i_G[None, :], 0), axis=1).astype(jnp.int32)
+  q_pad = jnp.concatenate([draft_probs, jnp.zeros_like(draft_probs[:, :1])], axis=1)
+  p_n = jnp.take_along_axis(target_probs, n_B[:, None, None], axis=1)[:, 0]
+  q_n = jnp.take_along_axis(q_pad, n_B[:, None, None], axis=1)[:, 0]
+  from specdec_jax.decoding.sampling import sample
+  return n_B, sample(k_next, acc.residual(p_n, q_n))
+
+
+@pytest.mark.parametrize("sampling_kw", [dict(temperature=1.0),
+                                         dict(temperature=0.7, top_k=4)])
+def test_block_loop_matches_exact_target_distribution(sharp_models, sampling_kw):
+  """100k vectorised samples of the first 3 tokens through the on-device loop with
+  rule='block' against the enumerated target law (chi-square; seeds fixed)."""
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.testing import chi_square_gof
+  sampling = SamplingConfig(**sampling_kw)
+  probs = exact_bigram_joint(sharp_models[4], PROMPT[-1], NUM_TOKENS, sampling).ravel()
+  counts, counters = _loop_counts(sharp_models, sampling, "block")
+  stat, dof, pvalue = chi_square_gof(counts, probs)
+  tv = 0.5 * np.abs(counts / counts.sum() - probs).sum()
+  assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e} TV={tv:.4f}"
+  assert int(np.asarray(counters.accepted_B).sum()) > 0
+
+
+def test_broken_block_variant_is_detected(sharp_models, monkeypatch):
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.testing import chi_square_gof
+  monkeypatch.setitem(acc.ACCEPTANCE_RULES, "broken_block", _broken_block)
+  sampling = SamplingConfig(temperature=1.0)
+  counts, _ = _loop_counts(sharp_models, sampling, "broken_block")
+  _, _, pvalue = chi_square_gof(
+      counts, exact_bigram_joint(sharp_models[4], PROMPT[-1], NUM_TOKENS, sampling))
+  assert pvalue < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["bigram", pytest.param("decoder", marks=pytest.mark.slow),
+                                  pytest.param("t5", marks=pytest.mark.slow)])
+def test_block_greedy_loop_equals_tokenwise_and_autoregressive(kind):
+  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.testing import tiny_pair
+  if kind == "bigram":
+    target, tp, draft, dp, _ = bigram_pair(v=16, seed=3)
+  else:
+    target, tp, draft, dp = tiny_pair(kind)
+  inputs = jnp.asarray([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]
+                       if kind != "t5" else
+                       [[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]],
+                       jnp.int32)
+  greedy = SamplingConfig(temperature=0.0)
+  ar = generate_autoregressive(target, tp, inputs, sampling=greedy, max_decode_len=12)
+  outs = {rule: generate_speculative(target, tp, draft, dp, inputs, gamma=3, sampling=greedy,
+                                     max_decode_len=12, rule=rule)
+          for rule in ("tokenwise", "block")}
+  for rule, out in outs.items():
+    np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN), rule)
+  np.testing.assert_array_equal(np.asarray(outs["block"].counters.accepted_B),
+                                np.asarray(outs["tokenwise"].counters.accepted_B))

@@ -1,0 +1,305 @@
+r"""Exactness check: does speculative decoding sample what the target alone samples?
+
+  python -m specdec_jax.check_exactness --gin_file=configs/local/smoke.gin \
+      --gin.TEMPERATURE=0.5 --num_samples=20000 --num_tokens=2
+
+Why: speculative sampling is lossless only if every piece is right (the acceptance rule, the
+residual, logits processing applied identically to p and q, cache rollback, sharding). A wrong
+piece does not crash; it shifts the output law a little. This tool takes any run configuration
+(the same gin files and `--gin.NAME=VALUE` bindings as `specdec_jax.run`, so the same target,
+draft, sampler, rule and mesh), decodes the first `num_tokens` tokens of one prompt `num_samples`
+times autoregressively and `num_samples` times speculatively, and compares the two samples:
+- a chi-square two-sample (homogeneity) test over the observed continuations, cells with an
+  expected count under 5 pooled; the p-value is uniform on [0, 1] when the method is exact;
+- the total-variation distance between the two empirical laws with a bootstrap 95% interval, and
+  the TV that two samples of this size show with NO difference (the null's 95th percentile): the
+  plug-in TV is biased upwards when continuations are many, so read it against that floor.
+It exits with status 1 when p < --significance (default 1e-3), 0 otherwise, and writes
+OUTPUT_DIR/exactness.json when --output_dir is given.
+
+`--fault` injects a known bug to show the check's power: `target_only_top_k` applies top-k
+(`--fault_top_k`) to the target in the speculative run only (a sampler setting that reached one
+model's path), `residual_from_p` samples the correction after a rejection from p instead of
+norm(max(0, p - q)) (the classic implementation bug).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from absl import flags, logging
+
+from specdec_jax import gin_utils, run as run_lib
+
+FAULTS = ("none", "target_only_top_k", "residual_from_p")
+
+flags.DEFINE_integer("num_samples", 20000, "Samples per method (autoregressive, speculative).")
+flags.DEFINE_integer("num_tokens", 2, "Length k of the compared continuations (first k tokens).")
+flags.DEFINE_integer("example", 0, "Index of the prompt (in TASK) whose continuations are compared.")
+flags.DEFINE_integer("chunk", 10000, "Samples decoded per batch.")
+flags.DEFINE_integer("gamma", None, "Draft length (default: GAMMA if an int, else 4).")
+flags.DEFINE_integer("adaptive_gamma_max", 0, "If > 0, check the adaptive-gamma loop (HF schedule) "
+                     "with this gamma_max instead of the fixed-gamma loop.")
+flags.DEFINE_float("confidence_threshold", 0.0, "Adaptive loop: draft top-probability stop.")
+flags.DEFINE_float("significance", 1e-3, "Flag the configuration when the p-value is below this.")
+flags.DEFINE_integer("bootstrap", 300, "Bootstrap resamples for the TV interval and null floor.")
+flags.DEFINE_enum("fault", "none", FAULTS, "Inject a known bug (to see the check fail).")
+flags.DEFINE_integer("fault_top_k", 2, "k of the target_only_top_k fault.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckOptions:
+  num_samples: int = 20000
+  num_tokens: int = 2
+  example: int = 0
+  chunk: int = 10000
+  gamma: int | None = None
+  adaptive_gamma_max: int = 0
+  confidence_threshold: float = 0.0
+  significance: float = 1e-3
+  bootstrap: int = 300
+  fault: str = "none"
+  fault_top_k: int = 2
+  seed: int = 0
+
+
+# ---- statistics (numpy only; the p-value via jax's incomplete gamma, no scipy at run time) -------
+def chi2_sf(stat: float, dof: int) -> float:
+  if dof <= 0:
+    return 1.0
+  import jax.scipy.special as jsp  # pylint: disable=import-outside-toplevel
+  return float(jsp.gammaincc(dof / 2.0, stat / 2.0))
+
+
+def two_sample_chi2(counts_a: np.ndarray, counts_b: np.ndarray, min_expected: float = 5.0):
+  """Chi-square homogeneity test of two count vectors over the same cells -> (stat, dof, p)."""
+  cells_a, cells_b = pool_rare(counts_a, counts_b, min_expected)
+  na, nb = cells_a.sum(), cells_b.sum()
+  keep = (cells_a + cells_b) > 0
+  cells_a, cells_b = cells_a[keep], cells_b[keep]
+  tot = cells_a + cells_b
+  ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
+  stat = float(np.sum((cells_a - ea) ** 2 / ea) + np.sum((cells_b - eb) ** 2 / eb))
+  dof = len(tot) - 1
+  return stat, dof, chi2_sf(stat, dof)
+
+
+def tv_distance(counts_a, counts_b) -> float:
+  a = np.asarray(counts_a, np.float64)
+  b = np.asarray(counts_b, np.float64)
+  return float(0.5 * np.abs(a / a.sum() - b / b.sum()).sum())
+
+
+def pool_rare(counts_a, counts_b, min_expected: float = 5.0):
+  """The cells of `two_sample_chi2`: rare continuations (expected < min_expected) pooled."""
+  a = np.asarray(counts_a, np.float64)
+  b = np.asarray(counts_b, np.float64)
+  small = (a + b) * min(a.sum(), b.sum()) / (a.sum() + b.sum()) < min_expected
+  return np.append(a[~small], a[small].sum()), np.append(b[~small], b[small].sum())
+
+
+def tv_bootstrap(counts_a, counts_b, resamples: int, seed: int = 0):
+  """(basic-bootstrap 95% interval of the TV, 95th percentile of the TV under no difference).
+
+  The plug-in TV over many cells is biased upwards (noise adds to it); the basic interval
+  (2 TV - upper, 2 TV - lower quantile of the bootstrap TVs) corrects for that bias to first
+  order, and the null percentile says how large a TV pure sampling noise produces.
+  """
+  rng = np.random.default_rng(seed)
+  a = np.asarray(counts_a, np.float64)
+  b = np.asarray(counts_b, np.float64)
+  na, nb = int(a.sum()), int(b.sum())
+  pa, pb, pooled = a / na, b / nb, (a + b) / (na + nb)
+  tv = tv_distance(a, b)
+  boot = [tv_distance(rng.multinomial(na, pa), rng.multinomial(nb, pb)) for _ in range(resamples)]
+  null = [tv_distance(rng.multinomial(na, pooled), rng.multinomial(nb, pooled))
+          for _ in range(resamples)]
+  lo, hi = np.percentile(boot, [2.5, 97.5])
+  return ((float(np.clip(2 * tv - hi, 0.0, 1.0)), float(np.clip(2 * tv - lo, 0.0, 1.0))),
+          float(np.percentile(null, 95)))
+
+
+def continuation_counts(seqs_a: np.ndarray, seqs_b: np.ndarray):
+  """Rows (first k tokens, -1 after an early EOS) -> counts of each distinct row in a and b."""
+  both = np.concatenate([seqs_a, seqs_b], axis=0)
+  uniq, inv = np.unique(both, axis=0, return_inverse=True)
+  inv = np.ravel(inv)
+  ca = np.bincount(inv[:len(seqs_a)], minlength=len(uniq))
+  cb = np.bincount(inv[len(seqs_a):], minlength=len(uniq))
+  return uniq, ca, cb
+
+
+# ---- decoding ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _TopKTarget:
+  """The target with its logits truncated to the top k (the `target_only_top_k` fault)."""
+
+  base: object
+  k: int
+
+  @property
+  def config(self):
+    return self.base.config
+
+  @property
+  def vocab_size(self):
+    return self.base.vocab_size
+
+  def start_tokens(self, inputs_BxP):
+    return self.base.start_tokens(inputs_BxP)
+
+  def prefill(self, params, inputs_BxP, cache_len):
+    return self.base.prefill(params, inputs_BxP, cache_len)
+
+  def extend(self, params, cache, tokens_BxT):
+    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+    logits, cache = self.base.extend(params, cache, tokens_BxT)
+    kth = jnp.sort(logits, axis=-1)[..., -self.k][..., None]
+    return jnp.where(logits >= kth, logits, -1e9), cache
+
+
+def _residual_from_p(key, draft_tokens, draft_probs, target_probs):
+  """Token-wise verification with the correction sampled from p (the `residual_from_p` fault)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import acceptance  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.sampling import sample  # pylint: disable=import-outside-toplevel
+  n_B, _ = acceptance.tokenwise(key, draft_tokens, draft_probs, target_probs)
+  p_n = jnp.take_along_axis(target_probs, n_B[:, None, None], axis=1)[:, 0]
+  return n_B, sample(jax.random.fold_in(key, 1), p_n)
+
+
+def _first_tokens(result, k: int) -> np.ndarray:
+  toks = np.asarray(result.tokens_BxN)[:, :k].astype(np.int64)
+  lengths = np.asarray(result.lengths_B)
+  return np.where(np.arange(k)[None, :] < lengths[:, None], toks, -1)
+
+
+def sample_both(cfg, opts: CheckOptions, log=logging.info):
+  """(autoregressive [N, k], speculative [N, k], info) for the configuration's first point."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import acceptance, adaptive  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.autoregressive import generate_autoregressive  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.speculative import generate_speculative  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner import config as config_lib, pipeline  # pylint: disable=import-outside-toplevel
+
+  if opts.fault not in FAULTS:
+    raise ValueError(f"fault must be one of {FAULTS}, got {opts.fault!r}")
+  if cfg.mode == "autoregressive":
+    raise ValueError("MODE='autoregressive' has no speculative run to check")
+  cfg = dataclasses.replace(cfg, num_examples=max(opts.example + 1, 1), mode="speculative")
+  loaded = pipeline.load(cfg)
+  temperature = config_lib.temperatures(cfg)[0]
+  spec = config_lib.draft_specs(cfg)[0]
+  draft, dparams = loaded.drafts[spec]
+  sampling = pipeline.sampling_of(cfg, temperature)
+  gammas = config_lib.as_list(cfg.gamma)
+  gamma = opts.gamma or next((g for g in gammas if isinstance(g, int) and g > 0), 4)
+  rule = cfg.rule
+  target = loaded.target
+  if opts.fault == "target_only_top_k":
+    target = _TopKTarget(loaded.target, opts.fault_top_k)
+  if opts.fault == "residual_from_p":
+    rule = "_check_exactness_residual_from_p"
+    acceptance.ACCEPTANCE_RULES[rule] = _residual_from_p
+  prompt = loaded.prompts.batch([opts.example])
+  k = opts.num_tokens
+  key = jax.random.key(cfg.seed)
+  ar_rows, sp_rows, accepted, drafted = [], [], 0, 0
+  t0 = time.perf_counter()
+  for start in range(0, opts.num_samples, opts.chunk):
+    n = min(opts.chunk, opts.num_samples - start)
+    inputs = jax.device_put(np.repeat(prompt, n, axis=0))
+    k_ar, k_sp = jax.random.split(jax.random.fold_in(key, start))
+    ar = generate_autoregressive(loaded.target, loaded.target_params, inputs, sampling=sampling,
+                                 max_decode_len=k, rng=k_ar)
+    if opts.adaptive_gamma_max > 0:
+      acfg = adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
+                                     confidence_threshold=opts.confidence_threshold)
+      sp, _ = adaptive.generate_adaptive(target, loaded.target_params, draft, dparams, inputs,
+                                         cfg=acfg, sampling=sampling, max_decode_len=k, rng=k_sp,
+                                         rule=rule)
+    else:
+      sp = generate_speculative(target, loaded.target_params, draft, dparams, inputs, gamma=gamma,
+                                sampling=sampling, max_decode_len=k, rng=k_sp, rule=rule)
+    ar_rows.append(_first_tokens(ar, k))
+    sp_rows.append(_first_tokens(sp, k))
+    accepted += int(np.asarray(sp.counters.accepted_B).sum())
+    drafted += int(np.asarray(sp.counters.drafted_B).sum())
+  info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
+              top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault,
+              gamma=(f"adaptive<={opts.adaptive_gamma_max}" if opts.adaptive_gamma_max else gamma),
+              example=opts.example, acceptance_rate=accepted / max(drafted, 1),
+              decode_seconds=time.perf_counter() - t0)
+  log(f"decoded {opts.num_samples} x 2 continuations in {info['decode_seconds']:.1f}s")
+  return np.concatenate(ar_rows), np.concatenate(sp_rows), info
+
+
+def check(cfg, opts: CheckOptions, log=logging.info) -> dict:
+  """Runs the check for a `RunConfig`; returns the report (also the JSON written to disk)."""
+  ar, sp, info = sample_both(cfg, opts, log)
+  _, ca, cb = continuation_counts(ar, sp)
+  stat, dof, pvalue = two_sample_chi2(ca, cb)
+  pa, pb = pool_rare(ca, cb)
+  (lo, hi), floor = tv_bootstrap(pa, pb, opts.bootstrap, seed=opts.seed)
+  report = dict(info, num_samples=opts.num_samples, num_tokens=opts.num_tokens,
+                distinct_continuations=int(len(ca)), chi2=stat, dof=dof, p_value=pvalue,
+                tv=tv_distance(pa, pb), tv_ci95=[lo, hi], tv_null95=floor,
+                tv_unpooled=tv_distance(ca, cb),
+                significance=opts.significance, exact=bool(pvalue >= opts.significance))
+  return report
+
+
+def format_report(r: dict) -> str:
+  verdict = ("PASS: no evidence that speculation changes the output distribution"
+             if r["exact"] else "FAIL: speculative and autoregressive samples differ")
+  return "\n".join([
+      f"exactness check: target={r['target']} draft={r['draft']} rule={r['rule']} "
+      f"gamma={r['gamma']} temperature={r['temperature']:g} top_k={r['top_k']} "
+      f"top_p={r['top_p']:g}" + (f" fault={r['fault']}" if r["fault"] != "none" else ""),
+      f"  {r['num_samples']} samples per method, first {r['num_tokens']} tokens of example "
+      f"{r['example']}, {r['distinct_continuations']} distinct continuations, "
+      f"acceptance rate {r['acceptance_rate']:.3f}",
+      f"  two-sample chi-square: {r['chi2']:.1f} on {r['dof']} dof, p = {r['p_value']:.3g}",
+      f"  TV distance (rare continuations pooled): {r['tv']:.4f} (95% CI {r['tv_ci95'][0]:.4f}-{r['tv_ci95'][1]:.4f}; "
+      f"two samples of this size with no difference: <= {r['tv_null95']:.4f} in 95%)",
+      f"  {verdict} (p {'<' if not r['exact'] else '>='} {r['significance']:g})"])
+
+
+def run_check(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
+              search_paths: Sequence[str] = (), opts: CheckOptions = CheckOptions(),
+              output_dir: str | None = None) -> dict:
+  cfg = run_lib.parse(gin_files, gin_bindings, search_paths)
+  report = check(cfg, dataclasses.replace(opts, seed=cfg.seed))
+  if output_dir:
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "exactness.json"), "w") as f:
+      json.dump(report, f, indent=2)
+  return report
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise ValueError(f"unexpected positional arguments: {list(argv[1:])}")
+  f = flags.FLAGS
+  opts = CheckOptions(num_samples=f.num_samples, num_tokens=f.num_tokens, example=f.example,
+                      chunk=f.chunk, gamma=f.gamma, adaptive_gamma_max=f.adaptive_gamma_max,
+                      confidence_threshold=f.confidence_threshold, significance=f.significance,
+                      bootstrap=f.bootstrap, fault=f.fault, fault_top_k=f.fault_top_k)
+  report = run_check(f.gin_file, f.gin_bindings, f.gin_search_paths, opts, f.output_dir)
+  print(format_report(report), flush=True)
+  if not report["exact"]:
+    raise SystemExit(1)
+
+
+def console_entry() -> None:
+  logging.set_verbosity(logging.INFO)
+  gin_utils.run(main)
+
+
+if __name__ == "__main__":
+  console_entry()

@@ -1,0 +1,280 @@
+"""Adaptive draft length inside the one on-device loop, with static shapes.
+
+Why: the best gamma changes along a sequence (easy spans accept long blocks, hard ones nothing).
+Hugging Face's assisted generation adapts it with a heuristic schedule (+2 after a fully accepted
+block, -1 otherwise) and stops drafting when the draft's confidence falls under a threshold; here
+both run on device, per example, in the same `lax.while_loop` as the fixed-gamma loop.
+
+How, with static shapes:
+- Buffers are sized for `gamma_max`. Example b proposes g_b <= gamma_max tokens this iteration:
+  g_b = min(its schedule, 1 + the first position whose draft top probability (softmax of the raw
+  draft logits, so it means something under greedy too) is below the threshold).
+- The draft runs in an inner `while_loop` that exits once every active example has stopped, so
+  short blocks do cost fewer draft calls; the target verifies a width chosen by `lax.switch` from a
+  few compiled buckets (1, 2, 4, ..., gamma_max) >= max_b g_b, so it costs less too.
+- Positions >= g_b were not proposed. The acceptance rule sees q = 0 there: a forced rejection
+  point. Think of the draft as emitting a stop symbol the target gives probability 0: the
+  rejection is certain and the residual norm(max(0, p - 0)) is p itself. `acceptance.block` handles
+  a zero q row natively (weights 0 from there on); `acceptance.tokenwise` (unchanged, public)
+  would accept a q = 0 position, so the result of any rule is truncated: n = min(n, g_b), and when
+  n reaches g_b the next token is a fresh sample of p at position g_b. For token-wise verification
+  that is exactly verification of the first g_b tokens (its decisions at positions < g_b do not
+  look further); for block verification it only redraws from the law it already had.
+- g_b depends only on the draft's own tokens and distributions (and on past iterations), never on
+  the target's at this iteration, so the output still follows the target exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import state as st
+from specdec_jax.decoding.autoregressive import cache_len_needed, last_tokens, prepare
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.speculative import commit, verify_step
+from specdec_jax.models.kv_cache import rollback
+
+SCHEDULES = ("constant", "heuristic")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveConfig:
+  """How gamma adapts. Hashable (a static jit argument).
+
+  gamma_max: buffer size and upper clip of the schedule. gamma_init: the schedule's start
+  (default gamma_max). schedule: 'heuristic' (+2 when all scheduled tokens were accepted, -1
+  otherwise, clipped to [1, gamma_max]) or 'constant'. confidence_threshold: stop drafting after a
+  token whose draft top probability is below it (0 disables; HF's default is 0.4).
+  verify_buckets: the verify widths compiled (default powers of two up to gamma_max, and
+  gamma_max); `(gamma_max,)` always verifies the full block.
+  """
+
+  gamma_max: int = 8
+  gamma_init: int | None = None
+  schedule: str = "heuristic"
+  confidence_threshold: float = 0.0
+  verify_buckets: tuple[int, ...] | None = None
+
+  def __post_init__(self):
+    if not isinstance(self.gamma_max, int) or self.gamma_max < 1:
+      raise ValueError(f"gamma_max must be an integer >= 1, got {self.gamma_max!r}")
+    if self.gamma_init is not None and not 1 <= self.gamma_init <= self.gamma_max:
+      raise ValueError(f"gamma_init must be in [1, gamma_max={self.gamma_max}], "
+                       f"got {self.gamma_init}")
+    if self.schedule not in SCHEDULES:
+      raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+    if not 0.0 <= self.confidence_threshold <= 1.0:
+      raise ValueError(f"confidence_threshold must be in [0, 1], got {self.confidence_threshold}")
+    if self.verify_buckets is not None and (
+        not self.verify_buckets or max(self.verify_buckets) != self.gamma_max
+        or min(self.verify_buckets) < 1):
+      raise ValueError(f"verify_buckets must be >= 1 and include gamma_max={self.gamma_max}, "
+                       f"got {self.verify_buckets}")
+
+  @property
+  def buckets(self) -> tuple[int, ...]:
+    if self.verify_buckets is not None:
+      return tuple(sorted(set(self.verify_buckets)))
+    pows = [2 ** i for i in range(self.gamma_max.bit_length()) if 2 ** i < self.gamma_max]
+    return tuple(pows) + (self.gamma_max,)
+
+
+@flax.struct.dataclass
+class AdaptiveStats:
+  """Extra on-device counters: draft calls, target-verified tokens, and the schedule."""
+
+  draft_calls: jax.Array      # [] draft `extend` calls (all examples at once)
+  verify_tokens: jax.Array    # [] sum over target calls of the verified width + 1
+  gamma_B: jax.Array          # [B] each example's current schedule
+  proposed_hist: jax.Array    # [G + 1] histogram of proposed block lengths g_b (active examples)
+
+
+def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B, done_B,
+                        sched_B, key, cfg: AdaptiveConfig, sampling: SamplingConfig):
+  """Drafts up to gamma_max tokens, stopping early once every active example has stopped.
+
+  The first call is `speculative.draft_step`'s: it feeds [x_gamma, next] when the draft has not
+  seen x_gamma yet (pending), else [next, pad]. Returns (tokens_BxG, q_BxGxV, g_B, calls, cache);
+  positions >= g_B and >= calls hold junk that the caller masks.
+  """
+  gmax = cfg.gamma_max
+  batch = num_B.shape[0]
+  last_B = jnp.take_along_axis(tokens_BxL, (num_B - 1)[:, None], axis=1)[:, 0]
+  prev_B = jnp.take_along_axis(tokens_BxL, jnp.maximum(num_B - 2, 0)[:, None], axis=1)[:, 0]
+  first_Bx2 = jnp.stack([jnp.where(pending_B, prev_B, last_B),
+                         jnp.where(pending_B, last_B, 0)], axis=1)
+  index_B = cache.index_B
+  logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
+  cache = rollback(cache, index_B + 1 + pending_B.astype(jnp.int32))
+  logits_BxV = jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0])
+  keys = jax.random.split(key, gmax)
+  q_BxV = process_logits(logits_BxV, sampling)
+  x_B = sample(keys[0], q_BxV)
+  v = q_BxV.shape[-1]
+  x_BxG = jnp.zeros((batch, gmax), jnp.int32).at[:, 0].set(x_B)
+  q_BxGxV = jnp.zeros((batch, gmax, v), jnp.float32).at[:, 0].set(q_BxV)
+  stopped_B = done_B | (sched_B <= 1) | _unconfident(logits_BxV, cfg)
+  g_B = jnp.ones((batch,), jnp.int32)
+
+  def cond(c):
+    i, *_, stopped_B = c
+    return (i < gmax) & jnp.any(~stopped_B)  # an active example still wants token i + 1
+
+  def body(c):
+    i, cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B = c
+    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
+    q_BxV = process_logits(logits_Bx1xV[:, 0], sampling)
+    x_B = sample(keys[i], q_BxV)
+    x_BxG = jax.lax.dynamic_update_slice(x_BxG, x_B[:, None], (0, i))
+    q_BxGxV = jax.lax.dynamic_update_slice(q_BxGxV, q_BxV[:, None], (0, i, 0))
+    g_B = jnp.where(stopped_B, g_B, i + 1)
+    stopped_B = stopped_B | (i + 1 >= sched_B) | _unconfident(logits_Bx1xV[:, 0], cfg)
+    return i + 1, cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B
+
+  calls, cache, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
+      cond, body, (jnp.ones((), jnp.int32), cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B))
+  return x_BxG, q_BxGxV, g_B, calls, cache
+
+
+def _unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
+  if cfg.confidence_threshold <= 0.0:
+    return jnp.zeros(logits_BxV.shape[:1], bool)
+  return jnp.max(jax.nn.softmax(logits_BxV.astype(jnp.float32), axis=-1), axis=-1) < (
+      cfg.confidence_threshold)
+
+
+def bucketed_verify(target, target_params, cache, last_B, x_BxG, width, cfg: AdaptiveConfig,
+                    sampling: SamplingConfig):
+  """`verify_step` at the smallest compiled width >= `width`; p padded to G + 1 rows (uniform)."""
+  buckets = cfg.buckets
+  gmax = cfg.gamma_max
+
+  def branch(w):
+    def run(cache, last_B, x_BxG):
+      p, cache = verify_step(target, target_params, cache, last_B, x_BxG[:, :w], sampling)
+      pad = jnp.full((p.shape[0], gmax - w, p.shape[2]), 1.0 / p.shape[2], p.dtype)
+      return jnp.concatenate([p, pad], axis=1), cache
+    return run
+
+  idx = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), width)
+  p_BxG1xV, cache = jax.lax.switch(jnp.minimum(idx, len(buckets) - 1),
+                                   [branch(w) for w in buckets], cache, last_B, x_BxG)
+  width_used = jnp.asarray(buckets, jnp.int32)[jnp.minimum(idx, len(buckets) - 1)]
+  return p_BxG1xV, cache, width_used
+
+
+def masked_accept(rule: str, key, x_BxG, q_BxGxV, p_BxG1xV, g_B):
+  """Any acceptance rule with positions >= g_B not proposed (see the module docstring)."""
+  gmax = x_BxG.shape[1]
+  k_rule, k_next = jax.random.split(key)
+  proposed_BxG = jnp.arange(gmax)[None, :] < g_B[:, None]
+  q_masked = jnp.where(proposed_BxG[..., None], q_BxGxV, 0.0)
+  n_B, next_B = acc.get_rule(rule)(k_rule, x_BxG, q_masked, p_BxG1xV)
+  p_g = jnp.take_along_axis(p_BxG1xV, g_B[:, None, None], axis=1)[:, 0]
+  reached_B = n_B >= g_B
+  next_B = jnp.where(reached_B, sample(k_next, p_g), next_B)
+  return jnp.minimum(n_B, g_B), next_B
+
+
+def next_schedule(sched_B, n_B, active_B, cfg: AdaptiveConfig):
+  """HF's heuristic: +2 when every scheduled token was accepted, else -1; clipped to [1, G]."""
+  if cfg.schedule == "constant":
+    return sched_B
+  new = jnp.where(n_B >= sched_B, sched_B + 2, sched_B - 1)
+  return jnp.where(active_B, jnp.clip(new, 1, cfg.gamma_max), sched_B)
+
+
+def adaptive_iteration(target, target_params, draft, draft_params, state: st.DecodeState,
+                       stats: AdaptiveStats, *, cfg: AdaptiveConfig, sampling: SamplingConfig,
+                       rule: str, max_decode_len: int):
+  """One draft -> verify -> accept -> commit iteration with a per-example block length."""
+  rng, k_draft, k_accept = jax.random.split(state.rng, 3)
+  active_B = ~state.done_B
+  x_BxG, q_BxGxV, g_B, calls, draft_cache = adaptive_draft_step(
+      draft, draft_params, state.draft_cache, state.tokens_BxL, state.num_B,
+      state.draft_pending_B, state.done_B, stats.gamma_B, k_draft, cfg, sampling)
+  width = jnp.max(jnp.where(active_B, g_B, 1))
+  p_BxG1xV, target_cache, w_used = bucketed_verify(target, target_params, state.target_cache,
+                                                   last_tokens(state), x_BxG, width, cfg,
+                                                   sampling)
+  n_B, next_B = masked_accept(rule, k_accept, x_BxG, q_BxGxV, p_BxG1xV, g_B)
+  beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :cfg.gamma_max], q_BxGxV), axis=-1)
+  new = commit(state.replace(rng=rng), x_BxG, n_B, next_B, beta_BxG, target_cache, draft_cache,
+               target.config.eos_id, max_decode_len)
+  # commit assumes gamma_max drafted and "x_G unseen iff all G accepted"; here g_B were proposed
+  # and the draft has fed x_1..x_{calls-1}, so x_n is unseen iff n == calls.
+  # It also counts beta where q was never computed (position `calls`): recount without those.
+  pending_B = jnp.where(active_B, n_B == calls, state.draft_pending_B)
+  last_slot_B = new.base_B + new.num_B - 1
+  c = state.counters
+  pos_G = jnp.arange(cfg.gamma_max)
+  beta_mask = (pos_G[None, :] < jnp.minimum(new.num_B - state.num_B, cfg.gamma_max)[:, None]) & (
+      pos_G[None, :] < calls)
+  counters = new.counters.replace(
+      drafted_B=c.drafted_B + g_B * active_B.astype(jnp.int32),
+      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask, beta_BxG, 0.0), axis=1),
+      beta_count_B=c.beta_count_B + jnp.sum(beta_mask, axis=1, dtype=jnp.int32))
+  new = new.replace(draft_pending_B=pending_B, counters=counters,
+                    draft_cache=rollback(new.draft_cache,
+                                         last_slot_B - pending_B.astype(jnp.int32)))
+  stats = AdaptiveStats(
+      draft_calls=stats.draft_calls + calls, verify_tokens=stats.verify_tokens + w_used + 1,
+      gamma_B=next_schedule(stats.gamma_B, n_B, active_B, cfg),
+      proposed_hist=stats.proposed_hist + jnp.sum(
+          (jnp.arange(cfg.gamma_max + 1)[None, :] == g_B[:, None]) & active_B[:, None], axis=0,
+          dtype=jnp.int32))
+  return new, stats
+
+
+@functools.partial(jax.jit, static_argnames=("target", "draft", "cfg", "sampling", "rule",
+                                             "max_decode_len", "cache_len"))
+def adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng, *,
+                    cfg: AdaptiveConfig, sampling: SamplingConfig, max_decode_len: int,
+                    rule: str = "tokenwise", cache_len: int | None = None
+                    ) -> tuple[st.DecodeResult, AdaptiveStats]:
+  """Speculative decoding with an adaptive draft length; one compiled program."""
+  gmax = cfg.gamma_max
+  slack = gmax + 2
+  state = prepare(target, target_params, inputs_BxP, max_decode_len=max_decode_len, slack=slack,
+                  cache_len=cache_len, rng=rng, gamma=gmax)
+  draft_cache = draft.prefill(draft_params, inputs_BxP,
+                              cache_len or cache_len_needed(draft, inputs_BxP.shape[1],
+                                                            max_decode_len, slack))
+  state = state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros_like(state.done_B))
+  batch = inputs_BxP.shape[0]
+  stats = AdaptiveStats(draft_calls=jnp.zeros((), jnp.int32),
+                        verify_tokens=jnp.zeros((), jnp.int32),
+                        gamma_B=jnp.full((batch,), cfg.gamma_init or gmax, jnp.int32),
+                        proposed_hist=jnp.zeros((gmax + 1,), jnp.int32))
+
+  def cond(c):
+    return jnp.any(~c[0].done_B)  # each example ends at EOS or max_decode_len; >= 1 token/call
+
+  def body(c):
+    return adaptive_iteration(target, target_params, draft, draft_params, *c, cfg=cfg,
+                              sampling=sampling, rule=rule, max_decode_len=max_decode_len)
+
+  final, stats = jax.lax.while_loop(cond, body, (state, stats))
+  return st.finish(final, max_decode_len), stats
+
+
+def generate_adaptive(target, target_params, draft, draft_params, inputs_BxP, *,
+                      cfg: AdaptiveConfig, sampling: SamplingConfig, max_decode_len: int,
+                      rng=None, rule: str = "tokenwise", cache_len: int | None = None):
+  """Validating front door of `adaptive_decode`."""
+  inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
+  st.check_decode_args(target_vocab=target.vocab_size, draft_vocab=draft.vocab_size,
+                       gamma=cfg.gamma_max, sampling=sampling, max_decode_len=max_decode_len,
+                       prompt_len=inputs_BxP.shape[1], cache_len=cache_len,
+                       needed_cache_len=cache_len_needed(target, inputs_BxP.shape[1],
+                                                         max_decode_len, cfg.gamma_max + 2))
+  acc.get_rule(rule)
+  rng = jax.random.key(0) if rng is None else rng
+  return adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng, cfg=cfg,
+                         sampling=sampling, max_decode_len=max_decode_len, rule=rule,
+                         cache_len=cache_len)

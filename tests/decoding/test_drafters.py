@@ -1,0 +1,186 @@
+"""Model-free drafts (unigram, bigram, prompt lookup) behind the decoding seam.
+
+Why these tests: a model-free draft can never make the output wrong (the acceptance rule sees the
+q it sampled from), but a wrong table or a lookup that peeks at stale cache slots silently costs
+acceptance, and a draft whose cache coordinates disagree with the target's would break the loop's
+rollback. So: the tables equal direct counting, the lookup equals a plain-Python reference, and
+greedy speculative decoding with each draft equals greedy autoregressive decoding token for token
+inside the unchanged on-device loop; sampling with a prompt-lookup draft follows the target's
+exact distribution.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.decoding import drafters as dr
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.models.config import get_preset
+from specdec_jax.models.model import Model
+from specdec_jax.testing import chi_square_gof, exact_joint, tiny_pair
+
+GREEDY = SamplingConfig(temperature=0.0)
+MAX_LEN = 14
+INPUTS = {
+    "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
+    "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
+}
+
+
+# ---- tables ------------------------------------------------------------------------------------
+def test_tables_equal_direct_counts():
+  rng = np.random.default_rng(0)
+  v = 9
+  seqs = [rng.integers(2, v, size=rng.integers(1, 12)).tolist() for _ in range(40)]
+  t = dr.build_ngram_tables(seqs, v, top_k=v, add_alpha=0.5, prior=2.0, bos_id=0, eos_id=1)
+  streams = [[0] + s + [1] for s in seqs]
+  uni = np.zeros(v)
+  big = np.zeros((v, v))
+  for s in streams:
+    for a, b in zip(s[:-1], s[1:]):
+      big[a, b] += 1
+    for x in s[1:]:
+      uni[x] += 1
+  u = (uni + 0.5) / (uni.sum() + 0.5 * v)
+  np.testing.assert_allclose(np.exp(t["log_unigram"]), u, rtol=1e-6)
+  want = (big + 2.0 * u[None, :]) / (big.sum(1, keepdims=True) + 2.0)
+  np.testing.assert_allclose(dr.bigram_matrix(t), want, rtol=1e-5, atol=1e-7)
+  # Truncated rows (top 2 continuations kept) still sum to one and keep the two most frequent.
+  t2 = dr.build_ngram_tables(seqs, v, top_k=2, bos_id=0, eos_id=1)
+  np.testing.assert_allclose(dr.bigram_matrix(t2).sum(1), 1.0, rtol=1e-5)
+  for a in range(v):
+    if big[a].sum():
+      assert big[a, t2["next_ids"][a, 0]] == big[a].max()
+
+
+def test_draft_logits_are_the_tables():
+  target, _, _, _ = tiny_pair("decoder")
+  rng = np.random.default_rng(1)
+  tables = dr.build_ngram_tables([rng.integers(1, 64, 30).tolist() for _ in range(20)], 64,
+                                 top_k=4)
+  params = {k: jnp.asarray(x) for k, x in tables.items()}
+  inputs = jnp.asarray(INPUTS["decoder"], jnp.int32)
+  for name in ("unigram", "bigram"):
+    draft = dr.make_draft(name, target.config)
+    cache = draft.prefill(params, inputs, 16)
+    logits, _ = draft.extend(params, cache, jnp.asarray([[3, 4]] * 4, jnp.int32))
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    want = (np.exp(tables["log_unigram"])[None, None] if name == "unigram"
+            else dr.bigram_matrix(tables)[np.array([[3, 4]] * 4)])
+    np.testing.assert_allclose(probs, np.broadcast_to(want, probs.shape), rtol=1e-4, atol=1e-7)
+
+
+def test_build_draft_from_a_task_file(tmp_path, monkeypatch):
+  monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+  path = tmp_path / "ids.jsonl"
+  path.write_text('{"input_ids": [5, 6, 7, 5, 6]}\n{"input_ids": [5, 6, 9]}\n')
+  target, _, _, _ = tiny_pair("decoder")
+  draft, params = dr.build_draft("bigram", target=target, task=str(path))
+  m = dr.bigram_matrix({k: np.asarray(x) for k, x in params.items()})
+  assert np.argmax(m[5]) == 6 and np.argmax(m[6]) == 7
+  assert list((tmp_path / "cache" / "ngram").glob("*.npz"))  # cached for the next run
+  _, again = dr.build_draft("bigram", target=target, task=str(path))
+  np.testing.assert_array_equal(np.asarray(again["next_ids"]), np.asarray(params["next_ids"]))
+  draft, params = dr.build_draft("prompt_lookup", target=target)
+  assert isinstance(draft, dr.PromptLookupDraft)
+
+
+# ---- prompt lookup -------------------------------------------------------------------------------
+def _lookup_reference(context, hist, pos, max_n, min_n):
+  """Longest match (<= max_n) of the n-gram ending at hist[pos]; latest end wins; history
+  matches beat context ones of the same length. Returns the proposed token or None."""
+  best = None  # (length, segment, end) -> proposal
+  segments = [(0, [t for t in context]), (1, list(hist[:pos + 1]))]
+  query = list(hist[:pos + 1])
+  for seg, seq in segments:
+    for j in range(len(seq) - 1):
+      if seg == 0 and seq[j + 1] < 0:
+        continue
+      n = 0
+      while n < max_n and j - n >= 0 and pos - n >= 0 and seq[j - n] == query[pos - n]:
+        n += 1
+      if n >= min_n:
+        key = (n, seg, j)
+        if best is None or key > best[0]:
+          best = (key, seq[j + 1])
+  return None if best is None else best[1]
+
+
+@pytest.mark.parametrize("with_context", [False, True])
+def test_lookup_matches_reference(with_context):
+  rng = np.random.default_rng(2 + with_context)
+  b, s, c = 24, 14, 6 if with_context else 0
+  hist = rng.integers(0, 3, size=(b, s)).astype(np.int32)
+  context = rng.integers(0, 3, size=(b, c)).astype(np.int32)
+  context[:4, -2:] = -1  # padded sources
+  pos = rng.integers(0, s, size=(b, 3)).astype(np.int32)
+  for max_n, min_n in [(3, 1), (2, 2)]:
+    found, prop = jax.jit(dr.lookup, static_argnums=(3, 4))(
+        jnp.asarray(context), jnp.asarray(hist), jnp.asarray(pos), max_n, min_n)
+    for i in range(b):
+      for t in range(3):
+        want = _lookup_reference(context[i], hist[i], pos[i, t], max_n, min_n)
+        assert bool(found[i, t]) == (want is not None), (i, t)
+        if want is not None:
+          assert int(prop[i, t]) == want, (i, t, max_n, min_n)
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+def _tables(vocab=64, seed=0):
+  rng = np.random.default_rng(seed)
+  t = dr.build_ngram_tables([rng.integers(2, vocab, size=30).tolist() for _ in range(50)], vocab,
+                            top_k=8)
+  return {k: jnp.asarray(x) for k, x in t.items()}
+
+
+_AR = {}
+
+
+def _setup(kind):
+  if kind not in _AR:
+    target, tp, _, _ = tiny_pair(kind)
+    inputs = jnp.asarray(INPUTS[kind], jnp.int32)
+    ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
+    _AR[kind] = (target, tp, inputs, ar)
+  return _AR[kind]
+
+
+@pytest.mark.parametrize("kind,name", [
+    ("decoder", "prompt_lookup"), ("decoder", "unigram"), ("decoder", "bigram"),
+    ("t5", "prompt_lookup"),
+    pytest.param("t5", "unigram", marks=pytest.mark.slow),
+    pytest.param("t5", "bigram", marks=pytest.mark.slow)])
+def test_greedy_speculative_equals_autoregressive(kind, name):
+  target, tp, inputs, ar = _setup(kind)
+  draft = dr.make_draft(name, target.config)
+  spec = generate_speculative(target, tp, draft, _tables(), inputs, gamma=3, sampling=GREEDY,
+                              max_decode_len=MAX_LEN)
+  np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
+  assert int(spec.counters.iterations) <= MAX_LEN
+  if name == "prompt_lookup":  # the random targets repeat themselves; the lookup catches it
+    assert int(np.asarray(spec.counters.accepted_B).sum()) > 0
+
+
+@pytest.mark.slow
+def test_prompt_lookup_sampling_matches_exact_target_distribution():
+  """Temperature 1 with a one-hot (deterministic) prompt-lookup draft: 100k samples of the first
+  3 tokens against the enumerated target law (V = 6, chi-square)."""
+  v, n, num = 6, 100_000, 3
+  cfg = get_preset("decoder_test_draft", vocab_size=v, emb_dim=16, num_decoder_layers=1,
+                   eos_id=-1)
+  target = Model(cfg)
+  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  prompt = np.array([3, 5, 3, 2], np.int32)
+  sampling = SamplingConfig(temperature=1.0)
+  draft = dr.make_draft("prompt_lookup", cfg)
+  inputs = jnp.asarray(np.broadcast_to(prompt, (n, len(prompt))))
+  out = generate_speculative(target, tp, draft, {}, inputs, gamma=2, sampling=sampling,
+                             max_decode_len=num, rng=jax.random.key(5))
+  assert int(np.asarray(out.counters.accepted_B).sum()) > 0.05 * n  # the draft does get used
+  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :num]).T, (v,) * num)
+  counts = np.bincount(flat, minlength=v ** num)
+  _, _, pvalue = chi_square_gof(counts, exact_joint(target, tp, prompt, num, sampling).ravel())
+  assert pvalue > 1e-3
