@@ -54,3 +54,18 @@ def test_local_task_through_seqio_matches_local_path(seqio, name):
   assert len(task.metric_fns) == 1
   decoded = seqio_tasks.vocabulary("specdec_" + name).decode(want_ids[0][:-1])
   assert decoded == vocab.decode(want_ids[0][:-1])
+
+
+@pytest.mark.slow
+def test_run_on_a_seqio_task(seqio, tmp_path):
+  import gin
+  from specdec_jax import run
+  gin.clear_config()
+  try:
+    (m,) = run.run(["configs/local/smoke.gin"], str(tmp_path), [
+        "TASK = 'specdec_translate_en_de'", "NUM_EXAMPLES = 2", "MAX_DECODE_LENGTH = 4",
+        "MODE = 'autoregressive'", "RunConfig.repeats = 1"])
+  finally:
+    gin.clear_config()
+  assert m["num_examples"] == 2 and m["quality"]["metric"] == "bleu"
+  assert m["quality"]["num_references"] == 2
