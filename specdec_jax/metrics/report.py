@@ -36,16 +36,27 @@ def greedy_match_rate(spec_outputs: Sequence[Sequence[int]], ar_outputs: Sequenc
   return sum(list(a) == list(b) for a, b in zip(spec_outputs, ar_outputs)) / len(spec_outputs)
 
 
-def quality_block(metric: str, references: Sequence[str | None], ar_texts, spec_texts
-                  ) -> dict[str, Any]:
+def quality_block(metric: str, references: Sequence[str | None], ar_texts, spec_texts,
+                  bootstrap_samples: int = 200) -> dict[str, Any]:
   """{'metric', 'autoregressive', 'speculative'}; sides are None without references or text."""
   def side(texts):
     if texts is None or not references or any(r is None for r in references) \
         or any(t is None for t in texts):
       return None
     return quality.score(metric, list(texts), list(references))
-  return {"metric": metric, "autoregressive": side(ar_texts), "speculative": side(spec_texts),
-          "num_references": sum(r is not None for r in references)}
+  out = {"metric": metric, "autoregressive": side(ar_texts), "speculative": side(spec_texts),
+         "num_references": sum(r is not None for r in references)}
+  if out["autoregressive"] is not None and out["speculative"] is not None and len(references) > 1:
+    # Lossless decoding: the speculative score should sit inside the autoregressive score's
+    # bootstrap interval (temperature > 0, where the two outputs differ by sampling alone).
+    def headline(preds, refs):
+      return quality.headline(metric, quality.score(metric, preds, refs))
+    lo, hi = quality.bootstrap_interval(headline, list(ar_texts), list(references),
+                                        samples=bootstrap_samples)
+    spec = quality.headline(metric, out["speculative"])
+    out["autoregressive_interval95"] = [lo, hi]
+    out["speculative_within_interval"] = bool(lo <= spec <= hi)
+  return out
 
 
 def build(*, task: str, target: str, draft: str | None, temperature: float, gamma: int | None,
@@ -95,7 +106,7 @@ def _fmt(x, spec=".3f") -> str:
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
   """A Table-2-style text table: one line per metrics object."""
   head = ("task", "draft", "temp", "gamma", "alpha", "c", "v", "speedup", "predicted",
-          "AR ms/tok", "spec ms/tok", "match", "quality AR", "quality spec")
+          "AR ms/tok", "spec ms/tok", "match", "quality AR", "quality spec", "in AR 95% CI")
   lines = [head]
   for m in rows:
     q = m.get("quality") or {}
@@ -106,6 +117,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
         _fmt(m["speedup_predicted"], ".2f"), _fmt(m["ar_ms_per_token"], ".2f"),
         _fmt(m["spec_ms_per_token"], ".2f"), _fmt(m["greedy_match_rate"], ".2f"),
         _fmt(quality.headline(metric, q.get("autoregressive")), ".2f"),
-        _fmt(quality.headline(metric, q.get("speculative")), ".2f")))
+        _fmt(quality.headline(metric, q.get("speculative")), ".2f"),
+        {True: "yes", False: "NO"}.get(q.get("speculative_within_interval"), "-")))
   widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
   return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in lines)

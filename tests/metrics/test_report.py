@@ -45,3 +45,13 @@ def test_greedy_match_rate_and_quality_block():
   q = report.quality_block("exact_match", ["a", "b"], ["a", "c"], ["a", "b"])
   assert q["autoregressive"]["exact_match"] == 0.5 and q["speculative"]["exact_match"] == 1.0
   assert report.quality_block("bleu", [None], ["x"], ["x"])["speculative"] is None
+
+
+def test_quality_block_bootstrap_interval():
+  refs = ["a b c", "d e f", "g h i", "j k l"]
+  ar = ["a b c", "d e x", "g h i", "j y l"]
+  q = report.quality_block("exact_match", refs, ar, ar, bootstrap_samples=50)
+  lo, hi = q["autoregressive_interval95"]
+  assert lo <= 0.5 <= hi and q["speculative_within_interval"]
+  q = report.quality_block("exact_match", refs, ar, ["z"] * 4, bootstrap_samples=50)
+  assert q["autoregressive_interval95"][0] > 0.0 or not q["speculative_within_interval"]
