@@ -33,6 +33,11 @@ def load_model(spec: str, *, vocab_size: int | None = None, dtype: str | None = 
     return model, jax.jit(model.init)(jax.random.key(seed))  # jit: one compile, not ~100
   path = resolve_path(spec)
   if not os.path.exists(path):
+    if "assets/zoo" in path.replace(os.sep, "/"):
+      raise FileNotFoundError(
+          f"zoo checkpoint {spec!r} not found: the local zoo is trained by "
+          "configs/local/train/*.gin (python -m specdec_jax.train ...). Until then run with random "
+          "presets, e.g. --gin.TARGET_CHECKPOINT=zoo_t5_target --gin.DRAFT_CHECKPOINT=zoo_t5_draft_small")
     raise FileNotFoundError(
         f"checkpoint {spec!r} not found (also looked for {path}); give a checkpoint directory or "
         f"a preset name for random weights ({', '.join(sorted(PRESETS))})")
