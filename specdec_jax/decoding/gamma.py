@@ -116,11 +116,36 @@ def _prefilled(model, params, inputs_BxP, cache_len: int):
   return jax.jit(model.prefill, static_argnums=2)(params, inputs_BxP, cache_len)
 
 
-def extend_time(model, params, cache, tokens: int, repeats: int = 10) -> float:
-  """Median seconds of one jitted `extend` over `tokens` tokens per example from `cache`."""
+def extend_time(model, params, cache, tokens: int, repeats: int = 10,
+                min_sample_s: float = 0.02) -> float:
+  """Median seconds of one jitted `extend` over `tokens` tokens per example from `cache`.
+
+  Timed as the loops run it: the updated cache is an output (so XLA cannot drop the cache writes),
+  its buffers are donated back in, and each call rolls back to the starting index (the slots are
+  re-written, as after a rejection). A sample shorter than `min_sample_s` averages several calls.
+  """
   block = jnp.full((cache.index_B.shape[0], tokens), 3, jnp.int32)
-  step = jax.jit(lambda p, c, t: model.extend(p, c, t)[0])
-  return time_call(lambda: step(params, cache, block), repeats=repeats)
+
+  def one(p, c, t):
+    logits, new = model.extend(p, c, t)
+    return logits, new.replace(index_B=c.index_B)
+  step = jax.jit(one, donate_argnums=1)
+  state = {"cache": jax.tree.map(jnp.copy, cache)}  # the caller's cache stays valid
+
+  def call():
+    logits, state["cache"] = step(params, state["cache"], block)
+    return logits, state["cache"]
+  jax.block_until_ready(call())  # compile
+  t0 = time.perf_counter()
+  jax.block_until_ready(call())
+  once = time.perf_counter() - t0
+  calls = max(1, min(50, int(min_sample_s / max(once, 1e-6)) + 1))
+
+  def sample():
+    for _ in range(calls - 1):
+      call()
+    return call()
+  return time_call(sample, repeats=repeats, warmup=0) / calls
 
 
 def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
