@@ -21,7 +21,7 @@ from specdec_jax import check_exactness as ce
 SMOKE = ["configs/local/smoke.gin"]
 BINDINGS = ["TARGET_CHECKPOINT = 'decoder_test_target'",
             "DRAFT_CHECKPOINT = 'decoder_test_draft'", "TEMPERATURE = 0.5"]
-OPTS = ce.CheckOptions(num_samples=20000, num_tokens=1, gamma=2, bootstrap=100)
+OPTS = ce.CheckOptions(num_samples=10000, num_tokens=1, gamma=2, bootstrap=100)
 
 
 @pytest.fixture(autouse=True)

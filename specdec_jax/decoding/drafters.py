@@ -16,6 +16,11 @@ temperature > 0, top-k or top-p in `process_logits` the others get probability e
 (exp(-1e9 / T) underflows), and greedy picks the proposed token, so q is the one-hot the loop
 samples from. Exactness never depends on that: the loop samples x ~ q from the same processed q it
 hands to the acceptance rule, whatever q is.
+
+Building one: `make_draft(name, target_config)` gives the draft; its params are the tables of
+`build_ngram_tables` (the runner estimates them on TASK's train split), `tables_for_task` (the
+same, tokenized here and cached under $SPECDEC_CACHE_DIR), or `{}` for prompt lookup.
+`build_draft(name, target=..., task=..., vocabulary=...)` does both (scripts, check tools).
 """
 from __future__ import annotations
 

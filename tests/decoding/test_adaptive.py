@@ -85,8 +85,8 @@ def test_greedy_adaptive_equals_autoregressive_bigram(name):
 
 @pytest.mark.parametrize("kind", ["decoder", pytest.param("t5", marks=pytest.mark.slow)])
 def test_greedy_adaptive_equals_autoregressive_models(kind):
-  """Real KV caches: identical draft rows accept everything (the schedule grows), the random
-  draft mostly fails (it shrinks), and the confidence stop cuts blocks; output = autoregressive."""
+  """Real KV caches, a random draft, the schedule and a confidence stop: output = autoregressive,
+  token for token."""
   target, tp, draft, dp = tiny_pair(kind)
   inputs = jnp.asarray([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]
                        if kind == "decoder" else
@@ -98,11 +98,27 @@ def test_greedy_adaptive_equals_autoregressive_models(kind):
                                     max_decode_len=14)
   np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(out.lengths_B), np.asarray(ar.lengths_B))
+  c = out.counters
+  assert np.all(np.asarray(c.accepted_B) <= np.asarray(c.drafted_B))
+  # One proposed length per active example per target call.
+  assert int(np.asarray(stats.proposed_hist).sum()) == int(np.asarray(c.target_calls_B).sum())
+
+
+@pytest.mark.slow
+def test_identical_draft_grows_the_schedule():
+  """The target drafting for itself accepts everything: the schedule climbs 1 -> 3 -> 4 and the
+  output still equals autoregressive decoding, with fewer target calls than a random draft."""
+  target, tp, draft, dp = tiny_pair("decoder")
+  inputs = jnp.asarray([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]],
+                       jnp.int32)
+  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
+  cfg = ad.AdaptiveConfig(gamma_max=4, gamma_init=1)
   same, stats_same = ad.generate_adaptive(target, tp, target, tp, inputs, cfg=cfg,
                                           sampling=GREEDY, max_decode_len=14)
+  other, _ = ad.generate_adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=GREEDY,
+                                  max_decode_len=14)
   np.testing.assert_array_equal(np.asarray(same.tokens_BxN), np.asarray(ar.tokens_BxN))
-  # The target drafting for itself: the schedule climbs 1 -> 3 -> 4, so few target calls.
-  assert int(same.counters.iterations) < int(out.counters.iterations)
+  assert int(same.counters.iterations) < int(other.counters.iterations)
   assert int(np.asarray(stats_same.proposed_hist)[4]) > 0
 
 

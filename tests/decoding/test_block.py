@@ -254,8 +254,8 @@ def _broken_block(key, draft_tokens, draft_probs, target_probs):
   return n_B, sample(k_next, acc.residual(p_n, q_n))
 
 
-@pytest.mark.parametrize("sampling_kw", [dict(temperature=1.0),
-                                         dict(temperature=0.7, top_k=4)])
+@pytest.mark.parametrize("sampling_kw", [
+    dict(temperature=1.0), pytest.param(dict(temperature=0.7, top_k=4), marks=pytest.mark.slow)])
 def test_block_loop_matches_exact_target_distribution(sharp_models, sampling_kw):
   """100k vectorised samples of the first 3 tokens through the on-device loop with
   rule='block' against the enumerated target law (chi-square; seeds fixed)."""
