@@ -116,13 +116,13 @@ def _prefilled(model, params, inputs_BxP, cache_len: int):
   return jax.jit(model.prefill, static_argnums=2)(params, inputs_BxP, cache_len)
 
 
-def extend_time(model, params, cache, tokens: int, repeats: int = 10,
-                min_sample_s: float = 0.02) -> float:
-  """Median seconds of one jitted `extend` over `tokens` tokens per example from `cache`.
+def extend_sampler(model, params, cache, tokens: int, min_sample_s: float = 0.02):
+  """(sample() -> seconds per call) for one jitted `extend` over `tokens` tokens from `cache`.
 
   Timed as the loops run it: the updated cache is an output (so XLA cannot drop the cache writes),
   its buffers are donated back in, and each call rolls back to the starting index (the slots are
   re-written, as after a rejection). A sample shorter than `min_sample_s` averages several calls.
+  Compiles on creation.
   """
   block = jnp.full((cache.index_B.shape[0], tokens), 3, jnp.int32)
 
@@ -138,22 +138,30 @@ def extend_time(model, params, cache, tokens: int, repeats: int = 10,
   jax.block_until_ready(call())  # compile
   t0 = time.perf_counter()
   jax.block_until_ready(call())
-  once = time.perf_counter() - t0
-  calls = max(1, min(50, int(min_sample_s / max(once, 1e-6)) + 1))
+  calls = max(1, min(50, int(min_sample_s / max(time.perf_counter() - t0, 1e-6)) + 1))
 
-  def sample():
-    for _ in range(calls - 1):
-      call()
-    return call()
-  return time_call(sample, repeats=repeats, warmup=0) / calls
+  def sample() -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+      out = call()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / calls
+  return sample
+
+
+def extend_time(model, params, cache, tokens: int, repeats: int = 10) -> float:
+  """Median seconds of one `extend` over `tokens` tokens per example (see `extend_sampler`)."""
+  sample = extend_sampler(model, params, cache, tokens)
+  return statistics.median(sample() for _ in range(repeats))
 
 
 def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
                        tokens: Iterable[int], repeats: int = 10) -> dict:
   """{key: Costs} for drafts {key: (model, params)}; v(T) for T in `tokens` (1 always added).
 
-  The target is timed once and shared; each model is prefilled once (one compile), then one
-  `extend` per distinct T is compiled and timed from that same cache.
+  Each model is prefilled once; one `extend` per distinct T (target) and T = 1 (each draft) is
+  compiled, then all are timed interleaved, rotating the order every round, so the drift of a
+  shared machine hits every ratio's numerator and denominator alike (medians over rounds).
   """
   inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
   tokens = sorted(set(tokens) | {1})
@@ -163,15 +171,25 @@ def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
     return (0 if model.config.is_encoder_decoder else plen) + max(tokens) + 2
 
   cache = _prefilled(target, target_params, inputs_BxP, cache_len(target))
-  t = {n: extend_time(target, target_params, cache, n, repeats) for n in tokens}
+  samplers = {("target", n): extend_sampler(target, target_params, cache, n) for n in tokens}
+  for key, (draft, draft_params) in drafts.items():
+    dcache = _prefilled(draft, draft_params, inputs_BxP, cache_len(draft))
+    samplers[("draft", key)] = extend_sampler(draft, draft_params, dcache, 1)
+  names = list(samplers)
+  times = {n: [] for n in names}
+  for r in range(repeats):
+    shift = r % len(names)
+    for n in names[shift:] + names[:shift]:
+      times[n].append(samplers[n]())
+  med = {n: statistics.median(v) for n, v in times.items()}
+  t = {n: med[("target", n)] for n in tokens}
   # Verifying more tokens never costs less: a dip (v(3) < v(2)) is timing noise on a shared
   # machine, and taking it at face value would make 'auto' favour that gamma. Running maximum.
   for prev, n in zip(tokens, tokens[1:]):
     t[n] = max(t[n], t[prev])
   out = {}
-  for key, (draft, draft_params) in drafts.items():
-    dcache = _prefilled(draft, draft_params, inputs_BxP, cache_len(draft))
-    d = extend_time(draft, draft_params, dcache, 1, repeats)
+  for key in drafts:
+    d = med[("draft", key)]
     out[key] = Costs(target_ms=1e3 * t[1], draft_ms=1e3 * d, c=d / t[1],
                      v={n: t[n] / t[1] for n in t})
   return out
