@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.ticker  # noqa: E402
 
 
 def _series(metrics: Sequence[Mapping[str, Any]], key: str):
@@ -76,7 +77,10 @@ def predicted_vs_measured(metrics, path: str) -> str:
 def _save(fig, path: str) -> str:
   for ax in fig.axes:
     if ax.get_legend_handles_labels()[0]:
-      fig.tight_layout()
+      ax.legend(fontsize=7)
+    if ax.get_xlabel().startswith("gamma"):
+      ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+  fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path

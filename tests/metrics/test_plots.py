@@ -16,3 +16,21 @@ def test_plot_sweep_writes_pngs(tmp_path):
   for p in paths:
     with open(p, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_speedup_plot_has_a_legend(tmp_path):
+  import matplotlib.pyplot as plt
+  captured = {}
+  real_save = plots._save
+
+  def spy(fig, path):
+    captured["legend"] = fig.axes[0].get_legend()
+    return real_save(fig, path)
+  plots._save = spy
+  try:
+    plots.speedup_vs_gamma([_m("small", g, 1.0, 1.1, 0.7) for g in (1, 2)],
+                           str(tmp_path / "s.png"))
+  finally:
+    plots._save = real_save
+  assert captured["legend"] is not None
+  plt.close("all")
