@@ -24,8 +24,9 @@ def test_speedup_plot_has_a_legend(tmp_path):
   real_save = plots._save
 
   def spy(fig, path):
+    out = real_save(fig, path)
     captured["legend"] = fig.axes[0].get_legend()
-    return real_save(fig, path)
+    return out
   plots._save = spy
   try:
     plots.speedup_vs_gamma([_m("small", g, 1.0, 1.1, 0.7) for g in (1, 2)],
