@@ -142,3 +142,11 @@ def test_paper_table2_has_the_twelve_rows():
   assert gammas[("wmt_t2t_ende_v003", "t5_1_1_base", 1.0)] == 5
   assert gammas[("cnn_dailymail", "t5_1_1_small", 0.0)] == 5
   assert sorted(gammas.values()) == sorted([7, 7, 7, 7, 5, 3, 5, 5, 3, 5, 3, 3])
+
+
+@pytest.mark.parametrize("mesh", sorted(glob.glob(os.path.join(ROOT, "gin", "mesh", "tpu_*.gin"))),
+                         ids=_rel)
+def test_paper_row_composes_with_a_tpu_mesh(mesh):
+  row = os.path.join(ROOT, "configs/paper/table2/ende_t5_small_t0.gin")
+  cfg = run.parse([row, mesh])
+  assert cfg.mesh is not None and cfg.batch_size == 1 and cfg.gamma == 7
