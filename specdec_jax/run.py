@@ -21,15 +21,18 @@ from collections.abc import Sequence
 import gin
 from absl import flags, logging
 
+from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils
 from specdec_jax.runner.config import RunConfig
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
-flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
-flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths (before the defaults: working "
-                  "directory, repository root).")
-flags.DEFINE_string("output_dir", None, "Where results, config.gin and TensorBoard events go.")
+# The same flags as specdec_jax.train; defined only once so both entry points import together.
+if "gin_file" not in FLAGS:
+  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
+  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
+  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths (before the defaults: "
+                    "working directory, repository root).")
+  flags.DEFINE_string("output_dir", None, "Where results, config.gin and TensorBoard events go.")
 
 CONFIGURABLE = "RunConfig"
 
@@ -40,6 +43,11 @@ def register_configurables() -> None:
     gin.get_configurable(CONFIGURABLE)
   except ValueError:
     gin.external_configurable(RunConfig, name=CONFIGURABLE, module="specdec")
+  try:
+    gin.get_configurable("MeshConfig")
+  except ValueError:  # gin/mesh/*.gin bind it (RunConfig.mesh = @MeshConfig())
+    from specdec_jax.sharding import MeshConfig  # pylint: disable=import-outside-toplevel
+    gin.external_configurable(MeshConfig, name="MeshConfig", module="specdec")
 
 
 def build_run_config() -> RunConfig:
@@ -72,6 +80,7 @@ def main(argv: Sequence[str]) -> None:
     raise ValueError(f"unexpected positional arguments: {list(argv[1:])}")
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
+  distributed.initialize_from_flags()  # multi-host: --coordinator_address ... or --distributed
   run(FLAGS.gin_file, FLAGS.output_dir, FLAGS.gin_bindings, FLAGS.gin_search_paths)
 
 
