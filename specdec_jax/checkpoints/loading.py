@@ -126,8 +126,9 @@ def same_architecture(a: ModelConfig, b: ModelConfig) -> bool:
 
 def _random_init(cfg: ModelConfig, seed: int, dtype, sharding) -> dict[str, Any]:
   import jax
-  params = jax.device_get(_jitted_init(cfg)(jax.random.key(seed)))
-  flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+  # The model initialises unrolled layers; a scanned layout is stacked afterwards.
+  params = jax.device_get(_jitted_init(cfg.replace(scan_layers=False))(jax.random.key(seed)))
+  flat = to_layout({k: np.asarray(v) for k, v in flatten(params).items()}, cfg.scan_layers)
   return unflatten(arrays.materialize_tree(flat, dtype, sharding))
 
 

@@ -39,6 +39,15 @@ class Model:
   config: ModelConfig
   axis_rules: Optional[tuple] = None
 
+  def __post_init__(self):
+    if self.config.scan_layers:
+      # Stacked (scanned) layer trees load and convert (`load_checkpoint(..., scan_layers=False)`
+      # unstacks them); the model itself runs its layers as a Python loop, which ran 2-5x faster
+      # than lax.scan on CPU. Fail here rather than with a confusing parameter-tree mismatch.
+      raise NotImplementedError(
+          "ModelConfig.scan_layers=True: the model runs unrolled layers only; load the "
+          "checkpoint with load_checkpoint(path, scan_layers=False), which unstacks the layers")
+
   def _rules(self):
     if self.axis_rules is None:
       return contextlib.nullcontext()
