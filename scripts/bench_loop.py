@@ -39,13 +39,8 @@ XLA_VARIANTS = {
 
 
 def _median_time(fn, repeats: int) -> float:
-  import jax
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+  from specdec_jax.decoding.gamma import time_call
+  return time_call(fn, repeats=repeats, warmup=0)
 
 
 def measure_bandwidth(mbytes: int = 512, repeats: int = 7) -> float:

@@ -34,6 +34,7 @@ import numpy as np
 from absl import flags, logging
 
 from specdec_jax import gin_utils, run as run_lib
+from specdec_jax.testing import WrappedModel
 
 FAULTS = ("none", "target_only_top_k", "residual_from_p")
 
@@ -135,25 +136,10 @@ def continuation_counts(seqs_a: np.ndarray, seqs_b: np.ndarray):
 
 # ---- decoding ------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class _TopKTarget:
+class _TopKTarget(WrappedModel):
   """The target with its logits truncated to the top k (the `target_only_top_k` fault)."""
 
-  base: object
-  k: int
-
-  @property
-  def config(self):
-    return self.base.config
-
-  @property
-  def vocab_size(self):
-    return self.base.vocab_size
-
-  def start_tokens(self, inputs_BxP):
-    return self.base.start_tokens(inputs_BxP)
-
-  def prefill(self, params, inputs_BxP, cache_len):
-    return self.base.prefill(params, inputs_BxP, cache_len)
+  k: int = 1
 
   def extend(self, params, cache, tokens_BxT):
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
