@@ -28,8 +28,9 @@ class ModelConfig:
   # Activation dtype. Parameters stay in their stored dtype and are cast per layer, as in T5X.
   # float32 on CPU (bfloat16 matvecs are ~20x slower in XLA:CPU), bfloat16 on TPU/GPU.
   dtype: str = "float32"
-  # Python-unrolled layers ran 2-5x faster than lax.scan on CPU; scan compiles faster for deep
-  # models. The parameter tree differs (stacked under `layers`); checkpoints convert between them.
+  # Python-unrolled layers ran 2-5x faster than lax.scan on CPU; scanned layers (nn.scan,
+  # parameters stacked under `layers` as in T5X) compile faster for deep models on TPU.
+  # Checkpoints convert between the two trees; both compute the same logits.
   scan_layers: bool = False
   relative_attention_num_buckets: int = 32
   relative_attention_max_distance: int = 128

@@ -56,11 +56,20 @@ class DecodeCache:
   @property
   def length(self) -> int:
     """Number of slots (static)."""
+    if isinstance(self.self_kv, LayerKV):  # stacked [L, B, S, H, K] (scan_layers)
+      return self.self_kv.k_BxSxHxK.shape[2]
     return self.self_kv[0].k_BxSxHxK.shape[1]
 
   @property
   def batch_size(self) -> int:
     return self.index_B.shape[0]
+
+
+def per_layer(kv) -> tuple[LayerKV, ...]:
+  """A tuple of per-layer K/V from either cache layout (tuple, or one stacked [L, ...] LayerKV)."""
+  if isinstance(kv, LayerKV):
+    return tuple(jax.tree.map(lambda x, i=i: x[i], kv) for i in range(kv.k_BxSxHxK.shape[0]))
+  return tuple(kv)
 
 
 def rollback(cache: DecodeCache, index_B: jax.Array) -> DecodeCache:
@@ -74,7 +83,7 @@ def valid_prefix_equal(a: DecodeCache, b: DecodeCache, atol: float = 0.0) -> boo
     return False
   slots = jnp.arange(a.length)
   valid_BxS = slots[None, :] < a.index_B[:, None]
-  for la, lb in zip(a.self_kv, b.self_kv):
+  for la, lb in zip(per_layer(a.self_kv), per_layer(b.self_kv)):
     for xa, xb in ((la.k_BxSxHxK, lb.k_BxSxHxK), (la.v_BxSxHxK, lb.v_BxSxHxK)):
       n = min(xa.shape[1], xb.shape[1])
       diff = jnp.abs(xa[:, :n] - xb[:, :n]).max(axis=(2, 3))

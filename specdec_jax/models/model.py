@@ -39,15 +39,6 @@ class Model:
   config: ModelConfig
   axis_rules: Optional[tuple] = None
 
-  def __post_init__(self):
-    if self.config.scan_layers:
-      # Stacked (scanned) layer trees load and convert (`load_checkpoint(..., scan_layers=False)`
-      # unstacks them); the model itself runs its layers as a Python loop, which ran 2-5x faster
-      # than lax.scan on CPU. Fail here rather than with a confusing parameter-tree mismatch.
-      raise NotImplementedError(
-          "ModelConfig.scan_layers=True: the model runs unrolled layers only; load the "
-          "checkpoint with load_checkpoint(path, scan_layers=False), which unstacks the layers")
-
   def _rules(self):
     if self.axis_rules is None:
       return contextlib.nullcontext()
@@ -136,9 +127,12 @@ def _constrain_cache(cache: DecodeCache) -> DecodeCache:
     axes = ("layers",) * (x.ndim - 4) + ("batch", "length", "heads", "kv")
     return nn.with_logical_constraint(x, axes)
 
-  def kv(layers):
-    return None if layers is None else tuple(LayerKV(c(l.k_BxSxHxK), c(l.v_BxSxHxK))
-                                             for l in layers)
+  def kv(layers):  # a tuple of per-layer LayerKV, or one stacked LayerKV (scan_layers)
+    if layers is None:
+      return None
+    if isinstance(layers, LayerKV):
+      return LayerKV(c(layers.k_BxSxHxK), c(layers.v_BxSxHxK))
+    return tuple(LayerKV(c(l.k_BxSxHxK), c(l.v_BxSxHxK)) for l in layers)
   mask = cache.encoder_mask_BxE
   return cache.replace(
       self_kv=kv(cache.self_kv), cross_kv=kv(cache.cross_kv),

@@ -27,16 +27,28 @@ def _norm(cfg: ModelConfig, name: str) -> LayerNorm:
   return LayerNorm(cfg.layer_norm_epsilon, jnp.dtype(cfg.dtype), name=name)
 
 
+def _scan(module_cls, length: int, **method_kwargs):
+  """`nn.scan` over stacked layers: parameters get a leading layer axis under the name `layers`
+  (T5X's scanned layout), one rng per layer. `method_kwargs`: {method: {"in_axes": ...}}."""
+  common = dict(variable_axes={"params": 0}, split_rngs={"params": True}, length=length,
+                metadata_params={nn.PARTITION_NAME: "layers"})
+  return nn.scan(module_cls, methods={m: {**common, **kw} for m, kw in method_kwargs.items()})
+
+
 class EncoderLayer(nn.Module):
+  """Pre-norm self-attention and gated-GELU MLP. `scanned`: return (x, None) for `nn.scan`."""
+
   config: ModelConfig
+  scanned: bool = False
 
   @nn.compact
-  def __call__(self, x_BxExD: jax.Array, bias_BxHxExE: jax.Array) -> jax.Array:
+  def __call__(self, x_BxExD: jax.Array, bias_BxHxExE: jax.Array):
     cfg = self.config
     h = _norm(cfg, "pre_attention_layer_norm")(x_BxExD)
     x_BxExD = x_BxExD + MultiHeadAttention(cfg, name="attention")(h, bias_BxHxExE)
     h = _norm(cfg, "pre_mlp_layer_norm")(x_BxExD)
-    return x_BxExD + MlpBlock(cfg, name="mlp")(h)
+    y_BxExD = x_BxExD + MlpBlock(cfg, name="mlp")(h)
+    return (y_BxExD, None) if self.scanned else y_BxExD
 
 
 class Encoder(nn.Module):
@@ -48,8 +60,12 @@ class Encoder(nn.Module):
     pos_BxE = jnp.broadcast_to(jnp.arange(x_BxExD.shape[1]), mask_BxE.shape)
     bias = RelativePositionBiases(cfg, bidirectional=True, name="relpos_bias")(pos_BxE, pos_BxE)
     bias = bias + mask_to_bias(mask_BxE[:, None, None, :] & mask_BxE[:, None, :, None], bias.dtype)
-    for i in range(cfg.num_encoder_layers):
-      x_BxExD = EncoderLayer(cfg, name=f"layers_{i}")(x_BxExD, bias)
+    if cfg.scan_layers:
+      stack = _scan(EncoderLayer, cfg.num_encoder_layers, __call__={"in_axes": nn.broadcast})
+      x_BxExD, _ = stack(cfg, scanned=True, name="layers")(x_BxExD, bias)
+    else:
+      for i in range(cfg.num_encoder_layers):
+        x_BxExD = EncoderLayer(cfg, name=f"layers_{i}")(x_BxExD, bias)
     return _norm(cfg, "encoder_norm")(x_BxExD)
 
 
@@ -70,6 +86,10 @@ class DecoderLayer(nn.Module):
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> LayerKV:
     return LayerKV(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
+
+  def cross_kv_step(self, encoded_BxExD: jax.Array) -> tuple[jax.Array, LayerKV]:
+    """`cross_kv` in `nn.scan`'s (carry, output) form: stacks every layer's K/V."""
+    return encoded_BxExD, self.cross_kv(encoded_BxExD)
 
   def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, pos_BxT: jax.Array, self_bias: jax.Array,
                cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array]
@@ -93,11 +113,19 @@ class Decoder(nn.Module):
   def setup(self):
     cfg = self.config
     self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
-    self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
+    if cfg.scan_layers:  # one module, parameters stacked on a leading axis: decoder/layers/...
+      self.layers = _scan(DecoderLayer, cfg.num_decoder_layers,
+                          __call__={"in_axes": (0, nn.broadcast, nn.broadcast, 0, nn.broadcast)},
+                          cross_kv_step={"in_axes": ()})(cfg)
+    else:
+      self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
     self.decoder_norm = _norm(cfg, "decoder_norm")
     self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
 
-  def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...]:
+  def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...] | LayerKV:
+    """Per-layer cross-attention K/V: a tuple, or one LayerKV stacked [L, ...] when scanned."""
+    if self.config.scan_layers:
+      return self.layers.cross_kv_step(encoded_BxExD)[1]
     return tuple(layer.cross_kv(encoded_BxExD) for layer in self.layers)
 
   def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
@@ -111,15 +139,20 @@ class Decoder(nn.Module):
     cross_bias = None
     if cache.cross_kv is not None:
       cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
-    new_kv = []
-    for i, layer in enumerate(self.layers):
-      cross = None if cache.cross_kv is None else cache.cross_kv[i]
-      x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], pos_BxT, self_bias, cross, cross_bias)
-      new_kv.append(kv)
+    if self.config.scan_layers:
+      x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, pos_BxT, self_bias, cache.cross_kv,
+                                    cross_bias)
+    else:
+      new_kv = []
+      for i, layer in enumerate(self.layers):
+        cross = None if cache.cross_kv is None else cache.cross_kv[i]
+        x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], pos_BxT, self_bias, cross, cross_bias)
+        new_kv.append(kv)
+      new_kv = tuple(new_kv)
     y_BxTxD = self.decoder_norm(x_BxTxD)
     logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
     logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
-    cache = cache.replace(self_kv=tuple(new_kv), index_B=cache.index_B + t)
+    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
     return logits_BxTxV, cache
 
 
@@ -142,8 +175,12 @@ class Transformer(nn.Module):
   def empty_cache(self, batch: int, length: int, encoded_BxExD: Optional[jax.Array] = None,
                   encoder_mask_BxE: Optional[jax.Array] = None) -> DecodeCache:
     cfg = self.config
-    kv = tuple(LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim, jnp.dtype(cfg.dtype))
-               for _ in range(cfg.num_decoder_layers))
+    zeros = lambda: LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim,  # noqa: E731
+                                  jnp.dtype(cfg.dtype))
+    if cfg.scan_layers:  # one LayerKV with a leading layer axis [L, B, S, H, K]
+      kv = jax.tree.map(lambda z: jnp.broadcast_to(z, (cfg.num_decoder_layers, *z.shape)), zeros())
+    else:
+      kv = tuple(zeros() for _ in range(cfg.num_decoder_layers))
     cross = None if encoded_BxExD is None else self.decoder.cross_kv(encoded_BxExD)
     return DecodeCache(self_kv=kv, index_B=jnp.zeros((batch,), jnp.int32), cross_kv=cross,
                        encoder_mask_BxE=encoder_mask_BxE)

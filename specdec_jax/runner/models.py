@@ -42,7 +42,7 @@ def load_model(spec: str, *, vocab_size: int | None = None, dtype: str | None = 
         f"checkpoint {spec!r} not found (also looked for {path}); give a checkpoint directory or "
         f"a preset name for random weights ({', '.join(sorted(PRESETS))})")
   from specdec_jax.checkpoints.loading import load_checkpoint  # heavy (orbax, tensorstore)
-  config, params = load_checkpoint(path, dtype=dtype, scan_layers=False)  # the model is unrolled
+  config, params = load_checkpoint(path, dtype=dtype)
   if overrides:
     config = config.replace(**overrides)
   return Model(config), jax.device_put(params)
