@@ -36,7 +36,7 @@ from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.autoregressive import cache_len_needed, last_tokens, prepare
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import commit, verify_step
+from specdec_jax.decoding.speculative import commit, first_draft_call, verify_step
 from specdec_jax.models.kv_cache import rollback
 
 SCHEDULES = ("constant", "heuristic")
@@ -104,14 +104,8 @@ def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B
   """
   gmax = cfg.gamma_max
   batch = num_B.shape[0]
-  last_B = jnp.take_along_axis(tokens_BxL, (num_B - 1)[:, None], axis=1)[:, 0]
-  prev_B = jnp.take_along_axis(tokens_BxL, jnp.maximum(num_B - 2, 0)[:, None], axis=1)[:, 0]
-  first_Bx2 = jnp.stack([jnp.where(pending_B, prev_B, last_B),
-                         jnp.where(pending_B, last_B, 0)], axis=1)
-  index_B = cache.index_B
-  logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
-  cache = rollback(cache, index_B + 1 + pending_B.astype(jnp.int32))
-  logits_BxV = jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0])
+  logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL, num_B,
+                                      pending_B)
   keys = jax.random.split(key, gmax)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)

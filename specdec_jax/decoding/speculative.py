@@ -24,10 +24,13 @@ from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 from specdec_jax.models.kv_cache import DecodeCache, rollback
 
 
-def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, num_B: jax.Array,
-               pending_B: jax.Array, key: jax.Array, gamma: int, sampling: SamplingConfig
-               ) -> tuple[jax.Array, jax.Array, DecodeCache]:
-  """Proposes gamma tokens per example. Returns (tokens_BxG, q_BxGxV float32, draft cache)."""
+def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array,
+                     num_B: jax.Array, pending_B: jax.Array) -> tuple[jax.Array, DecodeCache]:
+  """The draft's first call of an iteration: logits for x_1 [B, V] and the cache after it.
+
+  It feeds [x_gamma, next] where the draft has not seen x_gamma yet (all were accepted last
+  time: `pending_B`), else [next, pad]; one static shape either way, then rolls back past the pad.
+  """
   last_B = jnp.take_along_axis(tokens_BxL, (num_B - 1)[:, None], axis=1)[:, 0]
   prev_B = jnp.take_along_axis(tokens_BxL, jnp.maximum(num_B - 2, 0)[:, None], axis=1)[:, 0]
   first_Bx2 = jnp.stack([jnp.where(pending_B, prev_B, last_B),
@@ -35,7 +38,14 @@ def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, n
   index_B = cache.index_B
   logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
   cache = rollback(cache, index_B + 1 + pending_B.astype(jnp.int32))
-  logits_BxV = jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0])
+  return jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]), cache
+
+
+def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, num_B: jax.Array,
+               pending_B: jax.Array, key: jax.Array, gamma: int, sampling: SamplingConfig
+               ) -> tuple[jax.Array, jax.Array, DecodeCache]:
+  """Proposes gamma tokens per example. Returns (tokens_BxG, q_BxGxV float32, draft cache)."""
+  logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL, num_B, pending_B)
   keys = jax.random.split(key, gamma)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
