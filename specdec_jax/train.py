@@ -5,8 +5,15 @@ r"""Entry point: train from scratch, fine-tune a checkpoint, or distil a draft.
 
 Re-running the same command resumes from the last checkpoint in OUTPUT_DIR/checkpoints with the
 same data order. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
-`--gin_search_paths`). Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl,
-train_summary.json and, with `TrainConfig.export_dir`, the trained weights.
+`--gin_search_paths`, and the multi-host `--distributed=auto` / `--coordinator_address`...).
+Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl, train_summary.json and, with
+`TrainConfig.export_dir`, the trained weights.
+
+Sharded training: add a mesh module after the config, as for runs, e.g.
+`--gin_file=gin/mesh/tpu_v4_32.gin`. The mesh modules bind `RunConfig.mesh = @MeshConfig()`; when
+`TrainConfig.mesh` is not bound, that MeshConfig is the training mesh, so one module serves both
+entry points. On several hosts every host runs the same command and OUTPUT_DIR must be a
+directory all of them see (e.g. a gcsfuse mount): Orbax writes each host's shards there.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from collections.abc import Sequence
 import gin
 from absl import flags, logging
 
+from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils
 
 FLAGS = flags.FLAGS
@@ -30,13 +38,32 @@ if "gin_file" not in FLAGS:
 
 
 def register_configurables() -> None:
+  """TrainConfig, TaskSpec, MeshConfig and (for gin/mesh/*.gin) RunConfig, once per process."""
+  from specdec_jax.runner.config import RunConfig
+  from specdec_jax.sharding import MeshConfig
   from specdec_jax.training.data import TaskSpec
   from specdec_jax.training.trainer import TrainConfig
-  for cls in (TrainConfig, TaskSpec):
+  for cls in (TrainConfig, TaskSpec, MeshConfig, RunConfig):
     try:
       gin.get_configurable(cls.__name__)
     except ValueError:
-      gin.external_configurable(cls, module="specdec")
+      gin.external_configurable(cls, name=cls.__name__, module="specdec")
+
+
+def _binding(name: str):
+  """(bound?, value) of a `Configurable.param` binding."""
+  try:
+    return True, gin.query_parameter(name)
+  except ValueError:
+    return False, None
+
+
+def build_train_config():
+  """The parsed `TrainConfig`; a mesh module's MeshConfig is its mesh unless it binds its own."""
+  kwargs = {}
+  if not _binding("TrainConfig.mesh")[0] and _binding("RunConfig.mesh")[1] is not None:
+    kwargs["mesh"] = gin.get_configurable("MeshConfig")()
+  return gin.get_configurable("TrainConfig")(**kwargs)
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
@@ -45,7 +72,7 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
   register_configurables()
   gin.clear_config()
   gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
-  return gin.get_configurable("TrainConfig")()
+  return build_train_config()
 
 
 def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] = (),
@@ -61,6 +88,7 @@ def main(argv: Sequence[str]) -> None:
     raise ValueError(f"unexpected positional arguments: {list(argv[1:])}")
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
+  distributed.initialize_from_flags()  # before anything touches a device
   summary = train(FLAGS.gin_file, FLAGS.output_dir, FLAGS.gin_bindings, FLAGS.gin_search_paths)
   print(json.dumps(summary, indent=1))
 

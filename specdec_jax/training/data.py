@@ -7,15 +7,24 @@ that epoch's permutation (seeded by (seed, task, epoch)). Nothing depends on the
 
 Shapes are static per task (inputs padded/truncated to `input_len`, targets to `target_len`), so
 the jitted train step compiles once per task.
+
+A task is a local task / JSONL path (`local_tasks`, tokenized with the run's vocabulary) or a
+registered seqio task (`seqio_tasks`: the papers' `wmt_t2t_ende_v003`, `cnn_dailymail`, the local
+`specdec_*` ones): its inputs come tokenized by the task and its references are encoded with the
+task's own vocabulary, so a model fine-tuned here sees exactly the ids a run decodes from.
+`TaskSpec.max_examples` caps what is read (the first N of the split: TFDS stores a split in
+hashed-key order, a pseudo-random sample), so a 4.5M-pair WMT split is tokenized whole only if
+asked.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from specdec_jax.data import local_tasks
+from specdec_jax.data import local_tasks, seqio_tasks
 from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
 
 
@@ -28,11 +37,19 @@ class TaskSpec:
     weight: batches of this task per round of the schedule (integer mixing rate).
     input_len: encoder tokens per example (T5), EOS included; 0 for decoder-only.
     target_len: decoder tokens per example, EOS included (decoder-only: the whole sequence).
+    max_examples: read at most this many training examples (the first ones of the split); None
+      reads the whole split. Validation reads `TrainConfig.eval_examples` instead.
   """
   name: str
   weight: int = 1
   input_len: int = 64
   target_len: int = 64
+  max_examples: int | None = None
+
+  def __post_init__(self):
+    if self.max_examples is not None and self.max_examples < 1:
+      raise ValueError(f"TaskSpec({self.name!r}).max_examples must be >= 1 or None, got "
+                       f"{self.max_examples}")
 
 
 @dataclasses.dataclass
@@ -57,24 +74,55 @@ def _pad(ids: Sequence[int], length: int) -> np.ndarray:
   return out
 
 
+def is_seqio_task(name: str) -> bool:
+  """A registered seqio task, not a local task or a file (checked first: no TensorFlow for them)."""
+  if name in local_tasks.LOCAL_TASKS or os.path.exists(name):
+    return False
+  return seqio_tasks.is_seqio_task(name)
+
+
+def task_vocabulary(spec: TaskSpec, default):
+  """The vocabulary a task's references are encoded with: a seqio task's own, else `default`."""
+  return seqio_tasks.vocabulary(spec.name) if is_seqio_task(spec.name) else default
+
+
+def _read(spec: TaskSpec, vocab, split: str, limit: int | None):
+  """(input ids ending with EOS, reference ids without EOS) of the examples with a reference."""
+  if is_seqio_task(spec.name):
+    examples = seqio_tasks.load_examples(spec.name, split, limit,
+                                         max_input_length=max(spec.input_len, spec.target_len))
+    vocab = seqio_tasks.vocabulary(spec.name)
+    if vocab.eos_id != EOS_ID or vocab.pad_id != PAD_ID:
+      raise ValueError(f"seqio task {spec.name!r}: vocabulary eos/pad ids {vocab.eos_id}/"
+                       f"{vocab.pad_id}, the trainer assumes {EOS_ID}/{PAD_ID}")
+    examples = [ex for ex in examples if ex.reference]
+    src = [list(ex.input_ids) for ex in examples]  # tokenized by the task, EOS appended
+  else:
+    examples = local_tasks.load_examples(spec.name, split, limit)
+    examples = [ex for ex in examples if ex.reference]
+    src = [s + [EOS_ID] for s in vocab.encode_batch([ex.inputs for ex in examples])]
+  if not examples:
+    raise ValueError(f"task {spec.name!r} ({split}) has no examples with a reference to train on")
+  return src, vocab.encode_batch([ex.reference for ex in examples])
+
+
 def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "train",
                   limit: int | None = None) -> TokenizedTask:
   """Reads and tokenizes a task split into fixed-width arrays.
 
   Encoder-decoder: input (with its task prefix) + EOS -> inputs, reference + EOS -> targets.
   Decoder-only (code): input followed by reference + EOS, as one sequence in `targets`.
+  `vocab` tokenizes local tasks; a seqio task brings its own (`task_vocabulary`). The train split
+  reads at most `spec.max_examples` examples.
   """
-  examples = local_tasks.load_examples(spec.name, split, limit)
-  examples = [ex for ex in examples if ex.reference]
-  if not examples:
-    raise ValueError(f"task {spec.name!r} ({split}) has no examples with a reference to train on")
-  src = vocab.encode_batch([ex.inputs for ex in examples])
-  tgt = vocab.encode_batch([ex.reference for ex in examples])
+  if limit is None and split == "train":
+    limit = spec.max_examples
+  src, tgt = _read(spec, vocab, split, limit)
   if encoder_decoder:
-    inputs = np.stack([_pad(s + [EOS_ID], spec.input_len) for s in src])
+    inputs = np.stack([_pad(s, spec.input_len) for s in src])
     targets = np.stack([_pad(t + [EOS_ID], spec.target_len) for t in tgt])
     return TokenizedTask(spec, inputs, targets)
-  targets = np.stack([_pad(s + t + [EOS_ID], spec.target_len) for s, t in zip(src, tgt)])
+  targets = np.stack([_pad(s[:-1] + t + [EOS_ID], spec.target_len) for s, t in zip(src, tgt)])
   return TokenizedTask(spec, None, targets)
 
 

@@ -12,9 +12,17 @@ Why it looks like this:
   loss mixes forward KL to the teacher's next-token distribution with the data cross-entropy.
 - Wall-clock budgets (`max_train_seconds`) end a run cleanly at a checkpoint: training on a
   2-core CPU is slow, and a budget that resumes across sessions is how the local zoo is built.
+- Fine-tuning T5 v1.1 as T5X does (configs/paper/train/): tasks may be seqio tasks (WMT En-De,
+  CNN/DM; `training.data`), `mesh` shards the model, batch and optimizer state over a TPU slice
+  (`training.sharded`; XXL fits no single chip), `num_microbatches` accumulates gradients over
+  slices of the batch (T5X's name: the same update, less activation memory) and `dtype` computes
+  activations in bfloat16 while params, gradients and optimizer state stay float32.
+- Several processes (a multi-host slice) run the same loop; only process 0 writes files other
+  than Orbax checkpoints, and a wall-clock stop is process 0's decision, shared with all.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,6 +38,7 @@ import optax
 import orbax.checkpoint as ocp
 from absl import logging
 
+from specdec_jax import sharding
 from specdec_jax.checkpoints import load_checkpoint
 from specdec_jax.checkpoints import orbax_io
 from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
@@ -37,6 +46,7 @@ from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import losses
+from specdec_jax.training import sharded as sharded_lib
 
 OPTIMIZERS = ("adafactor", "adamw")
 SCHEDULES = ("constant", "rsqrt", "cosine")
@@ -70,7 +80,13 @@ class TrainConfig:
     export_dir: where the final weights are written as a specdec checkpoint (config beside them).
     export_dtype: dtype of the exported weights ('bfloat16' halves the size; load as float32).
     eval_examples: valid-split examples per task for the final validation loss (0 to skip).
-    vocabulary: SentencePiece model file; None for the shipped 8k vocabulary.
+    vocabulary: SentencePiece model file for local tasks; None for the shipped 8k vocabulary
+      (seqio tasks always use their own).
+    mesh: a `sharding.MeshConfig` (gin/mesh/*.gin): train sharded with the target rules on that
+      mesh; None trains on one device.
+    num_microbatches: split each batch into this many slices and accumulate their gradients (one
+      optimizer step per batch, as T5X's `num_microbatches`).
+    dtype: activation dtype ('bfloat16' on TPU, as T5X); params and optimizer state stay float32.
   """
   model: str
   tasks: Sequence[data_lib.TaskSpec]
@@ -94,6 +110,9 @@ class TrainConfig:
   export_dtype: str | None = "bfloat16"
   eval_examples: int = 256
   vocabulary: str | None = None
+  mesh: Any = None
+  num_microbatches: int = 1
+  dtype: str = "float32"
 
   def __post_init__(self):
     if self.optimizer not in OPTIMIZERS:
@@ -107,6 +126,9 @@ class TrainConfig:
       raise ValueError(f"distill_weight must lie in [0, 1], got {self.distill_weight}")
     if not self.tasks:
       raise ValueError("TrainConfig.tasks is empty: name at least one TaskSpec")
+    if self.num_microbatches < 1 or self.batch_size % self.num_microbatches:
+      raise ValueError(f"num_microbatches ({self.num_microbatches}) must be >= 1 and divide "
+                       f"batch_size ({self.batch_size})")
 
 
 def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
@@ -134,17 +156,27 @@ def _model_inputs(batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
   return enc, dec
 
 
-def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTransformation,
-                    teacher: Model | None):
-  """Jitted (state, batch, teacher_params) -> (state, metrics)."""
+def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
+  """[B, ...] -> [k, B / k, ...], microbatch j = rows j, j + k, ...: strided, so each one is spread
+  over every data shard of a sharded batch (no resharding) instead of living on a few."""
+  return jax.tree.map(lambda x: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1), batch)
 
-  def loss_fn(params, batch, teacher_params):
+
+def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTransformation,
+                    teacher: Model | None, state_shardings=None, replicated=None):
+  """Jitted (state, batch, teacher_params) -> (state, metrics).
+
+  Losses are sums over target tokens divided by the whole batch's token count, so microbatch
+  gradients add up to the whole batch's. `state_shardings` (sharded runs) pins the state's layout
+  across steps (and keeps the donated buffers reusable); metrics then come back replicated.
+  """
+
+  def loss_fn(params, batch, teacher_params, n):
     enc, dec = _model_inputs(batch)
     logits = model.forward(params, enc, dec)
     w = batch["loss_weights"]
-    ce_sum, n = losses.cross_entropy(logits, batch["decoder_target_tokens"], w, cfg.z_loss)
-    n = jnp.maximum(n, 1.0)
-    metrics = {"cross_entropy": ce_sum / n, "target_tokens": n}
+    ce_sum, tokens = losses.cross_entropy(logits, batch["decoder_target_tokens"], w, cfg.z_loss)
+    metrics = {"cross_entropy": ce_sum / n, "target_tokens": tokens}
     if teacher is None:
       return ce_sum / n, metrics
     teacher_logits = teacher.forward(teacher_params, enc, dec)
@@ -152,9 +184,23 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
     metrics["kl"] = kl
     return cfg.distill_weight * kl + (1.0 - cfg.distill_weight) * ce_sum / n, metrics
 
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def loss_and_grads(params, batch, teacher_params):
+    n = jnp.maximum(jnp.sum(batch["loss_weights"]), 1.0)
+    if cfg.num_microbatches == 1:
+      return grad_fn(params, batch, teacher_params, n)
+    def body(acc, mb):
+      out = grad_fn(params, mb, teacher_params, n)
+      return jax.tree.map(jnp.add, acc, out), None
+    mbs = _microbatches(batch, cfg.num_microbatches)
+    first = jax.tree.map(lambda x: x[0], mbs)
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                         jax.eval_shape(grad_fn, params, first, teacher_params, n))
+    return jax.lax.scan(body, zeros, mbs)[0]
+
   def step(state, batch, teacher_params):
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state["params"], batch, teacher_params)
+    (loss, metrics), grads = loss_and_grads(state["params"], batch, teacher_params)
     updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
@@ -162,30 +208,34 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
                      tokens=state["tokens"] + metrics["target_tokens"].astype(jnp.int32))
     return new_state, metrics
 
-  return jax.jit(step, donate_argnums=(0,))
+  if state_shardings is None:
+    return jax.jit(step, donate_argnums=(0,))
+  return jax.jit(step, donate_argnums=(0,), out_shardings=(state_shardings, replicated))
 
 
 _STEP_CACHE: dict[tuple, Any] = {}
 
 
-def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None):
-  """One compiled step per (model, optimizer, loss) setting: a resume in the same process (tests,
-  notebooks) reuses the compilation instead of paying it again."""
+def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None,
+                       tm: sharded_lib.TrainMesh | None = None, state=None):
+  """One compiled step per (model, optimizer, loss, mesh) setting: a resume in the same process
+  (tests, notebooks) reuses the compilation instead of paying it again."""
   key = (model.config, teacher and teacher.config, cfg.optimizer, cfg.learning_rate, cfg.schedule,
          cfg.warmup_steps, cfg.weight_decay, cfg.z_loss, cfg.distill_weight,
-         cfg.distill_temperature, cfg.max_steps)
+         cfg.distill_temperature, cfg.max_steps, cfg.num_microbatches, tm)
   if key not in _STEP_CACHE:
-    _STEP_CACHE[key] = make_train_step(model, cfg, make_optimizer(cfg), teacher)
+    extra = {} if tm is None else dict(state_shardings=sharded_lib.state_shardings(state),
+                                       replicated=tm.replicated)
+    _STEP_CACHE[key] = make_train_step(model, cfg, make_optimizer(cfg), teacher, **extra)
   return _STEP_CACHE[key]
 
 
-def make_eval_loss(model: Model):
-  @jax.jit
+def make_eval_loss(model: Model, replicated=None):
   def eval_loss(params, batch):
     enc, dec = _model_inputs(batch)
     return losses.cross_entropy(model.forward(params, enc, dec), batch["decoder_target_tokens"],
                                 batch["loss_weights"])
-  return eval_loss
+  return jax.jit(eval_loss) if replicated is None else jax.jit(eval_loss, out_shardings=replicated)
 
 
 def _batch_digest(batch: dict[str, np.ndarray]) -> str:
@@ -196,16 +246,18 @@ def _batch_digest(batch: dict[str, np.ndarray]) -> str:
   return h.hexdigest()[:16]
 
 
-def _load_model(path_or_preset: str, seed: int) -> tuple[ModelConfig, Any]:
+def _load_model(path_or_preset: str, seed: int, dtype: str = "float32"
+                ) -> tuple[ModelConfig, Any]:
+  """(config with activation `dtype`, float32 params on the host: placed by the caller)."""
   cfg, params = load_checkpoint(path_or_preset, dtype=np.float32, seed=seed)
-  cfg = cfg.replace(dtype="float32", scan_layers=False)
-  return cfg, jax.tree.map(jnp.asarray, params)
+  return cfg.replace(dtype=dtype, scan_layers=False), params
 
 
-def _check_vocab(model_cfg: ModelConfig, vocab: SentencePieceVocabulary, what: str) -> None:
+def _check_vocab(model_cfg: ModelConfig, vocab, what: str) -> None:
   if model_cfg.vocab_size < vocab.vocab_size:
+    source = getattr(vocab, "model_file", None) or "the task's vocabulary"
     raise ValueError(f"{what} has vocab_size {model_cfg.vocab_size}, smaller than the "
-                     f"vocabulary's {vocab.vocab_size} ids ({vocab.model_file})")
+                     f"vocabulary's {vocab.vocab_size} ids ({source})")
 
 
 class _Writer:
@@ -227,52 +279,115 @@ class _Writer:
     self._w.close()
 
 
+class _Placement:
+  """Where arrays go: the default device (unsharded), or their shards on the run's mesh."""
+
+  def __init__(self, tm: sharded_lib.TrainMesh | None):
+    self.tm = tm
+
+  def params(self, model: Model, params):
+    if self.tm is None:
+      return jax.tree.map(jnp.asarray, params)
+    return self.tm.place(params, self.tm.param_shardings(model))
+
+  def opt_state(self, optimizer: optax.GradientTransformation, params):
+    if self.tm is None:
+      return optimizer.init(params)
+    shardings = self.tm.opt_state_shardings(optimizer, params,
+                                            jax.tree.map(lambda x: x.sharding, params))
+    return jax.jit(optimizer.init, out_shardings=shardings)(params)
+
+  def scalar(self, value, dtype):
+    value = np.asarray(value, dtype)
+    return jnp.asarray(value) if self.tm is None else self.tm.replicate(value)
+
+  def batch(self, batch_np: dict[str, np.ndarray], split_rows: bool = True):
+    if self.tm is None:
+      return jax.tree.map(jnp.asarray, batch_np)
+    return self.tm.batch(batch_np) if split_rows else self.tm.replicate(batch_np)
+
+
+def _agree(flag: bool) -> bool:
+  """Process 0's decision on every process (one process: `flag`), so all run the same steps."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
+
+
 def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
           crash_after_step: int | None = None, progress: bool = True) -> dict[str, Any]:
   """Trains (or resumes) into `output_dir`; returns the summary written to `train_summary.json`.
 
   `crash_after_step` raises after that step's checkpoint logic, simulating a kill (tests).
+  With `cfg.mesh`, the mesh is checked against the model and the (micro)batch before anything is
+  compiled, and everything from placement to export runs with that mesh in context.
   """
-  output_dir = os.path.abspath(output_dir)
-  os.makedirs(output_dir, exist_ok=True)
-  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
-  model_cfg, params = _load_model(cfg.model, cfg.seed)
-  _check_vocab(model_cfg, vocab, f"model {cfg.model}")
+  if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
+    sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
+  model_cfg, params = _load_model(cfg.model, cfg.seed, cfg.dtype)
   model = Model(model_cfg)
   teacher, teacher_params = None, None
   if cfg.teacher:
-    teacher_cfg, teacher_params = _load_model(cfg.teacher, cfg.seed)
+    teacher_cfg, teacher_params = _load_model(cfg.teacher, cfg.seed, cfg.dtype)
     if teacher_cfg.vocab_size != model_cfg.vocab_size or teacher_cfg.kind != model_cfg.kind:
       raise ValueError(f"teacher {cfg.teacher} (kind {teacher_cfg.kind}, vocab_size "
                        f"{teacher_cfg.vocab_size}) cannot teach model {cfg.model} (kind "
                        f"{model_cfg.kind}, vocab_size {model_cfg.vocab_size})")
     teacher = Model(teacher_cfg)
+  tm = None
+  if cfg.mesh is not None:
+    tm, model, teacher = sharded_lib.setup(
+        cfg.mesh, model, batch_size=cfg.batch_size // cfg.num_microbatches,
+        name=f"model {cfg.model}", teacher=teacher)
+  with contextlib.ExitStack() as stack:
+    if tm is not None:
+      stack.enter_context(jax.set_mesh(tm.mesh))
+    return _train(cfg, output_dir, model, params, teacher, teacher_params, _Placement(tm),
+                  config_text=config_text, crash_after_step=crash_after_step, progress=progress)
 
-  enc_dec = model_cfg.is_encoder_decoder
+
+def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Model | None,
+           teacher_params, place: _Placement, *, config_text: str, crash_after_step: int | None,
+           progress: bool) -> dict[str, Any]:
+  output_dir = os.path.abspath(output_dir)
+  primary = jax.process_index() == 0  # the only process that writes (Orbax: all of them)
+  os.makedirs(output_dir, exist_ok=True)
+  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
+  for spec in cfg.tasks:
+    _check_vocab(model.config, data_lib.task_vocabulary(spec, vocab),
+                 f"model {cfg.model} (task {spec.name})")
+
+  enc_dec = model.config.is_encoder_decoder
   tasks = [data_lib.tokenize_task(s, vocab, enc_dec, "train") for s in cfg.tasks]
   logging.info("tasks: %s", ", ".join(f"{t.spec.name} ({t.size} examples)" for t in tasks))
 
+  params = place.params(model, params)
+  if teacher is not None:
+    teacher_params = place.params(teacher, teacher_params)
   optimizer = make_optimizer(cfg)
-  state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.int32(0),
-           "tokens": jnp.int32(0), "seconds": jnp.float32(0.0)}
+  state = {"params": params, "opt_state": place.opt_state(optimizer, params),
+           "step": place.scalar(0, np.int32), "tokens": place.scalar(0, np.int32),
+           "seconds": place.scalar(0.0, np.float32)}
   manager = ocp.CheckpointManager(
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
   latest = manager.latest_step()
   if latest is not None:
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shardings included
     state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))
     logging.info("resumed from step %d (%s)", latest, manager.directory)
   start_step = int(state["step"])
 
-  train_step = _cached_train_step(model, cfg, teacher)
-  writer = _Writer(os.path.join(output_dir, "tensorboard"))
-  if config_text and start_step == 0:
+  train_step = _cached_train_step(model, cfg, teacher, place.tm, state)
+  writer = _Writer(os.path.join(output_dir, "tensorboard")) if primary else None
+  if writer and config_text and start_step == 0:
     writer.text("config", config_text)
-  batches_log = open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
+  batches_log = (open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
+                 if primary else None)
   schedule_fn = learning_rate_schedule(cfg)
   bar = None
-  if progress:
+  if progress and primary:
     from tqdm import tqdm
     bar = tqdm(total=cfg.max_steps, initial=start_step, desc="train", unit="step",
                dynamic_ncols=True)
@@ -286,9 +401,10 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   try:
     while step < cfg.max_steps:
       task_idx, batch_np = data_lib.batch_at(tasks, step, cfg.batch_size, cfg.seed)
-      batches_log.write(json.dumps({"step": step, "task": tasks[task_idx].spec.name,
-                                    "digest": _batch_digest(batch_np)}) + "\n")
-      state, metrics = train_step(state, jax.tree.map(jnp.asarray, batch_np), teacher_params)
+      if batches_log:
+        batches_log.write(json.dumps({"step": step, "task": tasks[task_idx].spec.name,
+                                      "digest": _batch_digest(batch_np)}) + "\n")
+      state, metrics = train_step(state, place.batch(batch_np), teacher_params)
       step += 1
       tokens_window += float(np.sum(batch_np["loss_weights"]))
       if step % cfg.log_every == 0 or step == cfg.max_steps:
@@ -297,27 +413,31 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
         last_metrics = {f"train/{k}": float(v) for k, v in metrics.items() if k != "target_tokens"}
         last_metrics["train/learning_rate"] = float(schedule_fn(step))
         last_metrics["train/target_tokens_per_second"] = tokens_window / max(now - t_window, 1e-9)
-        writer.scalars(step, last_metrics)
+        if writer:
+          writer.scalars(step, last_metrics)
         t_window, tokens_window = now, 0.0
         if bar is not None:
           bar.set_postfix(loss=f"{last_metrics['train/loss']:.3f}",
                           tok_s=f"{last_metrics['train/target_tokens_per_second']:.0f}")
       if bar is not None:
         bar.update(1)
-      over_budget = (cfg.max_train_seconds is not None
-                     and time.perf_counter() - t_process > cfg.max_train_seconds)
+      over_budget = (cfg.max_train_seconds is not None and _agree(
+          time.perf_counter() - t_process > cfg.max_train_seconds))
       if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over_budget:
-        state["seconds"] = jnp.float32(seconds_before + time.perf_counter() - t_process)
+        state["seconds"] = place.scalar(seconds_before + time.perf_counter() - t_process,
+                                        np.float32)
         manager.save(step, args=ocp.args.StandardSave(state))
         manager.wait_until_finished()
-        batches_log.flush()
+        if batches_log:
+          batches_log.flush()
       if crash_after_step is not None and step >= crash_after_step:
         raise RuntimeError(f"simulated crash after step {step}")
       if over_budget:
         stopped_by_budget = step < cfg.max_steps
         break
   finally:
-    batches_log.close()
+    if batches_log:
+      batches_log.close()
     if bar is not None:
       bar.close()
     manager.wait_until_finished()
@@ -331,21 +451,29 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
       "final_train_metrics": last_metrics,
   }
   if cfg.eval_examples:
-    summary["valid_cross_entropy"] = evaluate(model, state["params"], cfg, vocab)
-  writer.scalars(step, {f"valid/{k}": v for k, v in summary.get("valid_cross_entropy", {}).items()})
-  writer.close()
+    summary["valid_cross_entropy"] = evaluate(model, state["params"], cfg, vocab, place)
+  if writer:
+    writer.scalars(step, {f"valid/{k}": v
+                          for k, v in summary.get("valid_cross_entropy", {}).items()})
+    writer.close()
   if cfg.export_dir:
     dtype = jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None
-    orbax_io.save(cfg.export_dir, model_cfg, jax.device_get(state["params"]), dtype=dtype)
+    # Sharded params are written shard by shard (every process calls save); the stored config
+    # keeps float32 activations, as exports always had (runs pick their own dtype).
+    exported = state["params"] if place.tm is not None else jax.device_get(state["params"])
+    orbax_io.save(cfg.export_dir, model.config.replace(dtype="float32"), exported, dtype=dtype)
     summary["export_dir"] = cfg.export_dir
-  with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
+  if primary:
+    with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
+      json.dump(summary, f, indent=1)
   return summary
 
 
-def evaluate(model: Model, params, cfg: TrainConfig, vocab) -> dict[str, float]:
+def evaluate(model: Model, params, cfg: TrainConfig, vocab,
+             place: _Placement | None = None) -> dict[str, float]:
   """Token-level cross-entropy per task on the first `eval_examples` of the valid split."""
-  eval_loss = make_eval_loss(model)
+  place = place or _Placement(None)
+  eval_loss = make_eval_loss(model, None if place.tm is None else place.tm.replicated)
   out = {}
   for spec in cfg.tasks:
     task = data_lib.tokenize_task(spec, vocab, model.config.is_encoder_decoder, "valid",
@@ -356,7 +484,8 @@ def evaluate(model: Model, params, cfg: TrainConfig, vocab) -> dict[str, float]:
       sub = data_lib.TokenizedTask(spec, None if task.inputs_NxP is None else task.inputs_NxP[rows],
                                    task.targets_NxL[rows])
       _, batch = data_lib.batch_at([sub], 0, len(rows), 0)
-      s, n = eval_loss(params, jax.tree.map(jnp.asarray, batch))
+      # A short last batch may not split over the data axis: eval batches are replicated.
+      s, n = eval_loss(params, place.batch(batch, split_rows=False))
       total, count = total + float(s), count + float(n)
     out[spec.name] = total / max(count, 1.0)
   return out
