@@ -66,6 +66,11 @@ def initialize_from_flags() -> bool:
                     auto=_DISTRIBUTED.value == "auto")
 
 
+def process_index() -> int:
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.process_index()
+
+
 def is_main_process() -> bool:
   import jax  # pylint: disable=import-outside-toplevel
   return jax.process_index() == 0
@@ -105,3 +110,24 @@ def gather(tree: Any) -> Any:
   if jax.process_count() == 1:
     return jax.tree.map(np.asarray, tree)
   return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def agree(obj: Any) -> Any:
+  """Process 0's value of a JSON-able `obj`, on every process (a collective: all must call it).
+
+  Why: decisions that depend on timings or on files only process 0 reads (repeat counts of a timed
+  program, measured costs, which examples a resumed run has done) must be the same everywhere, or
+  the processes run different programs and the job hangs. One process: `obj` itself.
+  """
+  import json  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  if jax.process_count() == 1:
+    return obj
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  payload = np.frombuffer(json.dumps(obj).encode(), np.uint8).astype(np.int32)
+  n = int(multihost_utils.broadcast_one_to_all(np.int32(len(payload))))
+  buf = np.zeros(n, np.int32)
+  if is_main_process():
+    buf[:] = payload
+  out = np.asarray(multihost_utils.broadcast_one_to_all(buf)).astype(np.uint8)
+  return json.loads(out.tobytes().decode())

@@ -144,13 +144,18 @@ def run(main) -> None:
   app.run(main, argv=rewrite_gin_args(sys.argv))
 
 
+def config_text() -> str:
+  """The operative config (what was actually used), else the full config if nothing ran yet."""
+  return gin.operative_config_str() or gin.config_str()
+
+
 def write_config(output_dir: str, writer=None, step: int = 0) -> str:
   """Writes the operative config to OUTPUT_DIR/config.gin and as a TensorBoard text summary.
 
   The operative config lists only what was actually used; it is written after the run's
   configurables have been called. Falls back to the full config before that.
   """
-  text = gin.operative_config_str() or gin.config_str()
+  text = config_text()
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "config.gin"), "w") as f:
     f.write(text)

@@ -15,7 +15,6 @@ Gin lives here only: this module registers `RunConfig` as a configurable; librar
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import gin
@@ -70,9 +69,8 @@ def run(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] =
   """Parses the config, writes config.gin, runs; returns the metrics objects."""
   from specdec_jax.runner.experiment import execute  # jax and friends: after flag errors
   cfg = parse(gin_files, gin_bindings, search_paths)
-  os.makedirs(output_dir, exist_ok=True)
-  text = gin_utils.write_config(output_dir)
-  return execute(cfg, output_dir, config_text=text)
+  # Written by execute, on process 0 only (nothing may touch jax's devices before the mesh is up).
+  return execute(cfg, output_dir, config_text=gin_utils.config_text())
 
 
 def main(argv: Sequence[str]) -> None:

@@ -15,41 +15,23 @@ rules are part of the (static, hashable) model, so they are part of every jit ca
 Everything is checked before anything is compiled: a mesh axis that does not divide a dimension it
 shards raises a ValueError naming the axis, the dimension and both sizes.
 
-`ShardedModels.speculative` runs two programs per batch: a prefill (encoders, caches, token buffer,
-sharded) and the loop, which gets that state donated and runs the `while_loop` in those buffers.
-Both use the core's own pieces (`autoregressive.prepare`, `speculative.spec_iteration`), so the
-tokens equal `generate_speculative`'s (tests/sharding/test_equivalence.py). The vocabulary is
-gathered before sampling by `Model.extend` (its logits constraint leaves `vocab` unsharded).
-
-Typical use::
-
-  sm = shard_models(target, target_params, draft, draft_params,
-                    mesh_config=MeshConfig(data=1, model_outer=4, model_inner=2), batch_size=8)
-  result = sm.speculative(inputs_BxP, rng, gamma=4, sampling=SamplingConfig(), max_decode_len=32)
-
-The run pipeline (`python -m specdec_jax.run` with a gin/mesh/*.gin module) instead uses
-`run_mesh` + `shard_for_run`: the models carry rules and placed params, and the runner's own
-`generate_*` programs run sharded under the mesh in context.
+The decoding programs that run on such a mesh (prefill, then the loop over a donated state) live
+in `specdec_jax.decoding.sharded` (`shard_models(...).speculative(...)`). The run pipeline
+(`python -m specdec_jax.run` with a gin/mesh/*.gin module) uses `run_mesh` + `shard_for_run`, then
+the same programs, one `ShardedModels` per draft.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from specdec_jax.decoding import acceptance as acc
-from specdec_jax.decoding import autoregressive as ar
-from specdec_jax.decoding import speculative as spec
-from specdec_jax.decoding import state as st
-from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.model import Model
 
 DATA, OUTER, INNER = "data", "model_outer", "model_inner"
@@ -252,6 +234,11 @@ def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, P(first, *([None] * (ndim - 1))))
 
 
+def data_parallel_size(mesh: Mesh, rules: Rules) -> int:
+  """How many ways the batch is split: the product of the mesh axes `batch` maps to."""
+  return math.prod(mesh.shape[a] for a in _mesh_axes_of(rules, "batch"))
+
+
 def shard_batch(x, mesh: Mesh, rules: Rules, *, process_local: bool = False) -> jax.Array:
   """Global [B, ...] array sharded over the data axis.
 
@@ -281,176 +268,6 @@ def per_device_bytes(tree) -> dict[Any, int]:
   return out
 
 
-# ---- the front door -------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class ShardedModels:
-  """A target (and optionally a draft) with rules attached and params placed on one mesh."""
-
-  mesh: Mesh
-  target: Model
-  target_params: Any
-  draft: Optional[Model] = None
-  draft_params: Any = None
-
-  @property
-  def data_rules(self) -> Rules:
-    return self.target.axis_rules
-
-  def shard_inputs(self, inputs_BxP, *, process_local: bool = False) -> jax.Array:
-    batch = np.shape(inputs_BxP)[0] * (jax.process_count() if process_local else 1)
-    validate(self.mesh, self.target, self.target.axis_rules, name="target", batch_size=batch)
-    return shard_batch(np.asarray(inputs_BxP, np.int32), self.mesh, self.data_rules,
-                       process_local=process_local)
-
-  def speculative(self, inputs_BxP, rng=None, *, gamma: int, sampling: SamplingConfig,
-                  max_decode_len: int, rule: str = "tokenwise", cache_len: Optional[int] = None,
-                  process_local: bool = False) -> st.DecodeResult:
-    """Speculative decoding on the mesh: prefill, then the whole loop on device.
-
-    Two programs per batch: `_spec_prefill` (encoders, caches, token buffer, all sharded) and
-    `_spec_loop` (the `lax.while_loop`), which receives that state DONATED, so the loop updates
-    the caches and the token buffer in place instead of copying them into fresh buffers.
-    """
-    inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
-                                  cache_len, process_local)
-    with jax.set_mesh(self.mesh):
-      state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
-                            inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
-                            cache_len=cache_len)
-      result, _ = _spec_loop(self.target, self.target_params, self.draft, self.draft_params,
-                             state, **kw)
-      return result
-
-  def lower_speculative(self, inputs_BxP, rng=None, *, gamma: int, sampling: SamplingConfig,
-                        max_decode_len: int, rule: str = "tokenwise",
-                        cache_len: Optional[int] = None):
-    """(prefilled state, the lowered loop program), for HLO inspection:
-    `lowered.compile()(target_params, draft_params, state)` decodes, returning
-    (result, final state); `state` is donated (deleted) by that call."""
-    inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
-                                  cache_len, False)
-    with jax.set_mesh(self.mesh):
-      state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
-                            inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
-                            cache_len=cache_len)
-      lowered = _spec_loop.lower(self.target, self.target_params, self.draft, self.draft_params,
-                                 state, **kw)
-    return state, lowered
-
-  def _check(self, inputs_BxP, rng, gamma, sampling, max_decode_len, rule, cache_len,
-             process_local):
-    """Shape checks (before any compile), then the inputs and key placed on the mesh."""
-    if self.draft is None:
-      raise ValueError("speculative decoding needs a draft; shard_models(..., draft=...)")
-    plen = np.shape(inputs_BxP)[1]
-    st.check_decode_args(target_vocab=self.target.vocab_size, draft_vocab=self.draft.vocab_size,
-                         gamma=gamma, sampling=sampling, max_decode_len=max_decode_len,
-                         prompt_len=plen, cache_len=cache_len,
-                         needed_cache_len=ar.cache_len_needed(self.target, plen, max_decode_len,
-                                                              gamma + 2))
-    acc.get_rule(rule)
-    inputs = self.shard_inputs(inputs_BxP, process_local=process_local)
-    kw = dict(gamma=gamma, sampling=sampling, max_decode_len=max_decode_len, rule=rule)
-    return inputs, replicate_key(self.mesh, rng), kw
-
-  def autoregressive(self, inputs_BxP, rng=None, *, sampling: SamplingConfig,
-                     max_decode_len: int, cache_len: Optional[int] = None,
-                     process_local: bool = False) -> st.DecodeResult:
-    """The target's autoregressive decode on the mesh (prefill, then a donated-state loop)."""
-    plen = np.shape(inputs_BxP)[1]
-    st.check_decode_args(target_vocab=self.target.vocab_size, draft_vocab=None, gamma=None,
-                         sampling=sampling, max_decode_len=max_decode_len, prompt_len=plen,
-                         cache_len=cache_len,
-                         needed_cache_len=ar.cache_len_needed(self.target, plen, max_decode_len,
-                                                              2))
-    inputs = self.shard_inputs(inputs_BxP, process_local=process_local)
-    rng = replicate_key(self.mesh, rng)
-    with jax.set_mesh(self.mesh):
-      state = _ar_prefill(self.target, self.target_params, inputs, rng,
-                          max_decode_len=max_decode_len, cache_len=cache_len)
-      result, _ = _ar_loop(self.target, self.target_params, state, sampling=sampling,
-                           max_decode_len=max_decode_len)
-      return result
-
-
-# ---- the sharded programs: prefill, then a loop over the donated state ---------------------------
-def _constrain_state(state: st.DecodeState, model: Model) -> st.DecodeState:
-  """The token buffer and per-example vectors (counters too) batch-sharded (`batch` -> data) by
-  `model`'s rules; the caches carry their batch/heads constraints from `Model.prefill`/`extend`.
-  Prefill and loop body use the same constraints, so the donated state and the loop's output have
-  equal shardings, which is what lets XLA alias them."""
-  with nn.logical_axis_rules(model.axis_rules or ()):
-    def b(x):
-      return nn.with_logical_constraint(x, ("batch",) + (None,) * (x.ndim - 1))
-    c = state.counters
-    counters = c.replace(**{f.name: b(getattr(c, f.name)) for f in dataclasses.fields(c)
-                            if f.name.endswith("_B")})
-    return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B), counters=counters,
-                         done_B=b(state.done_B), base_B=b(state.base_B),
-                         draft_pending_B=(None if state.draft_pending_B is None
-                                          else b(state.draft_pending_B)))
-
-
-@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "max_decode_len",
-                                             "cache_len"))
-def _spec_prefill(target, target_params, draft, draft_params, inputs_BxP, rng, *, gamma: int,
-                  max_decode_len: int, cache_len: Optional[int]) -> st.DecodeState:
-  """What `speculative.speculative_decode` does before its loop, as its own program."""
-  slack = gamma + 2
-  state = ar.prepare(target, target_params, inputs_BxP, max_decode_len=max_decode_len,
-                     slack=slack, cache_len=cache_len, rng=rng, gamma=gamma)
-  draft_cache = draft.prefill(draft_params, inputs_BxP, cache_len or ar.cache_len_needed(
-      draft, inputs_BxP.shape[1], max_decode_len, slack))
-  state = state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros_like(state.done_B))
-  return _constrain_state(state, target)
-
-
-@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "sampling", "rule",
-                                             "max_decode_len"), donate_argnames=("state",))
-def _spec_loop(target, target_params, draft, draft_params, state: st.DecodeState, *,
-               gamma: int, sampling: SamplingConfig, max_decode_len: int, rule: str
-               ) -> tuple[st.DecodeResult, st.DecodeState]:
-  """`speculative.speculative_decode`'s loop (same iteration function) over a donated state.
-
-  Returns the final state too: an output of the donated input's shape and sharding is what lets
-  XLA alias the two, so the while loop runs in the donated buffers (no copy of the caches).
-  """
-  def cond(s):
-    return jnp.any(~s.done_B)
-
-  def body(s):
-    return _constrain_state(spec.spec_iteration(
-        target, target_params, draft, draft_params, s, gamma=gamma, sampling=sampling,
-        rule=rule, max_decode_len=max_decode_len), target)
-
-  final = jax.lax.while_loop(cond, body, state)
-  return st.finish(final, max_decode_len), final
-
-
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "cache_len"))
-def _ar_prefill(model, params, inputs_BxP, rng, *, max_decode_len: int,
-                cache_len: Optional[int]) -> st.DecodeState:
-  state = ar.prepare(model, params, inputs_BxP, max_decode_len=max_decode_len, slack=2,
-                     cache_len=cache_len, rng=rng)
-  return _constrain_state(state, model)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "sampling", "max_decode_len"),
-                   donate_argnames=("state",))
-def _ar_loop(model, params, state: st.DecodeState, *, sampling: SamplingConfig,
-             max_decode_len: int) -> tuple[st.DecodeResult, st.DecodeState]:
-  """`autoregressive.autoregressive_decode`'s loop (same step function) over a donated state."""
-  def cond(s):
-    return jnp.any(~s.done_B)
-
-  def body(s):
-    return _constrain_state(ar.ar_step(model, params, s, sampling, model.config.eos_id,
-                                       max_decode_len), model)
-
-  final = jax.lax.while_loop(cond, body, state)
-  return st.finish(final, max_decode_len), final
-
-
 def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "model",
                 batch_size: Optional[int] = None):
   """(model with `rules` attached, params placed on `mesh`), validated first."""
@@ -458,27 +275,6 @@ def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "
   validate(mesh, model, model.axis_rules, name=name, batch_size=batch_size)
   return model, place(params, param_shardings(model, mesh))
 
-
-def shard_models(target: Model, target_params, draft: Optional[Model] = None,
-                 draft_params=None, mesh: Optional[Mesh] = None, *,
-                 mesh_config: MeshConfig = MeshConfig(), batch_size: Optional[int] = None
-                 ) -> ShardedModels:
-  """Attaches each model's rules, validates the mesh, and places the params.
-
-  Validation happens first, on shapes only, so a bad mesh fails before any transfer or compile.
-  `params` may be host (numpy) or device arrays; with several processes each must pass the same.
-  """
-  mesh = make_mesh(mesh_config) if mesh is None else mesh
-  t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
-  # Both validated before either is placed: a bad mesh fails before any transfer or compile.
-  validate(mesh, target, t_rules, name="target", batch_size=batch_size)
-  if draft is not None:
-    validate(mesh, draft, d_rules, name="draft", batch_size=batch_size)
-  target, tp = shard_model(target, target_params, mesh, t_rules, name="target")
-  dp = None
-  if draft is not None:
-    draft, dp = shard_model(draft, draft_params, mesh, d_rules, name="draft")
-  return ShardedModels(mesh, target, tp, draft, dp)
 
 
 # ---- runs (specdec_jax.runner): a mesh for a whole run -------------------------------------------
@@ -499,21 +295,25 @@ def run_mesh(config: Optional[MeshConfig]):
 
 def shard_for_run(config: MeshConfig, target: Model, target_params, drafts: dict, *,
                   batch_size: Optional[int] = None):
-  """(target, params, drafts) with rules attached and params placed on `config`'s mesh.
+  """(mesh, target, params, drafts): rules attached and params placed on `config`'s mesh.
 
-  `drafts` maps a key to (Model, params) or to a non-model drafter; model drafts get the draft
-  rules (fewer chips), anything else is left as it is. Everything is validated before anything
-  is placed.
+  `drafts` maps a key to (Model, params) or to (non-model drafter, tables); model drafts get the
+  draft rules (fewer chips), a drafter's tables are replicated on every device (with several
+  processes a table on one local device could not feed the global program). Everything is
+  validated before anything is placed.
   """
   mesh = make_mesh(config)
   t_rules, d_rules = config.rules_for("target"), config.rules_for("draft")
   validate(mesh, target, t_rules, name="target", batch_size=batch_size)
-  model_drafts = {k: v for k, v in drafts.items()
-                  if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], Model)}
+  model_drafts = {k: v for k, v in drafts.items() if isinstance(v[0], Model)}
   for k, (d, _) in model_drafts.items():
     validate(mesh, d, d_rules, name=f"draft {k}", batch_size=batch_size)
   target, target_params = shard_model(target, target_params, mesh, t_rules, name="target")
-  out = dict(drafts)
-  for k, (d, dp) in model_drafts.items():
-    out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
-  return target, target_params, out
+  replicated = NamedSharding(mesh, P())
+  out = {}
+  for k, (d, dp) in drafts.items():
+    if k in model_drafts:
+      out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
+    else:
+      out[k] = (d, place(dp, jax.tree.map(lambda _: replicated, dp)))
+  return mesh, target, target_params, out

@@ -12,6 +12,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from specdec_jax import distributed
 from specdec_jax.decoding import gamma as gamma_lib
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
@@ -49,6 +50,16 @@ def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: in
   return gamma_lib.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats)
 
 
+def agree(costs: dict[DraftSpec, gamma_lib.Costs]) -> dict[DraftSpec, gamma_lib.Costs]:
+  """Process 0's costs on every process (one process: unchanged): GAMMA='auto' must choose the
+  same gamma everywhere, and each process's own timings differ."""
+  keys = list(costs)
+  rows = distributed.agree([[c.target_ms, c.draft_ms, c.c, sorted(c.v.items())]
+                            for c in costs.values()])
+  return {k: gamma_lib.Costs(t, d, c, {int(n): float(x) for n, x in v})
+          for k, (t, d, c, v) in zip(keys, rows)}
+
+
 def calibration_alpha(target, target_params, draft, draft_params, inputs_BxP, *, gamma: int,
                       sampling: SamplingConfig, max_decode_len: int, seed: int, rule: str
                       ) -> float:
@@ -56,8 +67,9 @@ def calibration_alpha(target, target_params, draft, draft_params, inputs_BxP, *,
   res = generate_speculative(target, target_params, draft, draft_params, inputs_BxP, gamma=gamma,
                              sampling=sampling, max_decode_len=max_decode_len,
                              rng=jax.random.key(seed + 7919), rule=rule)
-  beta_sum = float(np.asarray(res.counters.beta_sum_B).sum())
-  count = int(np.asarray(res.counters.beta_count_B).sum())
+  counters = distributed.gather(res.counters)  # rows of every process
+  beta_sum = float(np.asarray(counters.beta_sum_B).sum())
+  count = int(np.asarray(counters.beta_count_B).sum())
   return beta_sum / count if count else 0.0
 
 

@@ -6,11 +6,14 @@ running alpha) and to TensorBoard; the final table goes to stdout.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable
 
 from absl import logging
 
+from specdec_jax import distributed
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner import collect, pipeline
@@ -82,8 +85,13 @@ def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
 def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
              log: Callable[[str], None], echo: Callable[[str], None]) -> list[dict]:
   t_start = time.perf_counter()
+  if not distributed.is_main_process():
+    return _follow(cfg, output_dir, log)
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
+  distributed.agree(store.snapshot())  # what a resumed run has done, for the other processes
   if config_text is not None:
+    with open(os.path.join(output_dir, "config.gin"), "w") as f:
+      f.write(config_text)
     w = RunWriter(run_dir(output_dir, ""))
     w.text("config", "\n".join("    " + line for line in config_text.splitlines()))
     w.close()
@@ -106,3 +114,16 @@ def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   echo(f"wrote {output_dir}/metrics.json, predictions.jsonl, config.gin; TensorBoard: "
        f"tensorboard --logdir {output_dir}/tensorboard ({time.perf_counter() - t_start:.1f}s)")
   return metrics
+
+
+def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None]) -> list[dict]:
+  """A process other than 0 of a multi-host run: the same programs on its own rows, nothing
+  written. Its store lives in a scratch directory and starts from process 0's (resume)."""
+  with tempfile.TemporaryDirectory(prefix="specdec_follower_") as scratch:
+    store = ResultStore(scratch, cfg.fingerprint(), resume=False)
+    store.restore(distributed.agree(None))
+    loaded = pipeline.load(cfg)
+    resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
+    pipeline.decode_all(cfg, loaded, resolved, store, lambda **_: None)
+  log(f"process {distributed.process_index()}: done; process 0 writes {output_dir}")
+  return []

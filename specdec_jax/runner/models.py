@@ -58,14 +58,7 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   """
   if spec.kind == MODEL_DRAFT:
     return load_model(spec.checkpoint, vocab_size=vocab_size, dtype=dtype, seed=seed + 1)
-  try:
-    from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    raise ValueError(
-        f"DRAFT={spec.kind!r} needs the model-free drafters (specdec_jax.decoding.drafters), "
-        "which this installation does not have; use DRAFT='model'") from e
-  if hasattr(drafters, "build"):  # a richer hook, if the drafters module provides one
-    return drafters.build(spec.kind, target=target, target_params=target_params)
+  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
   draft = drafters.make_draft(spec.kind, target.config)
   if spec.kind == "prompt_lookup":
     return draft, {}

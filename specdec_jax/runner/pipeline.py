@@ -5,6 +5,10 @@ that temperature decode the same batch in the same process, timed interleaved (r
 and the batch is appended to the result files before the next one starts (runner/store.py). The
 published metrics are then computed from those files alone (runner/collect.py), so a killed and
 resumed run reports exactly what an uninterrupted one would, up to timing noise.
+
+On a mesh (`RunConfig.mesh`, gin/mesh/*.gin) each batch runs through `decoding.sharded`'s donated
+programs: every process feeds only the rows its devices hold, the results are gathered, and only
+process 0 writes (runner/experiment.py). Anything chosen from local timings is agreed first.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from specdec_jax import distributed
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
@@ -37,6 +42,14 @@ class Loaded:
   target_name: str
   drafts: dict
   prompts: inputs_lib.Prompts
+  mesh: object = None  # jax.sharding.Mesh of a sharded run
+
+  def data_parallel(self) -> int:
+    """Rows a batch must be a multiple of: the size of the mesh axes `batch` maps to."""
+    if self.mesh is None:
+      return 1
+    from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
+    return sharding.data_parallel_size(self.mesh, self.target.axis_rules)
 
 
 def group_key(temperature: float) -> str:
@@ -80,12 +93,31 @@ def load(cfg: RunConfig) -> Loaded:
                             max_input_length=cfg.max_input_length)
   prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
                                width=max(len(r) for r in ids))
+  mesh = None
   if cfg.mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
     from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
-    target, tparams, drafts = sharding.shard_for_run(cfg.mesh, target, tparams, drafts,
-                                                     batch_size=cfg.batch_size)
+    mesh, target, tparams, drafts = sharding.shard_for_run(cfg.mesh, target, tparams, drafts,
+                                                           batch_size=cfg.batch_size)
   name = DraftSpec("model", cfg.target_checkpoint).name
-  return Loaded(target, tparams, name, drafts, prompts)
+  return Loaded(target, tparams, name, drafts, prompts, mesh)
+
+
+def padded(positions, multiple: int) -> list:
+  """`positions` with its last entry repeated up to a multiple of `multiple` (a short last batch
+  on a data-parallel mesh); the extra rows are decoded and dropped."""
+  positions = list(positions)
+  return positions + positions[-1:] * (-len(positions) % multiple)
+
+
+def global_batch(loaded: Loaded, positions) -> tuple[object, int]:
+  """(inputs every program can take, real rows): numpy without a mesh, else a global array
+  batch-sharded over the mesh (the same full batch on every process)."""
+  rows = len(positions)
+  if loaded.mesh is None:
+    return loaded.prompts.batch(positions), rows
+  from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
+  batch = loaded.prompts.batch(padded(positions, loaded.data_parallel()))
+  return sharding.shard_batch(batch, loaded.mesh, loaded.target.axis_rules), rows
 
 
 def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Callable
@@ -93,10 +125,11 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   """Measures c and v(T) per draft, then gives every point a concrete gamma."""
   if not cfg.runs_speculative:
     return [], {}
-  first = loaded.prompts.batch(range(min(cfg.batch_size, len(loaded.prompts.ids))))
+  first, _ = global_batch(loaded, range(min(cfg.batch_size, len(loaded.prompts.ids))))
   tokens = calibrate.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
   t0 = time.perf_counter()
   costs = calibrate.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens)
+  costs = calibrate.agree(costs)  # every process resolves 'auto' from process 0's timings
   log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
       ", ".join(f"v({n})={c.v[n]:.2f}" for n in sorted(c.v) if n > 1) for s, c in costs.items()))
@@ -105,7 +138,7 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   for p in points(cfg):
     draft, dparams = loaded.drafts[p.draft]
     alpha_fn = lambda p=p, draft=draft, dparams=dparams: calibrate.calibration_alpha(  # noqa: E731
-        loaded.target, loaded.target_params, draft, dparams, loaded.prompts.batch(cal_rows),
+        loaded.target, loaded.target_params, draft, dparams, global_batch(loaded, cal_rows)[0],
         gamma=cfg.auto_calibration_gamma, sampling=sampling_of(cfg, p.temperature),
         max_decode_len=cfg.max_decode_length, seed=cfg.seed, rule=cfg.rule)
     r = calibrate.resolve(p, costs[p.draft], store, alpha_fn, gamma_max=cfg.gamma_max,
@@ -126,23 +159,21 @@ def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
 def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: float, positions
                  ) -> tuple[dict, list]:
   """Decodes and times one batch for the AR baseline and the group's points; record + lines."""
-  inputs = jax.device_put(loaded.prompts.batch(positions))
   rows = len(positions)
   examples = [loaded.prompts.examples[p] for p in positions]
   rng = jax.random.fold_in(jax.random.key(cfg.seed), examples[0].index)
   sampling = sampling_of(cfg, temperature)
-  common = dict(sampling=sampling, max_decode_len=cfg.max_decode_length, rng=rng)
+  common = dict(sampling=sampling, max_decode_len=cfg.max_decode_length)
+  decoders = (_sharded_decoders(loaded, positions, rng, common) if loaded.mesh is not None
+              else _local_decoders(loaded, positions, rng, common))
   programs = {}
   if cfg.runs_autoregressive or any(p.gamma == 0 for p in group_points):
-    programs[AR] = lambda: generate_autoregressive(loaded.target, loaded.target_params, inputs,
-                                                   **common)
+    programs[AR] = decoders(None, 0)
   for p in group_points:
     if p.gamma > 0:
-      draft, dparams = loaded.drafts[p.draft]
-      programs[p.key] = (lambda draft=draft, dparams=dparams, g=p.gamma: generate_speculative(
-          loaded.target, loaded.target_params, draft, dparams, inputs, gamma=g, rule=cfg.rule,
-          **common))
-  results, seconds = run_interleaved(programs, cfg.repeats)
+      programs[p.key] = decoders(p.draft, p.gamma, cfg.rule)
+  results, seconds = run_interleaved(programs, cfg.repeats, agree=distributed.agree)
+  results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
   counters = {k: acceptance.counters_to_dict(r.counters, rows) for k, r in results.items()}
   record = {"group": group_key(temperature), "indices": [ex.index for ex in examples],
@@ -170,6 +201,40 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
         line["match"] = out[i] == ar_out[i]
       lines.append(line)
   return record, lines
+
+
+def _local_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
+  """decoders(draft spec or None, gamma, rule) -> a program decoding the batch on one device."""
+  inputs = jax.device_put(loaded.prompts.batch(positions))
+
+  def decoder(spec, gamma, rule="tokenwise"):
+    if spec is None:
+      return lambda: generate_autoregressive(loaded.target, loaded.target_params, inputs, rng=rng,
+                                             **common)
+    draft, dparams = loaded.drafts[spec]
+    return lambda: generate_speculative(loaded.target, loaded.target_params, draft, dparams,
+                                        inputs, gamma=gamma, rule=rule, rng=rng, **common)
+  return decoder
+
+
+def _sharded_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
+  """The same on the mesh: each process feeds only its rows (`distributed.local_rows`) to the
+  donated-state programs of `decoding.sharded`; a short batch is padded to the data axis."""
+  from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.sharded import ShardedModels  # pylint: disable=import-outside-toplevel
+  batch = loaded.prompts.batch(padded(positions, loaded.data_parallel()))
+  rows = distributed.local_rows(sharding.batch_sharding(loaded.mesh, loaded.target.axis_rules),
+                                batch.shape[0])
+  local = batch[rows]  # this process's rows only
+
+  def decoder(spec, gamma, rule="tokenwise"):
+    if spec is None:
+      sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params)
+      return lambda: sm.autoregressive(local, rng, process_local=True, **common)
+    draft, dparams = loaded.drafts[spec]
+    sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params, draft, dparams)
+    return lambda: sm.speculative(local, rng, gamma=gamma, rule=rule, process_local=True, **common)
+  return decoder
 
 
 def _outputs(result, rows: int) -> list[list[int]]:

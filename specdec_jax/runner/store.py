@@ -91,6 +91,17 @@ class ResultStore:
       json.dump(self.state, f, indent=2, sort_keys=True)
     os.replace(tmp, self._paths[STATE])
 
+  def snapshot(self) -> dict[str, Any]:
+    """The state and batch records (what `restore` needs to continue where this store is)."""
+    return {"state": self.state, "batches": self.batches}
+
+  def restore(self, snapshot: Mapping[str, Any]) -> None:
+    """Adopts another store's `snapshot` (a multi-host follower mirrors process 0's store)."""
+    self.state = dict(snapshot["state"])
+    self.batches = [dict(b) for b in snapshot["batches"]]
+    _rewrite(self._paths[BATCHES], self.batches)
+    self._save_state()
+
   def remember(self, section: str, key: str, value: Any) -> None:
     self.state.setdefault(section, {})[key] = value
     self._save_state()

@@ -26,16 +26,20 @@ def _once(fn: Callable[[], object]) -> float:
 
 
 def run_interleaved(programs: Mapping[str, Callable[[], object]], repeats: int,
-                    min_sample_s: float = 0.02, max_calls: int = 50
+                    min_sample_s: float = 0.02, max_calls: int = 50,
+                    agree: Callable[[dict], dict] = lambda calls: calls
                     ) -> tuple[dict[str, object], dict[str, float]]:
   """Runs each program once untimed (result kept), then `repeats` rounds, rotating the order.
 
-  Returns (results of the warm-up calls, median seconds per program call).
+  Returns (results of the warm-up calls, median seconds per program call). `agree` makes the
+  calls per sample, chosen from this process's timings, the same on every process of a multi-host
+  run (`distributed.agree`), where each call is a collective.
   """
   names = list(programs)
   results = {n: jax.block_until_ready(programs[n]()) for n in names}
   calls = {n: min(max_calls, max(1, math.ceil(min_sample_s / max(_once(programs[n]), 1e-6))))
            for n in names}
+  calls = agree(calls)
   times: dict[str, list[float]] = {n: [] for n in names}
   for r in range(repeats):
     shift = r % len(names) if names else 0

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from specdec_jax import sharding as sh
+from specdec_jax.decoding import sharded
 from specdec_jax.decoding import speculative as spec
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
@@ -77,7 +78,7 @@ class Runs:
     key = (layout, temperature)
     if key not in self._sharded:
       t, tp, d, dp = self.models
-      sm = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS[layout]),
+      sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS[layout]),
                            batch_size=BATCH)
       kw = dict(gamma=GAMMA, sampling=sampling_for(temperature), max_decode_len=MAX_LEN)
       state, lowered = sm.lower_speculative(self.inputs, self.rng, **kw)
@@ -92,7 +93,7 @@ class Runs:
 
 @dataclasses.dataclass
 class Sharded:
-  sm: sh.ShardedModels
+  sm: sharded.ShardedModels
   compiled: object      # the compiled loop program (`jax.stages.Compiled`)
   out: object           # its DecodeResult, on device
   host: object          # the same on host

@@ -13,6 +13,7 @@ import pytest
 from sharding_tiny import LAYOUTS, MAX_LEN, sampling_for
 from specdec_jax.decoding import autoregressive as ar
 from specdec_jax import sharding as sh
+from specdec_jax.decoding import sharded
 
 # Greedy on every layout. Sampled on every layout too; in the fast tier only on the draft-on-
 # fewer-chips layout (both vocabularies sharded, over different axes), the rest marked slow
@@ -49,7 +50,7 @@ def test_autoregressive_sharded_equals_unsharded(runs):
   t, tp, _, _ = runs.models
   kw = dict(sampling=sampling_for(0.0), max_decode_len=MAX_LEN, rng=runs.rng)
   ref = jax.device_get(ar.generate_autoregressive(t, tp, runs.inputs, **kw))
-  sm = sh.shard_models(t, tp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=len(runs.inputs))
+  sm = sharded.shard_models(t, tp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=len(runs.inputs))
   got = jax.device_get(sm.autoregressive(runs.inputs, **kw))
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)

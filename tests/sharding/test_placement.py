@@ -10,6 +10,7 @@ import pytest
 
 from sharding_tiny import tiny_models
 from specdec_jax import sharding as sh
+from specdec_jax.decoding import sharded
 
 
 def _total_bytes(tree):
@@ -31,7 +32,7 @@ def _replicated_bytes(model):
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 4), (1, 4, 2), (2, 2, 2), (8, 1, 1)])
 def test_per_device_param_bytes(shape):
   t, tp, d, dp = tiny_models()
-  sm = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*shape))
+  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*shape))
   _, outer, inner = shape
   for model, params, mp in ((sm.target, sm.target_params, outer * inner),
                             (sm.draft, sm.draft_params, inner)):
