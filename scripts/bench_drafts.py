@@ -3,10 +3,13 @@ adaptive gamma: tokens per target call and wall-clock, per local task.
 
   # random presets (shows the script works; alphas of random models mean nothing):
   python scripts/bench_drafts.py --output_dir=/tmp/bench_drafts
-  # the zoo, once trained (any checkpoint path or preset name; model drafts as model:PATH):
-  python scripts/bench_drafts.py --target=specdec_jax/assets/zoo/ende/target \
-      --drafts=model:specdec_jax/assets/zoo/ende/draft,unigram,bigram,prompt_lookup \
-      --tasks=translate_en_de --num_examples=32 --batch_size=1 --output_dir=/tmp/bench_ende
+  # the shipped zoo (any checkpoint path or preset name; model drafts as model:PATH):
+  python scripts/bench_drafts.py --target=specdec_jax/assets/zoo/t5_target \
+      --drafts=model:specdec_jax/assets/zoo/t5_draft_small_distill,unigram,bigram,prompt_lookup \
+      --tasks=translate_en_de,summarize --num_examples=32 --batch_size=1 --output_dir=runs/bench_t5
+  python scripts/bench_drafts.py --target=specdec_jax/assets/zoo/lm_target \
+      --drafts=model:specdec_jax/assets/zoo/lm_draft,unigram,bigram,prompt_lookup \
+      --tasks=code_complete --num_examples=32 --batch_size=1 --output_dir=runs/bench_code
 
 For every task, temperature and draft it decodes the same prompts with:
   fixed gamma + token-wise verification (gives alpha, the Table-3 number),

@@ -1,0 +1,220 @@
+r"""Measures the shipped zoo for its model card: target quality against trivial baselines, and the
+Table-3-style alpha of every draft against its target at temperatures 0 and 1.
+
+  python scripts/zoo_card.py                       # all of valid for quality, 128 examples for alpha
+  python scripts/zoo_card.py --alpha_examples=32 --quality_examples=64   # a quick look
+
+Quality (greedy target output, valid split): sacrebleu BLEU for translate_en_de against copying the
+English source; ROUGE-1/2/L for summarize against the document's first sentence (lead-1). alpha is
+E[beta] = E[sum_x min(p(x), q(x))] over every drafted position of a speculative decode (gamma 4)
+of the first `alpha_examples` valid prompts, from the loop's own on-device counters; the value
+does not depend on gamma. Writes the figures as JSON (default: specdec_jax/assets/zoo/
+zoo_eval.json) and prints the markdown tables MODEL_CARD.md quotes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+ZOO = os.path.join(ROOT, "specdec_jax", "assets", "zoo")
+T5_TASKS = {"translate_en_de": dict(max_input=64, max_decode=48, metric="bleu"),
+            "summarize": dict(max_input=128, max_decode=32, metric="rouge")}
+T5_DRAFTS = ("t5_draft_small", "t5_draft_small_distill", "t5_draft_base", "t5_draft_large")
+CODE = dict(task="code_complete", max_input=192, max_decode=64)
+
+
+def _first_sentence(text: str) -> str:
+  parts = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)
+  return parts[0]
+
+
+def _source(ex) -> str:
+  """The example's input without its task prefix ("translate English to German: ", ...)."""
+  text = ex.inputs or ""
+  return text.split(": ", 1)[1] if ": " in text[:40] else text
+
+
+def _batches(n: int, size: int):
+  for start in range(0, n, size):
+    yield range(start, min(n, start + size))
+
+
+def _load(name: str):
+  from specdec_jax.checkpoints import load_checkpoint
+  from specdec_jax.models.model import Model
+  config, params = load_checkpoint(os.path.join(ZOO, name), dtype="float32")
+  return Model(config), params
+
+
+def _decode_texts(result, vocab, rows: int) -> list[str]:
+  import numpy as np
+  tokens, lengths = np.asarray(result.tokens_BxN), np.asarray(result.lengths_B)
+  return [vocab.decode(tokens[i, :lengths[i]].astype(int).tolist()) for i in range(rows)]
+
+
+def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: int) -> dict:
+  """Greedy target output vs the task's trivial baseline on the first `n` valid examples."""
+  import jax
+  from specdec_jax.data import local_tasks
+  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.metrics import quality as q
+  examples = local_tasks.load_examples(task, "valid", n)
+  ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True)
+  preds = []
+  t0 = time.perf_counter()
+  for rows in _batches(len(examples), batch):
+    inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
+    res = generate_autoregressive(target, params, inputs, sampling=SamplingConfig(0.0),
+                                  max_decode_len=spec["max_decode"], rng=jax.random.key(0))
+    preds += _decode_texts(res, vocab, len(rows))
+  refs = [ex.reference for ex in examples]
+  if spec["metric"] == "bleu":
+    baseline_name, baseline = "copy source", [_source(ex) for ex in examples]
+    model, base = q.bleu(preds, refs), q.bleu(baseline, refs)
+    scores = {"bleu": model, "baseline_bleu": base}
+  else:
+    baseline_name, baseline = "lead-1 (first sentence)", [_first_sentence(_source(ex))
+                                                          for ex in examples]
+    model, base = q.rouge(preds, refs), q.rouge(baseline, refs)
+    scores = {**model, **{f"baseline_{k}": v for k, v in base.items()}}
+  return {"task": task, "num_examples": len(examples), "baseline": baseline_name, **scores,
+          "seconds": time.perf_counter() - t0,
+          "samples": [{"input": _source(ex), "reference": r, "prediction": p}
+                      for ex, r, p in list(zip(examples, refs, preds))[:3]]}
+
+
+def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int, batch: int,
+          temperature: float, *, decoder_only: bool = False) -> dict:
+  """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts."""
+  import jax
+  import numpy as np
+  from specdec_jax.data import local_tasks
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.decoding.speculative import generate_speculative
+  examples = local_tasks.load_examples(task, "valid", n)
+  ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True,
+                                      add_eos=not decoder_only)
+  beta_sum, count, accepted, drafted = 0.0, 0, 0, 0
+  for b, rows in enumerate(_batches(len(examples), batch)):
+    inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
+    res = generate_speculative(target, tparams, draft, dparams, inputs, gamma=4,
+                               sampling=SamplingConfig(temperature), rng=jax.random.key(b),
+                               max_decode_len=spec["max_decode"])
+    c = res.counters
+    beta_sum += float(np.asarray(c.beta_sum_B).sum())
+    count += int(np.asarray(c.beta_count_B).sum())
+    accepted += int(np.asarray(c.accepted_B).sum())
+    drafted += int(np.asarray(c.drafted_B).sum())
+  return {"alpha": beta_sum / max(count, 1), "positions": count,
+          "acceptance_rate": accepted / max(drafted, 1)}
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--quality_examples", type=int, default=None, help="default: all of valid")
+  ap.add_argument("--alpha_examples", type=int, default=128)
+  ap.add_argument("--batch_size", type=int, default=32)
+  ap.add_argument("--output", default=os.path.join(ZOO, "zoo_eval.json"))
+  ap.add_argument("--parts", default="quality,alpha",
+                  help="which to measure; the others are kept from an existing --output")
+  ap.add_argument("--train_root", default=None,
+                  help="print the training table from RUN/*/train_summary.json and exit")
+  args = ap.parse_args(argv)
+  if args.train_root:
+    print(training_table(args.train_root))
+    return 0
+  from specdec_jax.data.vocabulary import default_vocabulary
+  vocab = default_vocabulary()
+  parts = set(args.parts.split(","))
+  out = {"quality": {}, "alpha": {}, "commands": {}}
+  if os.path.exists(args.output):
+    with open(args.output) as f:
+      out.update(json.load(f))
+  command = "python scripts/zoo_card.py " + " ".join(sys.argv[1:] if argv is None else argv)
+  target, tparams = _load("t5_target")
+  for task, spec in T5_TASKS.items():
+    if "quality" not in parts:
+      break
+    out["commands"]["quality"] = command
+    out["quality"][task] = quality(target, tparams, vocab, task, spec, args.quality_examples,
+                                   args.batch_size)
+    print(json.dumps({k: v for k, v in out["quality"][task].items() if k != "samples"}),
+          flush=True)
+  pairs = [("t5_target", d, task, spec, False) for d in T5_DRAFTS for task, spec in T5_TASKS.items()]
+  pairs += [("lm_target", "lm_draft", CODE["task"], CODE, True)]
+  models = {"t5_target": (target, tparams)}
+  if "alpha" not in parts:
+    pairs = []
+  else:
+    out["commands"]["alpha"] = command
+  for tname, dname, task, spec, decoder_only in pairs:
+    for name in (tname, dname):
+      if name not in models and os.path.exists(os.path.join(ZOO, name)):
+        models[name] = _load(name)
+    if tname not in models or dname not in models:
+      print(f"skipping {dname}: not in {ZOO}", flush=True)
+      continue
+    for temperature in (0.0, 1.0):
+      r = alpha(*models[tname], *models[dname], vocab, task, spec, args.alpha_examples,
+                args.batch_size, temperature, decoder_only=decoder_only)
+      out["alpha"][f"{dname}|{task}|{temperature:g}"] = r
+      print(f"{dname:24s} {task:16s} T={temperature:g}: alpha {r['alpha']:.3f}", flush=True)
+  with open(args.output, "w") as f:
+    json.dump(out, f, indent=1)
+  print(markdown(out))
+  return 0
+
+
+def training_table(train_root: str) -> str:
+  """Size, steps, tokens seen, wall time and losses per model from each run's train_summary.json
+  (resumed runs add up: the trainer keeps tokens and seconds in its checkpointed state)."""
+  lines = ["| model | parameters | fp32 MB | steps | target tokens seen | train wall time | "
+           "final train loss | valid CE (per task) | teacher |", "|---|---|---|---|---|---|---|---|---|"]
+  for name in sorted(os.listdir(train_root)):
+    path = os.path.join(train_root, name, "train_summary.json")
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      r = json.load(f)
+    ce = ", ".join(f"{k} {v:.2f}" for k, v in r.get("valid_cross_entropy", {}).items())
+    lines.append(f"| {name} | {r['num_params'] / 1e6:.2f}M | {4 * r['num_params'] / 2**20:.0f} | "
+                 f"{r['steps']} | {r['target_tokens_seen'] / 1e6:.2f}M | "
+                 f"{r['train_seconds'] / 60:.0f} min | "
+                 f"{r['final_train_metrics']['train/loss']:.3f} | {ce} | "
+                 f"{os.path.basename(str(r.get('teacher'))) if r.get('teacher') else '-'} |")
+  return "\n".join(lines)
+
+
+def markdown(out: dict) -> str:
+  """The model card's two tables from the JSON figures."""
+  lines = ["| task | examples | target (greedy) | baseline | baseline score |", "|---|---|---|---|---|"]
+  for task, r in out["quality"].items():
+    if "bleu" in r:
+      lines.append(f"| {task} | {r['num_examples']} | BLEU {r['bleu']:.2f} | {r['baseline']} | "
+                   f"BLEU {r['baseline_bleu']:.2f} |")
+    else:
+      lines.append(f"| {task} | {r['num_examples']} | ROUGE-1/2/L {r['rouge1']:.1f} / "
+                   f"{r['rouge2']:.1f} / {r['rougeL']:.1f} | {r['baseline']} | ROUGE-1/2/L "
+                   f"{r['baseline_rouge1']:.1f} / {r['baseline_rouge2']:.1f} / "
+                   f"{r['baseline_rougeL']:.1f} |")
+  lines += ["", "| draft | task | alpha T=0 | alpha T=1 |", "|---|---|---|---|"]
+  keys = sorted({tuple(k.split("|")[:2]) for k in out["alpha"]}, key=lambda k: (k[1], k[0]))
+  for draft, task in keys:
+    a0 = out["alpha"].get(f"{draft}|{task}|0", {}).get("alpha")
+    a1 = out["alpha"].get(f"{draft}|{task}|1", {}).get("alpha")
+    if a0 is not None and a1 is not None:
+      lines.append(f"| {draft} | {task} | {a0:.3f} | {a1:.3f} |")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
