@@ -206,13 +206,24 @@ def markdown(out: dict) -> str:
                    f"{r['rouge2']:.1f} / {r['rougeL']:.1f} | {r['baseline']} | ROUGE-1/2/L "
                    f"{r['baseline_rouge1']:.1f} / {r['baseline_rouge2']:.1f} / "
                    f"{r['baseline_rougeL']:.1f} |")
-  lines += ["", "| draft | task | alpha T=0 | alpha T=1 |", "|---|---|---|---|"]
-  keys = sorted({tuple(k.split("|")[:2]) for k in out["alpha"]}, key=lambda k: (k[1], k[0]))
-  for draft, task in keys:
-    a0 = out["alpha"].get(f"{draft}|{task}|0", {}).get("alpha")
-    a1 = out["alpha"].get(f"{draft}|{task}|1", {}).get("alpha")
-    if a0 is not None and a1 is not None:
-      lines.append(f"| {draft} | {task} | {a0:.3f} | {a1:.3f} |")
+  # Table-3 layout: a row per (task, temperature), a column per draft; +- is the binomial standard
+  # error at T=0 (beta is 0 or 1 there), a bound for T=1 (beta in [0, 1]).
+  drafts = [d for d in ("t5_draft_small", "t5_draft_base", "t5_draft_large",
+                        "t5_draft_small_distill", "lm_draft")
+            if any(k.startswith(d + "|") for k in out["alpha"])]
+  lines += ["", "| task | T | " + " | ".join(drafts) + " |", "|---|---|" + "---|" * len(drafts)]
+  tasks = sorted({k.split("|")[1] for k in out["alpha"]})
+  for task in tasks:
+    for temperature in ("0", "1"):
+      cells = []
+      for d in drafts:
+        r = out["alpha"].get(f"{d}|{task}|{temperature}")
+        if r is None:
+          cells.append("-")
+          continue
+        se = (r["alpha"] * (1 - r["alpha"]) / max(r["positions"], 1)) ** 0.5
+        cells.append(f"{r['alpha']:.3f} +- {se:.3f}")
+      lines.append(f"| {task} | {temperature} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
