@@ -23,7 +23,8 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 SUITES = {
-    "local": {"table2": ["configs/local/table2_ende.gin", "configs/local/table2_summarize.gin"],
+    "local": {"table2": ["configs/local/table2_ende.gin", "configs/local/table2_summarize.gin",
+                         "configs/local/table2_code.gin"],
               "table3": ["configs/local/table3_ende.gin", "configs/local/table3_summarize.gin",
                          "configs/local/table3_code.gin"],
               "sweep": ["configs/local/gamma_sweep.gin"]},

@@ -32,7 +32,7 @@ PAPER_TASKS = {
 LOCAL_PREFIX = "specdec_"
 LOCAL_SEQIO_TASKS = {LOCAL_PREFIX + name: name for name in local_tasks.LOCAL_TASKS}
 TASK_METRICS = {**{k: v["metric"] for k, v in PAPER_TASKS.items()},
-                LOCAL_PREFIX + "translate_en_de": "bleu", LOCAL_PREFIX + "summarize": "rouge",
+                LOCAL_PREFIX + "translate_en_de": "bleu", LOCAL_PREFIX + "summarize": "rougeL",
                 LOCAL_PREFIX + "code_complete": "exact_match"}
 SPLIT_ALIASES = {"valid": "validation", "validation": "valid"}
 
