@@ -48,10 +48,9 @@ def _batches(n: int, size: int):
 
 
 def _load(name: str):
-  from specdec_jax.checkpoints import load_checkpoint
-  from specdec_jax.models.model import Model
-  config, params = load_checkpoint(os.path.join(ZOO, name), dtype="float32")
-  return Model(config), params
+  """(model, float32 params) of a zoo model, loaded as the runner loads it."""
+  from specdec_jax.runner.models import load_model
+  return load_model(os.path.join(ZOO, name))
 
 
 def _decode_texts(result, vocab, rows: int) -> list[str]:

@@ -119,3 +119,19 @@ def chi_square_gof(counts: np.ndarray, probs: np.ndarray, min_expected: float = 
   stat = float(np.sum((obs - exp) ** 2 / np.where(exp > 0, exp, 1)))
   dof = len(exp) - 1
   return stat, dof, float(stats.chi2.sf(stat, dof))
+
+
+def run_in_process(*args: str) -> None:
+  """`python -m specdec_jax.run ARGS` in this process (absl flags parsed, gin cleared after), so
+  tests reuse the process's compiled programs instead of paying a fresh interpreter per run."""
+  import gin  # pylint: disable=import-outside-toplevel
+  from absl import flags  # pylint: disable=import-outside-toplevel
+
+  from specdec_jax import gin_utils, run  # pylint: disable=import-outside-toplevel
+  argv = gin_utils.rewrite_gin_args(["run", *args])
+  flags.FLAGS(argv)
+  try:
+    run.main([argv[0]])
+  finally:
+    flags.FLAGS.unparse_flags()
+    gin.clear_config()

@@ -7,12 +7,10 @@ itself can read. Greedy speculative output must equal greedy autoregressive outp
 import json
 import os
 
-import gin
 import pytest
-from absl import flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from specdec_jax import gin_utils, run
+from specdec_jax.testing import run_in_process
 from specdec_jax.metrics.report import CONTRACT_KEYS
 from specdec_jax.metrics.tensorboard import read_scalars, run_dir
 
@@ -22,14 +20,8 @@ RUN_KEY = "draft=t5_test_draft,gamma=3,temperature=0"
 @pytest.fixture(scope="module")
 def smoke_dir(tmp_path_factory):
   out = str(tmp_path_factory.mktemp("smoke"))
-  argv = gin_utils.rewrite_gin_args(["run", "--gin_file=configs/local/smoke.gin",
-                                     f"--output_dir={out}", "--gin.RunConfig.repeats=1"])
-  flags.FLAGS(argv)
-  try:
-    run.main([argv[0]])
-  finally:
-    flags.FLAGS.unparse_flags()
-    gin.clear_config()
+  run_in_process("--gin_file=configs/local/smoke.gin", f"--output_dir={out}",
+                 "--gin.RunConfig.repeats=1")
   return out
 
 

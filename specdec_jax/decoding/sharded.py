@@ -68,12 +68,9 @@ class ShardedModels:
     `_spec_loop` (the `lax.while_loop`), which receives that state DONATED, so the loop updates
     the caches and the token buffer in place instead of copying them into fresh buffers.
     """
-    inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
-                                  cache_len, process_local)
+    state, kw = self._prefilled(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
+                                cache_len, process_local)
     with jax.set_mesh(self.mesh):
-      state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
-                            inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
-                            cache_len=cache_len)
       result, _ = _spec_loop(self.target, self.target_params, self.draft, self.draft_params,
                              state, **kw)
       return result
@@ -84,15 +81,23 @@ class ShardedModels:
     """(prefilled state, the lowered loop program), for HLO inspection:
     `lowered.compile()(target_params, draft_params, state)` decodes, returning
     (result, final state); `state` is donated (deleted) by that call."""
+    state, kw = self._prefilled(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
+                                cache_len, False)
+    with jax.set_mesh(self.mesh):
+      lowered = _spec_loop.lower(self.target, self.target_params, self.draft, self.draft_params,
+                                 state, **kw)
+    return state, lowered
+
+  def _prefilled(self, inputs_BxP, rng, gamma, sampling, max_decode_len, rule, cache_len,
+                 process_local):
+    """(the sharded state `_spec_loop` takes, its static arguments), after `_check`."""
     inputs, rng, kw = self._check(inputs_BxP, rng, gamma, sampling, max_decode_len, rule,
-                                  cache_len, False)
+                                  cache_len, process_local)
     with jax.set_mesh(self.mesh):
       state = _spec_prefill(self.target, self.target_params, self.draft, self.draft_params,
                             inputs, rng, gamma=gamma, max_decode_len=max_decode_len,
                             cache_len=cache_len)
-      lowered = _spec_loop.lower(self.target, self.target_params, self.draft, self.draft_params,
-                                 state, **kw)
-    return state, lowered
+    return state, kw
 
   def _check(self, inputs_BxP, rng, gamma, sampling, max_decode_len, rule, cache_len,
              process_local):

@@ -13,11 +13,9 @@ import socket
 import subprocess
 import sys
 
-import gin
 import pytest
-from absl import flags
 
-from specdec_jax import gin_utils, run
+from specdec_jax.testing import run_in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 7 examples in batches of 4: the last batch (3 rows) is padded to the data axis (2).
@@ -25,14 +23,7 @@ COMMON = ["--gin.NUM_EXAMPLES=7", "--gin.RunConfig.repeats=2"]
 
 
 def _run(gin_file: str, out: str, *extra: str) -> dict:
-  argv = gin_utils.rewrite_gin_args(["run", f"--gin_file={gin_file}", f"--output_dir={out}",
-                                     *COMMON, *extra])
-  flags.FLAGS(argv)
-  try:
-    run.main([argv[0]])
-  finally:
-    flags.FLAGS.unparse_flags()
-    gin.clear_config()
+  run_in_process(f"--gin_file={gin_file}", f"--output_dir={out}", *COMMON, *extra)
   return _predictions(out)
 
 
