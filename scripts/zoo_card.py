@@ -78,13 +78,23 @@ def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: 
   refs = [ex.reference for ex in examples]
   if spec["metric"] == "bleu":
     baseline_name, baseline = "copy source", [_source(ex) for ex in examples]
-    model, base = q.bleu(preds, refs), q.bleu(baseline, refs)
-    scores = {"bleu": model, "baseline_bleu": base}
   else:
     baseline_name, baseline = "lead-1 (first sentence)", [_first_sentence(_source(ex))
                                                           for ex in examples]
-    model, base = q.rouge(preds, refs), q.rouge(baseline, refs)
-    scores = {**model, **{f"baseline_{k}": v for k, v in base.items()}}
+
+  def score(keep):
+    """{metric: model score, baseline_<metric>: baseline score} over the rows in `keep`."""
+    p, b, r = ([xs[i] for i in keep] for xs in (preds, baseline, refs))
+    if spec["metric"] == "bleu":
+      return {"bleu": q.bleu(p, r), "baseline_bleu": q.bleu(b, r)}
+    return {**q.rouge(p, r), **{f"baseline_{k}": v for k, v in q.rouge(b, r).items()}}
+
+  # Rows whose source has a word-for-word twin in train (local_tasks.valid_sources_in_train)
+  # flatter a model trained on train; the scores without them are kept beside the others.
+  twins = set(local_tasks.valid_sources_in_train(task))
+  unseen = [i for i in range(len(examples)) if i not in twins]
+  scores = {**score(range(len(examples))), "num_unseen": len(unseen),
+            "unseen": score(unseen)}
   return {"task": task, "num_examples": len(examples), "baseline": baseline_name, **scores,
           "seconds": time.perf_counter() - t0,
           "samples": [{"input": _source(ex), "reference": r, "prediction": p}
@@ -195,16 +205,21 @@ def training_table(train_root: str) -> str:
 
 def markdown(out: dict) -> str:
   """The model card's two tables from the JSON figures."""
-  lines = ["| task | examples | target (greedy) | baseline | baseline score |", "|---|---|---|---|---|"]
-  for task, r in out["quality"].items():
+  lines = ["| task | rows | target (greedy) | baseline | baseline score |", "|---|---|---|---|---|"]
+
+  def row(task, r, label, n):
     if "bleu" in r:
-      lines.append(f"| {task} | {r['num_examples']} | BLEU {r['bleu']:.2f} | {r['baseline']} | "
-                   f"BLEU {r['baseline_bleu']:.2f} |")
-    else:
-      lines.append(f"| {task} | {r['num_examples']} | ROUGE-1/2/L {r['rouge1']:.1f} / "
-                   f"{r['rouge2']:.1f} / {r['rougeL']:.1f} | {r['baseline']} | ROUGE-1/2/L "
-                   f"{r['baseline_rouge1']:.1f} / {r['baseline_rouge2']:.1f} / "
-                   f"{r['baseline_rougeL']:.1f} |")
+      return (f"| {task}{label} | {n} | BLEU {r['bleu']:.2f} | {base} | "
+              f"BLEU {r['baseline_bleu']:.2f} |")
+    return (f"| {task}{label} | {n} | ROUGE-1/2/L {r['rouge1']:.1f} / {r['rouge2']:.1f} / "
+            f"{r['rougeL']:.1f} | {base} | ROUGE-1/2/L {r['baseline_rouge1']:.1f} / "
+            f"{r['baseline_rouge2']:.1f} / {r['baseline_rougeL']:.1f} |")
+
+  for task, r in out["quality"].items():
+    base = r["baseline"]
+    lines.append(row(task, r, "", r["num_examples"]))
+    if "unseen" in r and r["num_unseen"] < r["num_examples"]:
+      lines.append(row(task, r["unseen"], " (source not in train)", r["num_unseen"]))
   # Table-3 layout: a row per (task, temperature), a column per draft; +- is the binomial standard
   # error at T=0 (beta is 0 or 1 there), a bound for T=1 (beta in [0, 1]).
   drafts = [d for d in ("t5_draft_small", "t5_draft_base", "t5_draft_large",

@@ -93,3 +93,23 @@ def test_runner_loads_zoo_weights_in_compute_dtype():
   assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.float32)}
   model, params = load_model(os.path.join(ZOO, "t5_draft_small"), dtype="bfloat16")
   assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_zoo_card_tables_from_figures():
+  """The model card's tables come from zoo_eval.json: quality with the rows whose source has no
+  twin in train beside all rows, and a Table-3 cell per (task, T, draft) with its standard error."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "zoo_card", os.path.join(PACKAGE_PARENT, "scripts", "zoo_card.py"))
+  zoo_card = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(zoo_card)
+  rouge = dict(rouge1=30.0, rouge2=10.0, rougeL=25.0, baseline_rouge1=31.5, baseline_rouge2=14.7,
+               baseline_rougeL=27.3)
+  out = {"quality": {"summarize": {"num_examples": 354, "baseline": "lead-1", **rouge,
+                                   "num_unseen": 315, "unseen": {**rouge, "rougeL": 24.0}}},
+         "alpha": {"t5_draft_small|summarize|0": {"alpha": 0.25, "positions": 1875}}}
+  md = zoo_card.markdown(out)
+  assert "| summarize | 354 | ROUGE-1/2/L 30.0 / 10.0 / 25.0 | lead-1 |" in md
+  assert "| summarize (source not in train) | 315 | ROUGE-1/2/L 30.0 / 10.0 / 24.0 |" in md
+  assert "| summarize | 0 | 0.250 +- 0.010 |" in md
+  assert "| summarize | 1 | - |" in md

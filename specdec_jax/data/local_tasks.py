@@ -236,3 +236,27 @@ def batch_inputs(id_lists: Iterable[Sequence[int]], pad_to: int | None = None,
   for row, ids in enumerate(id_lists):
     out[row, :len(ids)] = ids
   return out
+
+
+# What makes a shipped row's source "the same" across splits: the lower-cased English sentence,
+# the document text, the source file of a function.
+_SOURCE_KEY = {
+    "translate_en_de": lambda r: r["en"].lower(),
+    "summarize": lambda r: r["document"],
+    "code_complete": lambda r: r["task_id"].split(":")[0],
+}
+
+
+def valid_sources_in_train(task: str) -> list[int]:
+  """Indices of the shipped valid rows of `task` whose source also occurs in its train split.
+
+  Why: the shipped files are the local benchmark's own split (SOURCES.md), which is by key, not
+  by content; Debian ships one description under several binary packages (`-dev`, `-doc`,
+  `-prof`), so a few valid documents have a word-for-word twin in train. Quality figures of a
+  model trained on train report both all rows and the rows without such a twin.
+  """
+  if task not in _SOURCE_KEY:
+    raise ValueError(f"no source key for task {task!r}; known: {sorted(_SOURCE_KEY)}")
+  key = _SOURCE_KEY[task]
+  seen = {key(r) for r in load_jsonl(task_file(task, "train"))}
+  return [i for i, r in enumerate(load_jsonl(task_file(task, "valid"))) if key(r) in seen]

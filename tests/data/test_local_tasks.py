@@ -154,3 +154,20 @@ def test_tokenized_valid_sets_fit_and_have_no_unk(vocab):
     assert all(vocab.unk_id not in x and x[-1] == vocab.eos_id for x in ids)
     batch = lt.batch_inputs(ids)
     assert batch.shape[0] == len(ids) and batch.max() < vocab.vocab_size
+
+
+@pytest.mark.parametrize("task,twins", [("translate_en_de", 4), ("summarize", 39),
+                                        ("code_complete", 0)])
+def test_valid_sources_in_train(task, twins):
+  """SOURCES.md's overlap figures: no valid code file is trained on; a few en-de sentences and
+  Debian descriptions shared by sibling packages have a twin in train (the model card reports
+  quality without them too)."""
+  idx = lt.valid_sources_in_train(task)
+  assert len(idx) == twins
+  if task == "summarize":
+    valid = lt.load_jsonl(lt.task_file(task, "valid"))
+    train_docs = {r["document"] for r in lt.load_jsonl(lt.task_file(task, "train"))}
+    assert all(valid[i]["document"] in train_docs for i in idx)
+    assert sum(r["document"] in train_docs for r in valid) == twins
+  with pytest.raises(ValueError, match="no source key"):
+    lt.valid_sources_in_train("nope")
