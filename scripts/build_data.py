@@ -12,8 +12,8 @@ specdec_jax/assets/data/SOURCES.md for the sources, their licences and the clean
 Output: OUTPUT_DIR/<task>/{train,valid,test}.jsonl.xz with the committed files' fields,
 OUTPUT_DIR/SHA256SUMS and OUTPUT_DIR/build_info.json (row counts per split and source, package
 versions). Splits are deterministic: sha1(key) % 1000 < 10 -> test, < 20 -> valid, else train;
-the key is the lower-cased English text (translation), the package or manual page name
-(summaries), and the source file (code, so no function of a held-out file is trained on).
+the key is the lower-cased English text (translation), the document text (summaries), and the
+source file (code, so no function of a held-out file is trained on): local_tasks.source_key.
 Debian point releases and new wheels change the inputs, so a rebuild is close to, not identical
 with, the committed files: rows whose key is in the committed valid split (`--holdout_from`) are
 never written to the rebuilt train split, so models trained on a rebuild can be evaluated on the

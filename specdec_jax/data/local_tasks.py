@@ -238,13 +238,25 @@ def batch_inputs(id_lists: Iterable[Sequence[int]], pad_to: int | None = None,
   return out
 
 
-# What makes a shipped row's source "the same" across splits: the lower-cased English sentence,
-# the document text, the source file of a function.
+# What makes two rows "the same source", which must never straddle train and valid: the
+# lower-cased English sentence, the document text (Debian ships one description under several
+# binary packages: -dev, -doc, -prof), the source file of a function.
 _SOURCE_KEY = {
     "translate_en_de": lambda r: r["en"].lower(),
     "summarize": lambda r: r["document"],
     "code_complete": lambda r: r["task_id"].split(":")[0],
 }
+
+
+def _source_key_fn(task: str):
+  if task not in _SOURCE_KEY:
+    raise ValueError(f"no source key for task {task!r}; known: {sorted(_SOURCE_KEY)}")
+  return _SOURCE_KEY[task]
+
+
+def source_key(task: str, row: Mapping[str, Any]) -> str:
+  """The key rows of `task` are split by (scripts/build_data.py) and compared across splits."""
+  return _source_key_fn(task)(row)
 
 
 def valid_sources_in_train(task: str) -> list[int]:
@@ -255,8 +267,6 @@ def valid_sources_in_train(task: str) -> list[int]:
   `-prof`), so a few valid documents have a word-for-word twin in train. Quality figures of a
   model trained on train report both all rows and the rows without such a twin.
   """
-  if task not in _SOURCE_KEY:
-    raise ValueError(f"no source key for task {task!r}; known: {sorted(_SOURCE_KEY)}")
-  key = _SOURCE_KEY[task]
+  key = _source_key_fn(task)
   seen = {key(r) for r in load_jsonl(task_file(task, "train"))}
   return [i for i, r in enumerate(load_jsonl(task_file(task, "valid"))) if key(r) in seen]

@@ -335,7 +335,9 @@ def test_bucket_is_sha1_mod_1000():
 
 def test_split_key():
   assert splits.split_key("translate_en_de", {"en": "Hello World", "de": "x"}) == "hello world"
-  assert splits.split_key("summarize", {"id": "ls.1.gz", "document": "x"}) == "ls.1.gz"
+  # Sibling packages sharing one description share a split.
+  assert splits.split_key("summarize", {"id": "libfoo-dev", "document": "Foo does x."}) == (
+      splits.split_key("summarize", {"id": "libfoo-doc", "document": "Foo does x."}))
   # All functions of one file share a split.
   assert splits.split_key("code_complete", {"task_id": "stdlib/a/b.py:f:12"}) == "stdlib/a/b.py"
 

@@ -1,11 +1,12 @@
 """Deterministic train / valid / test splits and the written <task>/<split>.jsonl.xz files.
 
 Why: a row's split depends on its key only (sha1(key) % 1000 < 10 -> test, < 20 -> valid, else
-train), so rebuilds agree with each other and with the committed files wherever their rows
-agree. The key is the lower-cased English text (translation), the package or manual page name
-(summaries) and the source file (code, so no function of a held-out file is trained on). Rows
-whose key is in the committed valid split never reach a rebuilt train split, so models trained
-on a rebuild can still be evaluated on the committed files.
+train), so rebuilds agree with each other. The key (`local_tasks.source_key`) is the lower-cased
+English text (translation), the document text (summaries: sibling binary packages share one
+description, which must not straddle the splits) and the source file (code, so no function of a
+held-out file is trained on). The committed files are the local benchmark's own split, made on a
+key it does not spell out, so rows whose key is in the committed valid split never reach a
+rebuilt train split: models trained on a rebuild can still be evaluated on the committed files.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import lzma
 from pathlib import Path
 
 from absl import logging
+
+from specdec_jax.data import local_tasks
 
 # Short UI strings (the gettext sources of translate_en_de) go to train only.
 TRAIN_ONLY_DEFAULT = ["mo_base", "mo_gcc", "mo_lo", "mo_pypi", "mo_plone"]
@@ -29,11 +32,7 @@ def bucket(key: str) -> str:
 
 def split_key(task: str, row: dict) -> str:
   """What decides the split of a row of `task` (rows with the same key share a split)."""
-  if task == "translate_en_de":
-    return row["en"].lower()
-  if task == "summarize":
-    return row["id"]
-  return row["task_id"].split(":")[0]
+  return local_tasks.source_key(task, row)
 
 
 def holdout_keys(task: str, holdout_from: str) -> set[str]:
