@@ -170,6 +170,9 @@ def test_read_mo_without_header_is_utf8_and_rejects_other_files():
   assert list(mo.read_mo(data)) == [("Quit", "Beenden ✓")]
   assert list(mo.read_mo(b"\x00" * 4 + data[4:])) == []
   assert list(mo.read_mo(data[:20])) == []
+  # Cut inside the offset tables: nothing, not a struct.error.
+  two = _mo_bytes([(b"Quit", b"Beenden"), (b"Open", b"Offnen")])
+  assert list(mo.read_mo(two[:36])) == []
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import struct
 def read_mo(data: bytes):
   """(msgid, msgstr) of a gettext .mo catalogue; plural and empty entries skipped.
 
-  Little- and big-endian catalogues are read; anything else (or less than a header) yields
-  nothing. The charset is the one the header entry (empty msgid) names, utf-8 if none; a
+  Little- and big-endian catalogues are read; anything else (less than a header, tables past
+  the end of a truncated file) yields nothing. The charset is the one the header entry (empty msgid) names, utf-8 if none; a
   msgctxt prefix is dropped from the msgid, and entries that do not decode are skipped.
   """
   if len(data) < 28:
@@ -25,10 +25,13 @@ def read_mo(data: bytes):
     return
   n, orig, trans = struct.unpack(end + "3I", data[8:20])
   entries = []
-  for k in range(n):
-    olen, ooff = struct.unpack(end + "2I", data[orig + 8 * k:orig + 8 * k + 8])
-    tlen, toff = struct.unpack(end + "2I", data[trans + 8 * k:trans + 8 * k + 8])
-    entries.append((data[ooff:ooff + olen], data[toff:toff + tlen]))
+  try:
+    for k in range(n):
+      olen, ooff = struct.unpack(end + "2I", data[orig + 8 * k:orig + 8 * k + 8])
+      tlen, toff = struct.unpack(end + "2I", data[trans + 8 * k:trans + 8 * k + 8])
+      entries.append((data[ooff:ooff + olen], data[toff:toff + tlen]))
+  except struct.error:
+    return  # a truncated catalogue: its tables point past the end of the file
   charset = "utf-8"
   for msgid, msgstr in entries:
     if not msgid:

@@ -118,7 +118,8 @@ def man_files(roots, extra_dirs):
     for path in sorted(d.glob("man[1-8]*/*")):
       if path.is_symlink() or not path.is_file() or path.name in files:
         continue
-      head = (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")).read(200)
+      with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as f:
+        head = f.read(200)
       if head.startswith(b".so "):
         continue  # an alias of another page
       files[path.name] = path
