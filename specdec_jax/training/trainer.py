@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -79,7 +79,9 @@ class TrainConfig:
       process; None for no limit.
     export_dir: where the final weights are written as a specdec checkpoint (config beside them).
     export_dtype: dtype of the exported weights ('bfloat16' halves the size; load as float32).
-    eval_examples: valid-split examples per task for the final validation loss (0 to skip).
+    eval_examples: valid-split examples per task for the validation loss (0 to skip).
+    eval_every: steps between validation losses written to TensorBoard while training (`valid/`
+      per task, as the final one), so a long run shows its progress; 0 for the final one only.
     vocabulary: SentencePiece model file for local tasks; None for the shipped 8k vocabulary
       (seqio tasks always use their own).
     mesh: a `sharding.MeshConfig` (gin/mesh/*.gin): train sharded with the target rules on that
@@ -109,6 +111,7 @@ class TrainConfig:
   export_dir: str | None = None
   export_dtype: str | None = "bfloat16"
   eval_examples: int = 256
+  eval_every: int = 0
   vocabulary: str | None = None
   mesh: Any = None
   num_microbatches: int = 1
@@ -126,6 +129,9 @@ class TrainConfig:
       raise ValueError(f"distill_weight must lie in [0, 1], got {self.distill_weight}")
     if not self.tasks:
       raise ValueError("TrainConfig.tasks is empty: name at least one TaskSpec")
+    if self.eval_every < 0:
+      raise ValueError(f"eval_every must be >= 0 (0: only the final validation), got "
+                       f"{self.eval_every}")
     if self.num_microbatches < 1 or self.batch_size % self.num_microbatches:
       raise ValueError(f"num_microbatches ({self.num_microbatches}) must be >= 1 and divide "
                        f"batch_size ({self.batch_size})")
@@ -386,6 +392,7 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
   batches_log = (open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
                  if primary else None)
   schedule_fn = learning_rate_schedule(cfg)
+  evaluator = make_evaluator(model, cfg, vocab, place) if cfg.eval_examples else None
   bar = None
   if progress and primary:
     from tqdm import tqdm
@@ -419,6 +426,10 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
         if bar is not None:
           bar.set_postfix(loss=f"{last_metrics['train/loss']:.3f}",
                           tok_s=f"{last_metrics['train/target_tokens_per_second']:.0f}")
+      if evaluator and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+        valid = evaluator(state["params"])
+        if writer:
+          writer.scalars(step, {f"valid/{k}": v for k, v in valid.items()})
       if bar is not None:
         bar.update(1)
       over_budget = (cfg.max_train_seconds is not None and _agree(
@@ -450,8 +461,8 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
       "num_params": int(sum(np.size(x) for x in jax.tree.leaves(state["params"]))),
       "final_train_metrics": last_metrics,
   }
-  if cfg.eval_examples:
-    summary["valid_cross_entropy"] = evaluate(model, state["params"], cfg, vocab, place)
+  if evaluator:
+    summary["valid_cross_entropy"] = evaluator(state["params"])
   if writer:
     writer.scalars(step, {f"valid/{k}": v
                           for k, v in summary.get("valid_cross_entropy", {}).items()})
@@ -469,23 +480,41 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
   return summary
 
 
-def evaluate(model: Model, params, cfg: TrainConfig, vocab,
-             place: _Placement | None = None) -> dict[str, float]:
-  """Token-level cross-entropy per task on the first `eval_examples` of the valid split."""
+def make_evaluator(model: Model, cfg: TrainConfig, vocab, place: _Placement | None = None
+                   ) -> Callable[[Any], dict[str, float]]:
+  """params -> token-level cross-entropy per task on the first `eval_examples` of valid.
+
+  Tokenizes the valid splits and compiles the loss once, so periodic evaluation (`eval_every`)
+  costs only the forward passes.
+  """
   place = place or _Placement(None)
   eval_loss = make_eval_loss(model, None if place.tm is None else place.tm.replicated)
-  out = {}
+  batches = {}
   for spec in cfg.tasks:
     task = data_lib.tokenize_task(spec, vocab, model.config.is_encoder_decoder, "valid",
                                   cfg.eval_examples)
-    total, count = 0.0, 0.0
+    batches[spec.name] = []
     for start in range(0, task.size, cfg.batch_size):
       rows = np.arange(start, min(start + cfg.batch_size, task.size))
       sub = data_lib.TokenizedTask(spec, None if task.inputs_NxP is None else task.inputs_NxP[rows],
                                    task.targets_NxL[rows])
-      _, batch = data_lib.batch_at([sub], 0, len(rows), 0)
-      # A short last batch may not split over the data axis: eval batches are replicated.
-      s, n = eval_loss(params, place.batch(batch, split_rows=False))
-      total, count = total + float(s), count + float(n)
-    out[spec.name] = total / max(count, 1.0)
-  return out
+      batches[spec.name].append(data_lib.batch_at([sub], 0, len(rows), 0)[1])
+
+  def evaluator(params) -> dict[str, float]:
+    out = {}
+    for name, task_batches in batches.items():
+      total, count = 0.0, 0.0
+      for batch in task_batches:
+        # A short last batch may not split over the data axis: eval batches are replicated.
+        s, n = eval_loss(params, place.batch(batch, split_rows=False))
+        total, count = total + float(s), count + float(n)
+      out[name] = total / max(count, 1.0)
+    return out
+
+  return evaluator
+
+
+def evaluate(model: Model, params, cfg: TrainConfig, vocab,
+             place: _Placement | None = None) -> dict[str, float]:
+  """Token-level cross-entropy per task on the first `eval_examples` of the valid split."""
+  return make_evaluator(model, cfg, vocab, place)(params)

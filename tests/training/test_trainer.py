@@ -111,3 +111,22 @@ def test_bad_config_errors():
     TrainConfig(model="m", tasks=[data_lib.TaskSpec("a")], max_steps=1, optimizer="sgdd")
   with pytest.raises(ValueError, match="distill_weight"):
     TrainConfig(model="m", tasks=[data_lib.TaskSpec("a")], max_steps=1, distill_weight=2.0)
+
+
+def test_periodic_validation_goes_to_tensorboard(setup, tmp_path):
+  """eval_every writes valid/<task> every N steps (and the final one), from one compiled loss."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  root, task, model = setup
+  summary = train(_config(task, model, eval_examples=8, eval_every=2), str(tmp_path),
+                  progress=False)
+  acc = EventAccumulator(str(tmp_path / "tensorboard"))
+  acc.Reload()
+  tags = [t for t in acc.Tags()["scalars"] if t.startswith("valid/")]
+  assert len(tags) == 1
+  events = acc.Scalars(tags[0])
+  assert [e.step for e in events] == [2, 4, 6]
+  final = next(iter(summary["valid_cross_entropy"].values()))
+  assert events[-1].value == pytest.approx(final, rel=1e-6)
+  assert events[0].value != pytest.approx(final, rel=1e-6)  # the model trained in between
+  with pytest.raises(ValueError, match="eval_every"):
+    _config(task, model, eval_every=-1)
