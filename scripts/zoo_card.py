@@ -3,6 +3,8 @@ Table-3-style alpha of every draft against its target at temperatures 0 and 1.
 
   python scripts/zoo_card.py                       # all of valid for quality, 128 examples for alpha
   python scripts/zoo_card.py --alpha_examples=32 --quality_examples=64   # a quick look
+  python scripts/zoo_card.py --parts=quality --t5_target=runs/train/t5_target_stage2/export \
+      --output=/tmp/candidate.json                   # a candidate target before it is shipped
 
 Quality (greedy target output, valid split): sacrebleu BLEU for translate_en_de against copying the
 English source; ROUGE-1/2/L for summarize against the document's first sentence (lead-1). alpha is
@@ -48,9 +50,9 @@ def _batches(n: int, size: int):
 
 
 def _load(name: str):
-  """(model, float32 params) of a zoo model, loaded as the runner loads it."""
+  """(model, float32 params) of a zoo model (or a checkpoint path), loaded as the runner does."""
   from specdec_jax.runner.models import load_model
-  return load_model(os.path.join(ZOO, name))
+  return load_model(name if os.sep in name else os.path.join(ZOO, name))
 
 
 def _decode_texts(result, vocab, rows: int) -> list[str]:
@@ -135,6 +137,9 @@ def main(argv=None) -> int:
   ap.add_argument("--output", default=os.path.join(ZOO, "zoo_eval.json"))
   ap.add_argument("--parts", default="quality,alpha",
                   help="which to measure; the others are kept from an existing --output")
+  ap.add_argument("--t5_target", default="t5_target",
+                  help="the T5 target: a zoo name or a checkpoint path (a candidate before it "
+                       "replaces the shipped one; write to another --output then)")
   ap.add_argument("--train_root", default=None,
                   help="print the training table from RUN/*/train_summary.json and exit")
   args = ap.parse_args(argv)
@@ -149,7 +154,7 @@ def main(argv=None) -> int:
     with open(args.output) as f:
       out.update(json.load(f))
   command = "python scripts/zoo_card.py " + " ".join(sys.argv[1:] if argv is None else argv)
-  target, tparams = _load("t5_target")
+  target, tparams = _load(args.t5_target)
   for task, spec in T5_TASKS.items():
     if "quality" not in parts:
       break
@@ -225,6 +230,8 @@ def markdown(out: dict) -> str:
   drafts = [d for d in ("t5_draft_small", "t5_draft_base", "t5_draft_large",
                         "t5_draft_small_distill", "lm_draft")
             if any(k.startswith(d + "|") for k in out["alpha"])]
+  if not drafts:
+    return "\n".join(lines)
   lines += ["", "| task | T | " + " | ".join(drafts) + " |", "|---|---|" + "---|" * len(drafts)]
   tasks = sorted({k.split("|")[1] for k in out["alpha"]})
   for task in tasks:
