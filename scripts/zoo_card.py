@@ -212,7 +212,7 @@ def markdown(out: dict) -> str:
   """The model card's two tables from the JSON figures."""
   lines = ["| task | rows | target (greedy) | baseline | baseline score |", "|---|---|---|---|---|"]
 
-  def row(task, r, label, n):
+  def row(task, r, label, n, base):
     if "bleu" in r:
       return (f"| {task}{label} | {n} | BLEU {r['bleu']:.2f} | {base} | "
               f"BLEU {r['baseline_bleu']:.2f} |")
@@ -221,10 +221,10 @@ def markdown(out: dict) -> str:
             f"{r['baseline_rouge2']:.1f} / {r['baseline_rougeL']:.1f} |")
 
   for task, r in out["quality"].items():
-    base = r["baseline"]
-    lines.append(row(task, r, "", r["num_examples"]))
+    lines.append(row(task, r, "", r["num_examples"], r["baseline"]))
     if "unseen" in r and r["num_unseen"] < r["num_examples"]:
-      lines.append(row(task, r["unseen"], " (source not in train)", r["num_unseen"]))
+      lines.append(row(task, r["unseen"], " (source not in train)", r["num_unseen"],
+                       r["baseline"]))
   # Table-3 layout: a row per (task, temperature), a column per draft; +- is the binomial standard
   # error at T=0 (beta is 0 or 1 there), a bound for T=1 (beta in [0, 1]).
   drafts = [d for d in ("t5_draft_small", "t5_draft_base", "t5_draft_large",
