@@ -167,3 +167,13 @@ def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: i
   if task.inputs_NxP is not None:
     batch["encoder_input_tokens"] = task.inputs_NxP[rows]
   return task_idx, batch
+
+
+def model_inputs(batch: dict) -> tuple:
+  """(encoder ids, decoder input ids) of a batch; a decoder-only batch gets a [B, 1] dummy
+  encoder input (`Model.forward` ignores it), so one step function serves both kinds."""
+  dec = batch["decoder_input_tokens"]
+  enc = batch.get("encoder_input_tokens")
+  if enc is None:
+    enc = np.zeros((dec.shape[0], 1), np.int32)
+  return enc, dec

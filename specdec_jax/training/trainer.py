@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -45,8 +45,10 @@ from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabul
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
+from specdec_jax.training import evaluation
 from specdec_jax.training import losses
 from specdec_jax.training import sharded as sharded_lib
+from specdec_jax.training.placement import Placement
 
 OPTIMIZERS = ("adafactor", "adamw")
 SCHEDULES = ("constant", "rsqrt", "cosine")
@@ -156,12 +158,6 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
                      optax.adamw(lr, b1=0.9, b2=0.98, weight_decay=cfg.weight_decay))
 
 
-def _model_inputs(batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-  dec = batch["decoder_input_tokens"]
-  enc = batch.get("encoder_input_tokens", jnp.zeros((dec.shape[0], 1), jnp.int32))
-  return enc, dec
-
-
 def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
   """[B, ...] -> [k, B / k, ...], microbatch j = rows j, j + k, ...: strided, so each one is spread
   over every data shard of a sharded batch (no resharding) instead of living on a few."""
@@ -178,7 +174,7 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
   """
 
   def loss_fn(params, batch, teacher_params, n):
-    enc, dec = _model_inputs(batch)
+    enc, dec = data_lib.model_inputs(batch)
     logits = model.forward(params, enc, dec)
     w = batch["loss_weights"]
     ce_sum, tokens = losses.cross_entropy(logits, batch["decoder_target_tokens"], w, cfg.z_loss)
@@ -236,14 +232,6 @@ def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None,
   return _STEP_CACHE[key]
 
 
-def make_eval_loss(model: Model, replicated=None):
-  def eval_loss(params, batch):
-    enc, dec = _model_inputs(batch)
-    return losses.cross_entropy(model.forward(params, enc, dec), batch["decoder_target_tokens"],
-                                batch["loss_weights"])
-  return jax.jit(eval_loss) if replicated is None else jax.jit(eval_loss, out_shardings=replicated)
-
-
 def _batch_digest(batch: dict[str, np.ndarray]) -> str:
   h = hashlib.sha1()
   for k in sorted(batch):
@@ -285,34 +273,6 @@ class _Writer:
     self._w.close()
 
 
-class _Placement:
-  """Where arrays go: the default device (unsharded), or their shards on the run's mesh."""
-
-  def __init__(self, tm: sharded_lib.TrainMesh | None):
-    self.tm = tm
-
-  def params(self, model: Model, params):
-    if self.tm is None:
-      return jax.tree.map(jnp.asarray, params)
-    return self.tm.place(params, self.tm.param_shardings(model))
-
-  def opt_state(self, optimizer: optax.GradientTransformation, params):
-    if self.tm is None:
-      return optimizer.init(params)
-    shardings = self.tm.opt_state_shardings(optimizer, params,
-                                            jax.tree.map(lambda x: x.sharding, params))
-    return jax.jit(optimizer.init, out_shardings=shardings)(params)
-
-  def scalar(self, value, dtype):
-    value = np.asarray(value, dtype)
-    return jnp.asarray(value) if self.tm is None else self.tm.replicate(value)
-
-  def batch(self, batch_np: dict[str, np.ndarray], split_rows: bool = True):
-    if self.tm is None:
-      return jax.tree.map(jnp.asarray, batch_np)
-    return self.tm.batch(batch_np) if split_rows else self.tm.replicate(batch_np)
-
-
 def _agree(flag: bool) -> bool:
   """Process 0's decision on every process (one process: `flag`), so all run the same steps."""
   if jax.process_count() == 1:
@@ -349,12 +309,12 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   with contextlib.ExitStack() as stack:
     if tm is not None:
       stack.enter_context(jax.set_mesh(tm.mesh))
-    return _train(cfg, output_dir, model, params, teacher, teacher_params, _Placement(tm),
+    return _train(cfg, output_dir, model, params, teacher, teacher_params, Placement(tm),
                   config_text=config_text, crash_after_step=crash_after_step, progress=progress)
 
 
 def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Model | None,
-           teacher_params, place: _Placement, *, config_text: str, crash_after_step: int | None,
+           teacher_params, place: Placement, *, config_text: str, crash_after_step: int | None,
            progress: bool) -> dict[str, Any]:
   output_dir = os.path.abspath(output_dir)
   primary = jax.process_index() == 0  # the only process that writes (Orbax: all of them)
@@ -392,7 +352,9 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
   batches_log = (open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
                  if primary else None)
   schedule_fn = learning_rate_schedule(cfg)
-  evaluator = make_evaluator(model, cfg, vocab, place) if cfg.eval_examples else None
+  evaluator = (evaluation.make_evaluator(model, cfg.tasks, vocab, eval_examples=cfg.eval_examples,
+                                          batch_size=cfg.batch_size, place=place)
+               if cfg.eval_examples else None)
   bar = None
   if progress and primary:
     from tqdm import tqdm
@@ -478,43 +440,3 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
     with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
       json.dump(summary, f, indent=1)
   return summary
-
-
-def make_evaluator(model: Model, cfg: TrainConfig, vocab, place: _Placement | None = None
-                   ) -> Callable[[Any], dict[str, float]]:
-  """params -> token-level cross-entropy per task on the first `eval_examples` of valid.
-
-  Tokenizes the valid splits and compiles the loss once, so periodic evaluation (`eval_every`)
-  costs only the forward passes.
-  """
-  place = place or _Placement(None)
-  eval_loss = make_eval_loss(model, None if place.tm is None else place.tm.replicated)
-  batches = {}
-  for spec in cfg.tasks:
-    task = data_lib.tokenize_task(spec, vocab, model.config.is_encoder_decoder, "valid",
-                                  cfg.eval_examples)
-    batches[spec.name] = []
-    for start in range(0, task.size, cfg.batch_size):
-      rows = np.arange(start, min(start + cfg.batch_size, task.size))
-      sub = data_lib.TokenizedTask(spec, None if task.inputs_NxP is None else task.inputs_NxP[rows],
-                                   task.targets_NxL[rows])
-      batches[spec.name].append(data_lib.batch_at([sub], 0, len(rows), 0)[1])
-
-  def evaluator(params) -> dict[str, float]:
-    out = {}
-    for name, task_batches in batches.items():
-      total, count = 0.0, 0.0
-      for batch in task_batches:
-        # A short last batch may not split over the data axis: eval batches are replicated.
-        s, n = eval_loss(params, place.batch(batch, split_rows=False))
-        total, count = total + float(s), count + float(n)
-      out[name] = total / max(count, 1.0)
-    return out
-
-  return evaluator
-
-
-def evaluate(model: Model, params, cfg: TrainConfig, vocab,
-             place: _Placement | None = None) -> dict[str, float]:
-  """Token-level cross-entropy per task on the first `eval_examples` of the valid split."""
-  return make_evaluator(model, cfg, vocab, place)(params)

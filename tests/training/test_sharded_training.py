@@ -22,6 +22,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import sharded as sharded_lib
 from specdec_jax.training import trainer
+from specdec_jax.training.placement import Placement
 from specdec_jax.training.trainer import TrainConfig, train
 
 MESH = sharding.MeshConfig(data=2, model_outer=2, model_inner=2)
@@ -140,8 +141,8 @@ def test_params_and_optimizer_state_are_split_over_devices(setup):
   # AdamW's moments mirror the params and are split the same way; Adafactor's factored rows and
   # columns keep the sharding of the axis they still have.
   for opt in (optax.adamw(1e-3), optax.adafactor(1e-3)):
-    state = trainer._Placement(tm).opt_state(opt, placed)
-    local = trainer._Placement(None).opt_state(opt, jax.device_get(placed))
+    state = Placement(tm).opt_state(opt, placed)
+    local = Placement(None).opt_state(opt, jax.device_get(placed))
     full_opt = sum(np.asarray(x).nbytes for x in jax.tree.leaves(local))
     assert max(sharding.per_device_bytes(state).values()) < full_opt / 2
 
