@@ -11,6 +11,7 @@ import pytest
 
 from specdec_jax import run
 from specdec_jax.runner import store as store_lib
+from specdec_jax.runner.config import RunConfig
 
 SMOKE = "configs/local/smoke.gin"
 BINDINGS = ["NUM_EXAMPLES = 6", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
@@ -66,3 +67,25 @@ def test_changed_config_refuses_to_resume(tmp_path):
   store_lib.ResultStore(out, {"gamma": 2})
   with pytest.raises(ValueError, match="different configuration"):
     store_lib.ResultStore(out, {"gamma": 3})
+
+
+def test_changed_checkpoint_files_refuse_to_resume(tmp_path):
+  """A checkpoint re-exported to the same path is a different configuration: resuming would
+  continue results written with the old weights."""
+  ckpt = tmp_path / "draft"
+  ckpt.mkdir()
+  (ckpt / "model_config.json").write_text('{"emb_dim": 8}')
+  (ckpt / "weights.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB: sampled, not read whole
+  base = dict(target_checkpoint="zoo_t5_target", draft_checkpoint=str(ckpt))
+  first = RunConfig(**base).fingerprint()
+  assert str(ckpt) in first["contents"] and "zoo_t5_target" not in first["contents"]
+  assert RunConfig(**base).fingerprint() == first  # stable while nothing changes
+  data = bytearray((ckpt / "weights.bin").read_bytes())
+  data[-5] ^= 1  # one bit in the last sampled block
+  (ckpt / "weights.bin").write_bytes(bytes(data))
+  second = RunConfig(**base).fingerprint()
+  assert second["contents"] != first["contents"]
+  out = str(tmp_path / "run")
+  store_lib.ResultStore(out, first)
+  with pytest.raises(ValueError, match=r"changed: \['contents'\].*files of a checkpoint"):
+    store_lib.ResultStore(out, second)

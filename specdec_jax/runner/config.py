@@ -15,6 +15,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from specdec_jax.checkpoints import identity
+
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
@@ -110,7 +112,18 @@ class RunConfig:
             "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
             "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
             "ngram_train_examples")
-    return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
+    fingerprint = {k: getattr(self, k) for k in keep}
+    fingerprint["contents"] = self._contents()
+    return json.loads(json.dumps(fingerprint, default=str))
+
+  def _contents(self) -> dict[str, str]:
+    """Digest of every local file the outputs depend on, by path: a checkpoint retrained to
+    the same directory must not resume onto results of the old weights."""
+    paths = [self.target_checkpoint, self.vocabulary, self.ngram_tables]
+    drafts = self.draft_checkpoint
+    paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
+    digests = {p: identity.content_digest(p) for p in paths if isinstance(p, str)}
+    return {p: d for p, d in sorted(digests.items()) if d is not None}
 
 
 @dataclasses.dataclass(frozen=True)

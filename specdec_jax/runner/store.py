@@ -79,9 +79,11 @@ class ResultStore:
       if state.get("fingerprint") != fingerprint:
         changed = sorted(k for k in set(fingerprint) | set(state.get("fingerprint", {}))
                          if fingerprint.get(k) != state.get("fingerprint", {}).get(k))
+        why = (" (the files of a checkpoint, vocabulary or n-gram table changed at the same "
+               "path)" if "contents" in changed else "")
         raise ValueError(
-            f"{self.output_dir} holds results of a different configuration (changed: {changed}); "
-            "use a new --output_dir, or --gin.RunConfig.resume=False to start over")
+            f"{self.output_dir} holds results of a different configuration (changed: {changed})"
+            f"{why}; use a new --output_dir, or --gin.RunConfig.resume=False to start over")
       return state
     return {"fingerprint": fingerprint, "gammas": {}, "calibration": {}}
 
