@@ -47,6 +47,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import evaluation
 from specdec_jax.training import losses
+from specdec_jax.training import run_key
 from specdec_jax.training import sharded as sharded_lib
 from specdec_jax.training.placement import Placement
 
@@ -339,6 +340,7 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
   latest = manager.latest_step()
+  run_key.check_or_write(cfg, output_dir, resuming=latest is not None, write=primary)
   if latest is not None:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shardings included
     state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))

@@ -66,6 +66,29 @@ def test_crash_and_resume_equals_uninterrupted(setup):
   assert digests_a == digests_b  # the same data order, batch for batch
 
 
+def test_resume_refuses_other_data_or_teacher(setup, tmp_path):
+  """A resumed run must see the same batches and loss: a changed seed or a teacher re-exported to
+  the same path refuses; a longer max_steps or another learning rate resumes."""
+  root, task, model = setup
+  out = tmp_path / "run"
+  teacher = tmp_path / "teacher"
+  train(_config(task, model, max_steps=2, export_dir=str(teacher)), str(tmp_path / "t"),
+        progress=False)
+  train(_config(task, model, max_steps=2, teacher=str(teacher)), str(out), progress=False)
+  key = json.loads((out / "run_key.json").read_text())
+  assert key["seed"] == 0 and key["teacher_contents"]
+  with pytest.raises(ValueError, match=r"different \['seed'\]"):
+    train(_config(task, model, max_steps=4, teacher=str(teacher), seed=1), str(out), progress=False)
+  summary = train(_config(task, model, max_steps=4, teacher=str(teacher), learning_rate=0.01),
+                  str(out), progress=False)
+  assert summary["steps"] == 4
+  # The teacher retrained (another seed) and exported to the same path.
+  train(_config(task, model, max_steps=2, seed=1, export_dir=str(teacher)), str(tmp_path / "t2"),
+        progress=False)
+  with pytest.raises(ValueError, match="teacher_contents"):
+    train(_config(task, model, max_steps=6, teacher=str(teacher)), str(out), progress=False)
+
+
 def test_batch_order_is_a_pure_function_of_step():
   rng = np.random.default_rng(0)
   spec_a, spec_b = data_lib.TaskSpec("a", weight=3), data_lib.TaskSpec("b", weight=1)

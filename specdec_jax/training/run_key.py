@@ -1,0 +1,61 @@
+"""What a resumed training run must share with the run it continues, checked before any step.
+
+Why: resuming is exact only if the batches (tasks, batch size, seed, vocabulary) and the loss
+(teacher and its weights, distillation weight and temperature) are the ones the checkpoint was
+trained with; a changed seed or a teacher re-exported to the same path would otherwise continue
+silently with other data or another target. Those refuse to resume. Budgets, export, evaluation,
+mesh and microbatching (the same update) may change freely; optimizer hyperparameters may change
+too (lowering the learning rate of a resumed run is common) but are logged as a warning.
+
+The key is `run_key.json` in the output directory, written when the run starts from step 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from absl import logging
+
+from specdec_jax.checkpoints import identity
+
+FILE = "run_key.json"
+_STRICT = ("model", "tasks", "batch_size", "seed", "vocabulary", "teacher", "distill_weight",
+           "distill_temperature", "optimizer")
+_LOGGED = ("learning_rate", "schedule", "warmup_steps", "weight_decay", "z_loss", "dtype")
+
+
+def run_key(cfg) -> dict[str, Any]:
+  """The resume key of a `TrainConfig` (JSON-able)."""
+  key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
+  key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
+  key["teacher_contents"] = identity.content_digest(cfg.teacher)
+  key["vocabulary_contents"] = identity.content_digest(cfg.vocabulary)
+  return json.loads(json.dumps(key, default=str))
+
+
+def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool) -> None:
+  """Raises if a resumed run's strict keys differ; logs changed optimizer settings.
+
+  A run started before keys existed has no file: it is resumed unchecked and its key written.
+  """
+  path = os.path.join(output_dir, FILE)
+  key = run_key(cfg)
+  if resuming and os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      old = json.load(f)
+    changed = sorted(k for k in set(key) | set(old) if key.get(k) != old.get(k))
+    strict = [k for k in changed if k not in _LOGGED]
+    if strict:
+      raise ValueError(
+          f"{output_dir} holds a run trained with different {strict} (now "
+          f"{ {k: key.get(k) for k in strict} }, was { {k: old.get(k) for k in strict} }); "
+          "resuming would not continue the same data or loss: use a new --output_dir")
+    for k in changed:
+      logging.warning("resuming %s with %s = %r (was %r)", output_dir, k, key.get(k), old.get(k))
+  if write and (not resuming or not os.path.exists(path)):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      json.dump(key, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
