@@ -89,3 +89,20 @@ def test_changed_checkpoint_files_refuse_to_resume(tmp_path):
   store_lib.ResultStore(out, first)
   with pytest.raises(ValueError, match=r"changed: \['contents'\].*files of a checkpoint"):
     store_lib.ResultStore(out, second)
+
+
+def test_zoo_checkpoint_digested_from_any_directory(tmp_path, monkeypatch):
+  """Repo-relative checkpoint paths resolve as the loader resolves them, so the digest (and the
+  refusal to resume onto other weights) does not depend on the working directory."""
+  zoo = "specdec_jax/assets/zoo/t5_draft_small"
+  here = RunConfig(target_checkpoint="zoo_t5_target", draft_checkpoint=zoo).fingerprint()
+  monkeypatch.chdir(tmp_path)
+  elsewhere = RunConfig(target_checkpoint="zoo_t5_target", draft_checkpoint=zoo).fingerprint()
+  assert here["contents"] == elsewhere["contents"] and zoo in here["contents"]
+
+
+def test_state_without_contents_names_the_reason(tmp_path):
+  out = str(tmp_path / "run")
+  store_lib.ResultStore(out, {"gamma": 2})  # a run directory written before content digests
+  with pytest.raises(ValueError, match="written before runs recorded"):
+    store_lib.ResultStore(out, {"gamma": 2, "contents": {"draft": "0123456789abcdef"}})

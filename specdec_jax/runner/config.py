@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import identity
+from specdec_jax.runner.inputs import resolve_path
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
@@ -122,7 +123,8 @@ class RunConfig:
     paths = [self.target_checkpoint, self.vocabulary, self.ngram_tables]
     drafts = self.draft_checkpoint
     paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
-    digests = {p: identity.content_digest(p) for p in paths if isinstance(p, str)}
+    # Resolved as `load_model` resolves them (a repo-relative zoo path works from any directory).
+    digests = {p: identity.content_digest(resolve_path(p)) for p in paths if isinstance(p, str)}
     return {p: d for p, d in sorted(digests.items()) if d is not None}
 
 

@@ -79,8 +79,12 @@ class ResultStore:
       if state.get("fingerprint") != fingerprint:
         changed = sorted(k for k in set(fingerprint) | set(state.get("fingerprint", {}))
                          if fingerprint.get(k) != state.get("fingerprint", {}).get(k))
-        why = (" (the files of a checkpoint, vocabulary or n-gram table changed at the same "
-               "path)" if "contents" in changed else "")
+        why = ""
+        if "contents" in changed:
+          why = (" (written before runs recorded their checkpoints' contents, so it cannot be "
+                 "checked that the weights are the same)" if "contents" not in state.get("fingerprint", {})
+                 else " (the files of a checkpoint, vocabulary or n-gram table changed at the "
+                 "same path)")
         raise ValueError(
             f"{self.output_dir} holds results of a different configuration (changed: {changed})"
             f"{why}; use a new --output_dir, or --gin.RunConfig.resume=False to start over")

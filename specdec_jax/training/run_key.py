@@ -3,11 +3,14 @@
 Why: resuming is exact only if the batches (tasks, batch size, seed, vocabulary) and the loss
 (teacher and its weights, distillation weight and temperature) are the ones the checkpoint was
 trained with; a changed seed or a teacher re-exported to the same path would otherwise continue
-silently with other data or another target. Those refuse to resume. Budgets, export, evaluation,
-mesh and microbatching (the same update) may change freely; optimizer hyperparameters may change
-too (lowering the learning rate of a resumed run is common) but are logged as a warning.
+silently with other data or another target. Those refuse to resume, as do another model or
+optimizer (whose state would not restore). Budgets, export, evaluation, mesh and microbatching (the
+same update) may change freely; the learning-rate schedule, weight decay, z-loss and activation
+dtype may change too (lowering the learning rate of a resumed run is common) but are logged as a
+warning.
 
-The key is `run_key.json` in the output directory, written when the run starts from step 0.
+The key is `run_key.json` in the output directory, written when the run starts without a
+checkpoint.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Any
 from absl import logging
 
 from specdec_jax.checkpoints import identity
+from specdec_jax.data import vocabulary
 
 FILE = "run_key.json"
 _STRICT = ("model", "tasks", "batch_size", "seed", "vocabulary", "teacher", "distill_weight",
@@ -31,12 +35,13 @@ def run_key(cfg) -> dict[str, Any]:
   key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   key["teacher_contents"] = identity.content_digest(cfg.teacher)
-  key["vocabulary_contents"] = identity.content_digest(cfg.vocabulary)
+  key["vocabulary_contents"] = identity.content_digest(
+      str(cfg.vocabulary or vocabulary.DEFAULT_VOCAB_PATH))
   return json.loads(json.dumps(key, default=str))
 
 
 def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool) -> None:
-  """Raises if a resumed run's strict keys differ; logs changed optimizer settings.
+  """Raises if a resumed run's strict keys differ; logs the changed tolerated ones.
 
   A run started before keys existed has no file: it is resumed unchecked and its key written.
   """
@@ -55,6 +60,7 @@ def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool) -> None
     for k in changed:
       logging.warning("resuming %s with %s = %r (was %r)", output_dir, k, key.get(k), old.get(k))
   if write and (not resuming or not os.path.exists(path)):
+    os.makedirs(output_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
       json.dump(key, f, indent=1, sort_keys=True)

@@ -274,6 +274,13 @@ class _Writer:
     self._w.close()
 
 
+def _has_checkpoint(output_dir: str) -> bool:
+  """Whether `output_dir` holds a committed train-state checkpoint (Orbax names a committed step's
+  directory by the step; unfinished ones carry a temporary suffix)."""
+  ckpt_dir = os.path.join(output_dir, "checkpoints")
+  return os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))
+
+
 def _agree(flag: bool) -> bool:
   """Process 0's decision on every process (one process: `flag`), so all run the same steps."""
   if jax.process_count() == 1:
@@ -292,6 +299,9 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   """
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
+  # Before any weights are loaded: a refused resume should cost nothing.
+  run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
+                         write=jax.process_index() == 0)
   model_cfg, params = _load_model(cfg.model, cfg.seed, cfg.dtype)
   model = Model(model_cfg)
   teacher, teacher_params = None, None
@@ -340,7 +350,6 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
   latest = manager.latest_step()
-  run_key.check_or_write(cfg, output_dir, resuming=latest is not None, write=primary)
   if latest is not None:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shardings included
     state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))

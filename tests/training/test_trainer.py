@@ -10,6 +10,7 @@ from specdec_jax.checkpoints import load_checkpoint, orbax_io
 from specdec_jax.models.config import get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import losses
+from specdec_jax.training import run_key
 from specdec_jax.training.trainer import TrainConfig, train
 
 
@@ -66,7 +67,7 @@ def test_crash_and_resume_equals_uninterrupted(setup):
   assert digests_a == digests_b  # the same data order, batch for batch
 
 
-def test_resume_refuses_other_data_or_teacher(setup, tmp_path):
+def test_resume_refuses_other_data_or_teacher(setup, tmp_path, monkeypatch):
   """A resumed run must see the same batches and loss: a changed seed or a teacher re-exported to
   the same path refuses; a longer max_steps or another learning rate resumes."""
   root, task, model = setup
@@ -79,9 +80,12 @@ def test_resume_refuses_other_data_or_teacher(setup, tmp_path):
   assert key["seed"] == 0 and key["teacher_contents"]
   with pytest.raises(ValueError, match=r"different \['seed'\]"):
     train(_config(task, model, max_steps=4, teacher=str(teacher), seed=1), str(out), progress=False)
+  warnings = []
+  monkeypatch.setattr(run_key.logging, "warning", lambda *a: warnings.append(a[0] % a[1:]))
   summary = train(_config(task, model, max_steps=4, teacher=str(teacher), learning_rate=0.01),
                   str(out), progress=False)
   assert summary["steps"] == 4
+  assert any("learning_rate = 0.01 (was 0.05)" in w for w in warnings), warnings
   # The teacher retrained (another seed) and exported to the same path.
   train(_config(task, model, max_steps=2, seed=1, export_dir=str(teacher)), str(tmp_path / "t2"),
         progress=False)
