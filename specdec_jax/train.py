@@ -18,7 +18,6 @@ directory all of them see (e.g. a gcsfuse mount): Orbax writes each host's shard
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 
 import gin
