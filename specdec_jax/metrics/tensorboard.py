@@ -41,6 +41,12 @@ class RunWriter:
   def writer(self):
     return self._w
 
+  def scalars(self, step: int, values: Mapping[str, float]) -> None:
+    """Scalars under their own tags (the trainer's loss, learning rate, valid/...)."""
+    for k, v in values.items():
+      self._w.add_scalar(k, float(v), step)
+    self._w.flush()
+
   def progress(self, step: int, values: Mapping[str, float | None]) -> None:
     for k, v in values.items():
       if v is not None:

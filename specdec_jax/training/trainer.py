@@ -42,6 +42,7 @@ from specdec_jax import sharding
 from specdec_jax.checkpoints import load_checkpoint
 from specdec_jax.checkpoints import orbax_io
 from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+from specdec_jax.metrics.tensorboard import RunWriter
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
@@ -255,25 +256,6 @@ def _check_vocab(model_cfg: ModelConfig, vocab, what: str) -> None:
                      f"vocabulary's {vocab.vocab_size} ids ({source})")
 
 
-class _Writer:
-  """TensorBoard scalars via tensorboardX (no TensorFlow needed)."""
-
-  def __init__(self, logdir: str):
-    from tensorboardX import SummaryWriter
-    self._w = SummaryWriter(logdir)
-
-  def scalars(self, step: int, values: dict[str, float]) -> None:
-    for k, v in values.items():
-      self._w.add_scalar(k, float(v), step)
-    self._w.flush()
-
-  def text(self, tag: str, value: str) -> None:
-    self._w.add_text(tag, value, 0)
-
-  def close(self) -> None:
-    self._w.close()
-
-
 def _has_checkpoint(output_dir: str) -> bool:
   """Whether `output_dir` holds a committed train-state checkpoint (Orbax names a committed step's
   directory by the step; unfinished ones carry a temporary suffix)."""
@@ -357,7 +339,7 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
   start_step = int(state["step"])
 
   train_step = _cached_train_step(model, cfg, teacher, place.tm, state)
-  writer = _Writer(os.path.join(output_dir, "tensorboard")) if primary else None
+  writer = RunWriter(os.path.join(output_dir, "tensorboard")) if primary else None
   if writer and config_text and start_step == 0:
     writer.text("config", config_text)
   batches_log = (open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
