@@ -76,15 +76,15 @@ class ResultStore:
     if os.path.exists(path):
       with open(path) as f:
         state = json.load(f)
-      if state.get("fingerprint") != fingerprint:
-        changed = sorted(k for k in set(fingerprint) | set(state.get("fingerprint", {}))
-                         if fingerprint.get(k) != state.get("fingerprint", {}).get(k))
+      old = state.get("fingerprint", {})
+      if old != fingerprint:
+        changed = sorted(k for k in set(fingerprint) | set(old) if fingerprint.get(k) != old.get(k))
         why = ""
-        if "contents" in changed:
+        if "contents" in changed and "contents" not in old:
           why = (" (written before runs recorded their checkpoints' contents, so it cannot be "
-                 "checked that the weights are the same)" if "contents" not in state.get("fingerprint", {})
-                 else " (the files of a checkpoint, vocabulary or n-gram table changed at the "
-                 "same path)")
+                 "checked that the weights are the same)")
+        elif "contents" in changed:
+          why = " (the files of a checkpoint, vocabulary or n-gram table changed at the same path)"
         raise ValueError(
             f"{self.output_dir} holds results of a different configuration (changed: {changed})"
             f"{why}; use a new --output_dir, or --gin.RunConfig.resume=False to start over")
