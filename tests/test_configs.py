@@ -101,8 +101,9 @@ def _register_train_configurables():
   point: both entry points define the same absl flags, so only one can be imported per process)."""
   trainer = pytest.importorskip("specdec_jax.training.trainer")
   data = pytest.importorskip("specdec_jax.training.data")
+  generation = pytest.importorskip("specdec_jax.training.generation")  # configs/*/train/generate/
   from specdec_jax.sharding import MeshConfig  # configs/paper/train/ bind TrainConfig.mesh
-  for cls in (trainer.TrainConfig, data.TaskSpec, MeshConfig):
+  for cls in (trainer.TrainConfig, data.TaskSpec, MeshConfig, generation.GenerateConfig):
     try:
       gin.get_configurable(cls.__name__)
     except ValueError:

@@ -12,6 +12,10 @@ A task is a local task / JSONL path (`local_tasks`, tokenized with the run's voc
 registered seqio task (`seqio_tasks`: the papers' `wmt_t2t_ende_v003`, `cnn_dailymail`, the local
 `specdec_*` ones): its inputs come tokenized by the task and its references are encoded with the
 task's own vocabulary, so a model fine-tuned here sees exactly the ids a run decodes from.
+A task may also be a directory of generated sequences (`training.seqdata`, written by
+`python -m specdec_jax.generate`): its train split is the prompts and the continuations the
+target (or draft) generated, used as ids; its valid split is the source task's, with references,
+so validation still measures the data.
 `TaskSpec.max_examples` caps what is read (the first N of the split: TFDS stores a split in
 hashed-key order, a pseudo-random sample), so a 4.5M-pair WMT split is tokenized whole only if
 asked.
@@ -26,6 +30,7 @@ import numpy as np
 
 from specdec_jax.data import local_tasks, seqio_tasks
 from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
+from specdec_jax.training import seqdata
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +81,7 @@ def _pad(ids: Sequence[int], length: int) -> np.ndarray:
 
 def is_seqio_task(name: str) -> bool:
   """A registered seqio task, not a local task or a file (checked first: no TensorFlow for them)."""
-  if name in local_tasks.LOCAL_TASKS or os.path.exists(name):
+  if name in local_tasks.LOCAL_TASKS or os.path.exists(name) or seqdata.is_generated(name):
     return False
   return seqio_tasks.is_seqio_task(name)
 
@@ -117,6 +122,16 @@ def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "tr
   """
   if limit is None and split == "train":
     limit = spec.max_examples
+  if seqdata.is_generated(spec.name):
+    if not encoder_decoder:
+      raise ValueError(f"task {spec.name!r} holds generated encoder-decoder sequences; the model "
+                       "is decoder-only")
+    if split != "train":  # validate on the source task's references
+      source = seqdata.read_index(spec.name)["source_task"]
+      task = tokenize_task(dataclasses.replace(spec, name=source), vocab, True, split, limit)
+      return TokenizedTask(spec, task.inputs_NxP, task.targets_NxL)
+    seqs = seqdata.load(spec.name, spec.input_len, spec.target_len)
+    return TokenizedTask(spec, seqs.inputs_NxP[:limit], seqs.targets_NxL[:limit])
   src, tgt = _read(spec, vocab, split, limit)
   if encoder_decoder:
     inputs = np.stack([_pad(s, spec.input_len) for s in src])

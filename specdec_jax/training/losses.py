@@ -3,12 +3,15 @@
 Distillation follows DistillSpec (Zhou et al. 2023): the draft is trained towards the target's
 next-token distribution, token by token, since the acceptance rate of speculative sampling is
 exactly sum_x min(p, q) and a draft closer to p in distribution accepts more. Forward KL(p || q)
-on the training data is the supervised-KD variant.
+on the training data is the supervised-KD variant; `training.divergences` holds it and the
+others DistillSpec compares (reverse KL, JSD(beta), total variation).
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from specdec_jax.training import divergences
 
 
 def cross_entropy(logits_BxTxV: jax.Array, targets_BxT: jax.Array, weights_BxT: jax.Array,
@@ -23,10 +26,7 @@ def cross_entropy(logits_BxTxV: jax.Array, targets_BxT: jax.Array, weights_BxT: 
 
 def forward_kl(student_logits_BxTxV: jax.Array, teacher_logits_BxTxV: jax.Array,
                weights_BxT: jax.Array, temperature: float = 1.0) -> jax.Array:
-  """Sum over weighted positions of KL(teacher || student) at `temperature`."""
-  t = jnp.float32(temperature)
-  log_q = jax.nn.log_softmax(student_logits_BxTxV.astype(jnp.float32) / t, axis=-1)
-  log_p = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits_BxTxV).astype(jnp.float32) / t,
-                             axis=-1)
-  kl_BxT = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
-  return jnp.sum(kl_BxT * weights_BxT)
+  """Sum over weighted positions of KL(teacher || student) at `temperature` (the other
+  divergences: `training.divergences`)."""
+  return divergences.weighted_sum("fkl", student_logits_BxTxV, teacher_logits_BxTxV, weights_BxT,
+                                  temperature=temperature)

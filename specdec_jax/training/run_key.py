@@ -1,16 +1,18 @@
 """What a resumed training run must share with the run it continues, checked before any step.
 
-Why: resuming is exact only if the batches (tasks, batch size, seed, vocabulary) and the loss
-(teacher and its weights, distillation weight and temperature) are the ones the checkpoint was
-trained with; a changed seed or a teacher re-exported to the same path would otherwise continue
-silently with other data or another target. Those refuse to resume, as do another model or
+Why: resuming is exact only if the batches (tasks, batch size, seed, vocabulary, the contents
+of generated-sequence tasks, the on-policy fraction and sampling temperature) and the loss
+(teacher and its weights, distillation weight, temperature and divergence) are the ones the
+checkpoint was trained with; a changed seed or a teacher re-exported to the same path would
+otherwise continue silently with other data or another target. Those refuse to resume, as do another model or
 optimizer (whose state would not restore). Budgets, export, evaluation, mesh and microbatching (the
 same update) may change freely; the learning-rate schedule, weight decay, z-loss and activation
 dtype may change too (lowering the learning rate of a resumed run is common) but are logged as a
 warning.
 
 The key is `run_key.json` in the output directory, written when the run starts without a
-checkpoint.
+checkpoint. Settings added after runs were started (`_DEFAULTS`) compare against their default
+when an older key lacks them: such a run was trained with the default.
 """
 from __future__ import annotations
 
@@ -23,10 +25,15 @@ from absl import logging
 
 from specdec_jax.checkpoints import identity
 from specdec_jax.data import vocabulary
+from specdec_jax.training import seqdata
 
 FILE = "run_key.json"
 _STRICT = ("model", "tasks", "batch_size", "seed", "vocabulary", "teacher", "distill_weight",
-           "distill_temperature", "optimizer")
+           "distill_temperature", "optimizer", "divergence", "jsd_beta", "on_policy_fraction",
+           "on_policy_temperature")
+# What a key written before these settings existed implies: the behaviour of that time.
+_DEFAULTS = {"divergence": "fkl", "jsd_beta": 0.5, "on_policy_fraction": 0.0,
+             "on_policy_temperature": 1.0, "tasks_contents": None}
 _LOGGED = ("learning_rate", "schedule", "warmup_steps", "weight_decay", "z_loss", "dtype")
 
 
@@ -35,6 +42,9 @@ def run_key(cfg) -> dict[str, Any]:
   key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   key["teacher_contents"] = identity.content_digest(cfg.teacher)
+  generated = [seqdata.content_digest(t.name) if seqdata.is_generated(t.name) else None
+               for t in cfg.tasks]
+  key["tasks_contents"] = generated if any(g is not None for g in generated) else None
   key["vocabulary_contents"] = identity.content_digest(
       str(cfg.vocabulary or vocabulary.DEFAULT_VOCAB_PATH))
   return json.loads(json.dumps(key, default=str))
@@ -50,6 +60,7 @@ def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool) -> None
   if resuming and os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       old = json.load(f)
+    old = {**_DEFAULTS, **old}
     changed = sorted(k for k in set(key) | set(old) if key.get(k) != old.get(k))
     strict = [k for k in changed if k not in _LOGGED]
     if strict:

@@ -9,7 +9,11 @@ Why it looks like this:
 - Adafactor is the default because T5 trains with it (factored second moments: small optimizer
   state); AdamW is the option researchers reach for with small models.
 - Distillation (DistillSpec) is a loss option of the same step: with a `teacher` checkpoint the
-  loss mixes forward KL to the teacher's next-token distribution with the data cross-entropy.
+  loss mixes a divergence to the teacher's next-token distribution (`divergence`: forward KL,
+  reverse KL, JSD(beta), total variation; `training.divergences`) with the data cross-entropy.
+  The sequences it is measured on are the task's (references, or continuations the target
+  generated: a `training.seqdata` directory as the task) or, for a fraction `on_policy_fraction`
+  of the steps, the student's own continuations (`training.onpolicy`).
 - Wall-clock budgets (`max_train_seconds`) end a run cleanly at a checkpoint: training on a
   2-core CPU is slow, and a budget that resumes across sessions is how the local zoo is built.
 - Fine-tuning T5 v1.1 as T5X does (configs/paper/train/): tasks may be seqio tasks (WMT En-De,
@@ -46,8 +50,10 @@ from specdec_jax.metrics.tensorboard import RunWriter
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
+from specdec_jax.training import divergences
 from specdec_jax.training import evaluation
 from specdec_jax.training import losses
+from specdec_jax.training import onpolicy
 from specdec_jax.training import run_key
 from specdec_jax.training import sharded as sharded_lib
 from specdec_jax.training.placement import Placement
@@ -73,8 +79,16 @@ class TrainConfig:
     weight_decay: AdamW's decoupled weight decay.
     z_loss: T5X's auxiliary log Z penalty.
     teacher: checkpoint of the model to distil from; None trains on data alone.
-    distill_weight: loss = w * KL(teacher || student) + (1 - w) * cross-entropy.
-    distill_temperature: softmax temperature of both distributions in the KL term.
+    distill_weight: loss = w * D(teacher || student) + (1 - w) * cross-entropy.
+    distill_temperature: softmax temperature of both distributions in the divergence D.
+    divergence: D: 'fkl' (forward KL, the zoo's first recipe), 'rkl' (reverse KL), 'jsd'
+      (generalised JSD(jsd_beta)) or 'tvd' (total variation, = 1 - acceptance rate).
+    jsd_beta: beta of JSD(beta) = beta KL(p || m) + (1 - beta) KL(q || m), m = beta p +
+      (1 - beta) q; strictly between 0 and 1.
+    on_policy_fraction: DistillSpec's lambda: the fraction of steps (chosen from (seed, step))
+      whose decoder sequences are the student's own continuations of the batch's prompts,
+      generated with its current parameters; needs a teacher and an encoder-decoder model.
+    on_policy_temperature: the student's sampling temperature for those (0: greedy).
     seed: parameter init (for presets) and data order.
     checkpoint_every: steps between train-state checkpoints.
     keep_checkpoints: how many train-state checkpoints to keep.
@@ -120,6 +134,10 @@ class TrainConfig:
   mesh: Any = None
   num_microbatches: int = 1
   dtype: str = "float32"
+  divergence: str = "fkl"
+  jsd_beta: float = 0.5
+  on_policy_fraction: float = 0.0
+  on_policy_temperature: float = 1.0
 
   def __post_init__(self):
     if self.optimizer not in OPTIMIZERS:
@@ -131,6 +149,15 @@ class TrainConfig:
                        f"{self.batch_size}")
     if not 0.0 <= self.distill_weight <= 1.0:
       raise ValueError(f"distill_weight must lie in [0, 1], got {self.distill_weight}")
+    divergences.check(self.divergence, self.jsd_beta)
+    if not 0.0 <= self.on_policy_fraction <= 1.0:
+      raise ValueError(f"on_policy_fraction must lie in [0, 1], got {self.on_policy_fraction}")
+    if self.on_policy_fraction > 0.0 and not self.teacher:
+      raise ValueError(f"on_policy_fraction is {self.on_policy_fraction} but no teacher is named: "
+                       "on-policy distillation scores the student's sequences with the teacher")
+    if not self.on_policy_temperature >= 0.0:
+      raise ValueError(f"on_policy_temperature must be >= 0 (0: greedy), got "
+                       f"{self.on_policy_temperature}")
     if not self.tasks:
       raise ValueError("TrainConfig.tasks is empty: name at least one TaskSpec")
     if self.eval_every < 0:
@@ -184,9 +211,10 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
     if teacher is None:
       return ce_sum / n, metrics
     teacher_logits = teacher.forward(teacher_params, enc, dec)
-    kl = losses.forward_kl(logits, teacher_logits, w, cfg.distill_temperature) / n
-    metrics["kl"] = kl
-    return cfg.distill_weight * kl + (1.0 - cfg.distill_weight) * ce_sum / n, metrics
+    d = divergences.weighted_sum(cfg.divergence, logits, teacher_logits, w,
+                                 temperature=cfg.distill_temperature, beta=cfg.jsd_beta) / n
+    metrics[divergences.METRIC_NAMES[cfg.divergence]] = d
+    return cfg.distill_weight * d + (1.0 - cfg.distill_weight) * ce_sum / n, metrics
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -226,7 +254,8 @@ def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None,
   (tests, notebooks) reuses the compilation instead of paying it again."""
   key = (model.config, teacher and teacher.config, cfg.optimizer, cfg.learning_rate, cfg.schedule,
          cfg.warmup_steps, cfg.weight_decay, cfg.z_loss, cfg.distill_weight,
-         cfg.distill_temperature, cfg.max_steps, cfg.num_microbatches, tm)
+         cfg.distill_temperature, cfg.divergence, cfg.jsd_beta, cfg.max_steps,
+         cfg.num_microbatches, tm)
   if key not in _STEP_CACHE:
     extra = {} if tm is None else dict(state_shardings=sharded_lib.state_shardings(state),
                                        replicated=tm.replicated)
@@ -294,6 +323,12 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
                        f"{teacher_cfg.vocab_size}) cannot teach model {cfg.model} (kind "
                        f"{model_cfg.kind}, vocab_size {model_cfg.vocab_size})")
     teacher = Model(teacher_cfg)
+  if cfg.on_policy_fraction > 0.0 and not model_cfg.is_encoder_decoder:
+    raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
+                     "decoder-only; on-policy distillation supports encoder-decoder models only")
+  if cfg.on_policy_fraction > 0.0 and cfg.mesh is not None:
+    raise ValueError("on-policy distillation (on_policy_fraction > 0) is not supported with "
+                     "TrainConfig.mesh yet: train it on one device")
   tm = None
   if cfg.mesh is not None:
     tm, model, teacher = sharded_lib.setup(
@@ -363,9 +398,16 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
   try:
     while step < cfg.max_steps:
       task_idx, batch_np = data_lib.batch_at(tasks, step, cfg.batch_size, cfg.seed)
+      on_policy = onpolicy.is_on_policy(cfg.on_policy_fraction, cfg.seed, step)
+      if on_policy:
+        batch_np = onpolicy.student_batch(model, state["params"], batch_np,
+                                          temperature=cfg.on_policy_temperature, seed=cfg.seed,
+                                          step=step)
       if batches_log:
-        batches_log.write(json.dumps({"step": step, "task": tasks[task_idx].spec.name,
-                                      "digest": _batch_digest(batch_np)}) + "\n")
+        row = {"step": step, "task": tasks[task_idx].spec.name, "digest": _batch_digest(batch_np)}
+        if on_policy:
+          row["on_policy"] = True
+        batches_log.write(json.dumps(row) + "\n")
       state, metrics = train_step(state, place.batch(batch_np), teacher_params)
       step += 1
       tokens_window += float(np.sum(batch_np["loss_weights"]))

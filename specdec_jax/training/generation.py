@@ -1,0 +1,231 @@
+"""The sequence-level distillation data job: decode a task's training prompts with the target (or
+the draft, or a mix of both) and write the continuations as it goes (`training.seqdata`).
+
+Why it is shaped this way:
+- DistillSpec trains the draft on sequences the target generates (greedy or sampled), or the draft
+  itself generates (on-policy), because that is the distribution the draft will be asked to
+  predict while drafting, not the references of the data. This job produces such datasets; the
+  trainer then reads a finished directory as a task (`TaskSpec.name` = its path).
+- Generation runs in the framework's own batched on-device loop through its public front door
+  (`decoding.autoregressive.generate_autoregressive`), so it is what a decode run does, jitted
+  once per task (prompts padded to `TaskSpec.input_len`, a short last batch padded with copies
+  of its last row whose outputs are dropped).
+- Everything a batch depends on is a pure function of (seed, task, batch number): which model
+  generates it (`mix_fraction` of the batches come from `mix_model`) and the sampling key. So a
+  killed job that resumes regenerates a lost batch exactly as the uninterrupted one would have,
+  and each example is written exactly once (`seqdata` says how).
+- A job refuses to continue a directory written with other settings (`generation_key.json`):
+  half the examples from one model and half from another would be a silent mixture.
+Encoder-decoder (T5) models only for now: a decoder-only prompt is the first part of the task's
+sequence, which `training.data` does not keep apart yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+
+from specdec_jax.checkpoints import identity, load_checkpoint
+from specdec_jax.data import vocabulary as vocab_lib
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.models.model import Model
+from specdec_jax.training import data as data_lib
+from specdec_jax.training import seqdata
+
+KEY_FILE = "generation_key.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateConfig:
+  """What to generate (gin binds it in `specdec_jax.generate`).
+
+  Attributes:
+    model: the generator checkpoint (the target, for DistillSpec's sequence-level KD).
+    tasks: the source tasks; each one's train split prompts (`TaskSpec.input_len` tokens, the
+      first `max_examples`) are decoded to at most `TaskSpec.target_len` tokens.
+    temperature: 0 decodes greedily; > 0 samples at that temperature.
+    mix_model: a second generator (the draft: on-policy data), or None.
+    mix_fraction: fraction of the batches `mix_model` generates (chosen per batch from the seed).
+    batch_size: prompts per decode call.
+    seed: batch-to-generator choice and sampling keys.
+    vocabulary: SentencePiece model for local tasks; None for the shipped 8k vocabulary.
+  """
+  model: str
+  tasks: Sequence[data_lib.TaskSpec]
+  temperature: float = 0.0
+  mix_model: str | None = None
+  mix_fraction: float = 0.0
+  batch_size: int = 64
+  seed: int = 0
+  vocabulary: str | None = None
+
+  def __post_init__(self):
+    if not self.tasks:
+      raise ValueError("GenerateConfig.tasks is empty: name at least one TaskSpec")
+    if self.batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+    if not self.temperature >= 0.0:
+      raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+    if not 0.0 <= self.mix_fraction <= 1.0:
+      raise ValueError(f"mix_fraction must lie in [0, 1], got {self.mix_fraction}")
+    if self.mix_fraction > 0.0 and not self.mix_model:
+      raise ValueError(f"mix_fraction is {self.mix_fraction} but no mix_model is named")
+    names = [task_dir_name(s) for s in self.tasks]
+    if len(set(names)) != len(names):
+      raise ValueError(f"two tasks would share an output directory: {names}")
+
+
+def task_dir_name(spec: data_lib.TaskSpec) -> str:
+  """A task's subdirectory: its local name, or a file's name without extensions."""
+  base = os.path.basename(os.path.normpath(spec.name)).split(".")[0]
+  return re.sub(r"[^A-Za-z0-9_\-]", "_", base) or "task"
+
+
+def generation_key(cfg: GenerateConfig) -> dict[str, Any]:
+  """Everything an example depends on (JSON-able); a resumed job must match it exactly."""
+  key = dataclasses.asdict(cfg)
+  key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
+  key["model_contents"] = identity.content_digest(cfg.model)
+  key["mix_model_contents"] = identity.content_digest(cfg.mix_model)
+  key["vocabulary_contents"] = identity.content_digest(
+      str(cfg.vocabulary or vocab_lib.DEFAULT_VOCAB_PATH))
+  return json.loads(json.dumps(key, default=str))
+
+
+def _check_key(cfg: GenerateConfig, output_dir: str) -> None:
+  path = os.path.join(output_dir, KEY_FILE)
+  key = generation_key(cfg)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      old = json.load(f)
+    changed = sorted(k for k in set(key) | set(old) if key.get(k) != old.get(k))
+    if changed:
+      raise ValueError(
+          f"{output_dir} holds sequences generated with different {changed} (now "
+          f"{ {k: key.get(k) for k in changed} }, was { {k: old.get(k) for k in changed} }); "
+          "continuing would mix two datasets: use a new --output_dir")
+    return
+  os.makedirs(output_dir, exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(key, f, indent=1, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _load(path: str) -> tuple[Model, Any]:
+  cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
+  if not cfg.is_encoder_decoder:
+    raise ValueError(f"{path} is a decoder-only model ({cfg.kind}); sequence generation for "
+                     "distillation supports encoder-decoder (T5) models only")
+  return Model(cfg.replace(dtype="float32")), jax.tree.map(jax.numpy.asarray, params)
+
+
+def uses_mix(cfg: GenerateConfig, task_idx: int, batch: int) -> bool:
+  """Whether `mix_model` generates batch `batch` of task `task_idx` (pure in its arguments)."""
+  if cfg.mix_fraction <= 0.0:
+    return False
+  return bool(np.random.default_rng([cfg.seed, task_idx, batch]).random() < cfg.mix_fraction)
+
+
+def _batch_rng(seed: int, task_idx: int, batch: int) -> jax.Array:
+  return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), task_idx), batch)
+
+
+def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int | None = None
+             ) -> dict[str, Any]:
+  """Generates (or resumes) every task into OUTPUT_DIR/<task>/; returns a summary per task.
+
+  `crash_after_batches` raises after that many batches of this call have been indexed,
+  simulating a kill (tests).
+  """
+  output_dir = os.path.abspath(output_dir)
+  _check_key(cfg, output_dir)  # before any weights load: a refused resume costs nothing
+  vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary
+           else vocab_lib.default_vocabulary())
+  generators = {cfg.model: _load(cfg.model)}
+  if cfg.mix_model:
+    generators[cfg.mix_model] = _load(cfg.mix_model)
+  for path, (model, _) in generators.items():
+    if model.vocab_size < vocab.vocab_size:
+      raise ValueError(f"generator {path} has vocab_size {model.vocab_size}, smaller than the "
+                       f"vocabulary's {vocab.vocab_size}")
+  sampling = SamplingConfig(temperature=cfg.temperature)
+  summary, budget = {}, [crash_after_batches]
+  for task_idx, spec in enumerate(cfg.tasks):
+    summary[spec.name] = _generate_task(cfg, spec, task_idx, vocab, generators, sampling,
+                                        os.path.join(output_dir, task_dir_name(spec)), budget)
+  with open(os.path.join(output_dir, "generation_summary.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=1)
+  return summary
+
+
+def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int, vocab,
+                   generators: dict, sampling: SamplingConfig, out: str, budget: list
+                   ) -> dict[str, Any]:
+  task = data_lib.tokenize_task(spec, vocab, True, "train")
+  n, b = task.size, cfg.batch_size
+  num_batches = math.ceil(n / b)
+  os.makedirs(out, exist_ok=True)
+  index = seqdata.read_index(out) or {
+      "source_task": spec.name, "examples_total": n, "batch_size": b, "batches_done": 0,
+      "examples_done": 0, "bytes": 0, "seconds": 0.0, "complete": False}
+  if (index["examples_total"], index["batch_size"]) != (n, b):
+    raise ValueError(f"{out}: its index is for {index['examples_total']} examples in batches of "
+                     f"{index['batch_size']}, this job has {n} in batches of {b}")
+  seq_path = os.path.join(out, seqdata.SEQUENCES)
+  size = os.path.getsize(seq_path) if os.path.exists(seq_path) else 0
+  if size < index["bytes"]:
+    raise ValueError(f"{seq_path} has {size} bytes, fewer than the {index['bytes']} its index "
+                     "records as written: the directory is damaged; use a new --output_dir")
+  with open(seq_path, "ab") as f:  # drop lines written after the last index update
+    f.truncate(index["bytes"])
+  if index["complete"]:
+    logging.info("%s: complete (%d examples)", spec.name, n)
+    return index
+  logging.info("%s: %d examples, resuming at batch %d of %d", spec.name, n,
+               index["batches_done"], num_batches)
+  t0, seconds_before = time.perf_counter(), index["seconds"]
+  with open(seq_path, "ab") as f:
+    for k in range(index["batches_done"], num_batches):
+      rows = np.arange(k * b, min((k + 1) * b, n))
+      take = np.concatenate([rows, np.full(b - len(rows), rows[-1])])  # a fixed shape
+      name = cfg.mix_model if uses_mix(cfg, task_idx, k) else cfg.model
+      model, params = generators[name]
+      result = generate_autoregressive(model, params, task.inputs_NxP[take], sampling=sampling,
+                                       max_decode_len=spec.target_len,
+                                       rng=_batch_rng(cfg.seed, task_idx, k))
+      tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
+      lines = []
+      for j, row in enumerate(rows):
+        inputs = task.inputs_NxP[row]
+        lines.append(json.dumps({
+            "index": int(row), "generator": name,
+            "input_ids": inputs[inputs != vocab_lib.PAD_ID].tolist(),
+            "output_ids": tokens_BxN[j, :int(lengths_B[j])].tolist()}) + "\n")
+      f.write("".join(lines).encode("utf-8"))
+      f.flush()
+      os.fsync(f.fileno())
+      index.update(batches_done=k + 1, examples_done=int(rows[-1]) + 1, bytes=f.tell(),
+                   seconds=round(seconds_before + time.perf_counter() - t0, 2))
+      seqdata.write_index(out, index)
+      if (k + 1) % 10 == 0 or k + 1 == num_batches:
+        done = index["examples_done"]
+        logging.info("%s: %d / %d examples, %.1f examples/s", spec.name, done, n,
+                     done / max(index["seconds"], 1e-9))
+      if budget[0] is not None:
+        budget[0] -= 1
+        if budget[0] <= 0:
+          raise RuntimeError(f"simulated crash after batch {k + 1} of {spec.name}")
+  index.update(complete=True, sha256=seqdata.file_digest(out))
+  seqdata.write_index(out, index)
+  return index

@@ -1,0 +1,158 @@
+"""The sequence-level distillation data job: resumes after a kill with every example exactly once,
+refuses to mix settings, and its output trains a draft against the teacher."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from specdec_jax.checkpoints import load_checkpoint, orbax_io
+from specdec_jax.models.config import get_preset
+from specdec_jax.training import data as data_lib
+from specdec_jax.training import generation, seqdata
+from specdec_jax.training.trainer import TrainConfig, train
+
+N = 37  # 5 batches of 8, the last one short
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  root = tmp_path_factory.mktemp("generation")
+  lines = [{"en": f"The cat number {i} sat on mat {i % 7}.", "de": f"Die Katze {i} sass."}
+           for i in range(N)]
+  task = root / "pairs.jsonl"
+  task.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+  models = {}
+  for name, seed in (("t5_test_target", 1), ("t5_test_draft", 2)):
+    cfg = get_preset(name, vocab_size=8192)
+    models[name] = str(root / name)
+    orbax_io.save(models[name], cfg, load_checkpoint(name, config=cfg, seed=seed)[1])
+  return root, str(task), models
+
+
+def _config(task, models, **kw):
+  spec = data_lib.TaskSpec(name=task, input_len=24, target_len=12)
+  base = dict(model=models["t5_test_target"], tasks=[spec], batch_size=8, temperature=1.0)
+  return generation.GenerateConfig(**{**base, **kw})
+
+
+def _rows(out):
+  path = out / "pairs" / seqdata.SEQUENCES
+  return [json.loads(l) for l in path.read_text().splitlines()]
+
+
+def test_killed_job_resumes_with_every_example_exactly_once(setup):
+  root, task, models = setup
+  straight, killed = root / "straight", root / "killed"
+  summary = generation.generate(_config(task, models), str(straight))
+  assert summary[task]["complete"] and summary[task]["examples_done"] == N
+  with pytest.raises(RuntimeError, match="simulated crash after batch 2"):
+    generation.generate(_config(task, models), str(killed), crash_after_batches=2)
+  assert seqdata.read_index(str(killed / "pairs"))["examples_done"] == 16
+  # A kill while the third batch was being written: a torn line past the indexed bytes.
+  with open(killed / "pairs" / seqdata.SEQUENCES, "a", encoding="utf-8") as f:
+    f.write('{"index": 16, "generator": "x", "input_ids": [5, 6')
+  generation.generate(_config(task, models), str(killed))
+
+  rows = _rows(killed)
+  assert [r["index"] for r in rows] == list(range(N))  # each example once, in order
+  assert (killed / "pairs" / seqdata.SEQUENCES).read_bytes() == (
+      straight / "pairs" / seqdata.SEQUENCES).read_bytes()  # the lost batch regenerated exactly
+  assert seqdata.content_digest(str(killed / "pairs")) == seqdata.content_digest(
+      str(straight / "pairs"))
+  # Sampled at T = 1 with 8k ids: outputs differ across examples and end with EOS or the limit.
+  assert len({tuple(r["output_ids"]) for r in rows}) > N // 2
+  assert all(r["output_ids"][-1] == 1 or len(r["output_ids"]) == 12 for r in rows)
+  assert all(r["input_ids"][-1] == 1 and 0 not in r["input_ids"] for r in rows)
+  # Running a finished job again changes nothing.
+  generation.generate(_config(task, models), str(killed))
+  assert [r["index"] for r in _rows(killed)] == list(range(N))
+
+
+@pytest.mark.slow
+def test_a_killed_process_resumes(setup, tmp_path):
+  """A real SIGKILL of `python -m specdec_jax.generate` part-way, then the same command."""
+  root, task, models = setup
+  gin = tmp_path / "gen.gin"
+  gin.write_text(
+      f"GenerateConfig.model = '{models['t5_test_target']}'\n"
+      f"GenerateConfig.tasks = [@TaskSpec()]\nTaskSpec.name = '{task}'\n"
+      "TaskSpec.input_len = 24\nTaskSpec.target_len = 12\nGenerateConfig.batch_size = 1\n")
+  out = tmp_path / "out"
+  cmd = [sys.executable, "-m", "specdec_jax.generate", f"--gin_file={gin}", f"--output_dir={out}"]
+  proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  import time
+  deadline = time.time() + 120
+  while time.time() < deadline:
+    index = seqdata.read_index(str(out / "pairs"))
+    if index and index["batches_done"] >= 3:
+      break
+    time.sleep(0.05)
+  proc.kill()
+  proc.wait()
+  done = seqdata.read_index(str(out / "pairs"))["examples_done"]
+  assert 3 <= done < N, done
+  subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  rows = [json.loads(l) for l in (out / "pairs" / seqdata.SEQUENCES).read_text().splitlines()]
+  assert [r["index"] for r in rows] == list(range(N))
+
+
+def test_other_settings_refuse_to_continue_and_write_nothing(setup, tmp_path):
+  root, task, models = setup
+  out = tmp_path / "gen"
+  with pytest.raises(RuntimeError):
+    generation.generate(_config(task, models), str(out), crash_after_batches=1)
+  before = (out / "pairs" / seqdata.SEQUENCES).read_bytes()
+  with pytest.raises(ValueError, match=r"different \['temperature'\]"):
+    generation.generate(_config(task, models, temperature=0.0), str(out))
+  assert (out / "pairs" / seqdata.SEQUENCES).read_bytes() == before
+  with pytest.raises(ValueError, match="unfinished: 8 of 37"):
+    data_lib.tokenize_task(data_lib.TaskSpec(str(out / "pairs")), None, True)
+
+
+def test_mix_draws_batches_from_both_generators(setup, tmp_path):
+  root, task, models = setup
+  cfg = _config(task, models, temperature=0.0, mix_model=models["t5_test_draft"],
+                mix_fraction=0.5, seed=3)
+  generation.generate(cfg, str(tmp_path))
+  by_batch = {}
+  for r in _rows(tmp_path):
+    by_batch.setdefault(r["index"] // 8, set()).add(r["generator"])
+  assert all(len(g) == 1 for g in by_batch.values())  # one generator per batch
+  expected = [models["t5_test_draft"] if generation.uses_mix(cfg, 0, k) else
+              models["t5_test_target"] for k in range(5)]
+  assert [next(iter(by_batch[k])) for k in range(5)] == expected
+  assert len(set(expected)) == 2
+
+
+def test_bad_configs_name_the_problem(setup):
+  root, task, models = setup
+  with pytest.raises(ValueError, match="no mix_model"):
+    _config(task, models, mix_fraction=0.5)
+  with pytest.raises(ValueError, match="temperature must be >= 0"):
+    _config(task, models, temperature=-1.0)
+
+
+def test_the_trainer_distils_on_generated_sequences(setup, tmp_path):
+  """A finished directory is a task: inputs are the prompts, targets the generated tokens (no EOS
+  added to a cut one), validation reads the source task's references."""
+  root, task, models = setup
+  gen = root / "straight" / "pairs"
+  if not seqdata.is_generated(str(gen)):
+    generation.generate(_config(task, models), str(root / "straight"))
+  spec = data_lib.TaskSpec(name=str(gen), input_len=24, target_len=12)
+  t = data_lib.tokenize_task(spec, None, True)
+  rows = _rows(root / "straight")
+  np.testing.assert_array_equal(t.targets_NxL[3, :len(rows[3]["output_ids"])], rows[3]["output_ids"])
+  cut = [i for i, r in enumerate(rows) if len(r["output_ids"]) == 12 and r["output_ids"][-1] != 1]
+  if cut:
+    assert t.targets_NxL[cut[0], -1] != 1
+  cfg = TrainConfig(model=models["t5_test_draft"], tasks=[spec], max_steps=2, batch_size=8,
+                    checkpoint_every=1, log_every=1, eval_examples=8, export_dir=None,
+                    teacher=models["t5_test_target"], divergence="tvd")
+  summary = train(cfg, str(tmp_path / "train"), progress=False)
+  assert summary["steps"] == 2 and 0 < summary["final_train_metrics"]["train/tvd"] <= 1
+  assert set(summary["valid_cross_entropy"]) == {str(gen)}
+  key = json.loads((tmp_path / "train" / "run_key.json").read_text())
+  assert key["tasks_contents"] == [seqdata.content_digest(str(gen))]
