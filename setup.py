@@ -6,7 +6,7 @@ setuptools.setup(
     version="0.1.0",
     description="Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) in JAX/Flax.",
     packages=setuptools.find_packages(include=["specdec_jax", "specdec_jax.*"]),
-    package_data={"specdec_jax": ["assets/**/*", "assets/*"]},
+    package_data={"specdec_jax": ["assets/**/*", "assets/*", "kernels/*.cc"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax.kernels import matmul as kmatmul
 from specdec_jax.models.config import ModelConfig
 
 _NEG_INF = -1e10  # T5X's mask bias value.
@@ -31,15 +32,28 @@ def _kernel_init(scale: float = 1.0):
 
 
 class Dense(nn.Module):
-  """A bias-free projection with a 2-D (in, out) kernel, as T5X's DenseGeneral stores it."""
+  """A bias-free projection with a 2-D (in, out) kernel, as T5X's DenseGeneral stores it.
+
+  `packed`: the weight is the CPU kernel's compute layout instead, a parameter `kernel_panels`
+  [ceil(out / 16), in, 16] multiplied by `specdec_jax.kernels.matmul.packed_matmul` (one pass over
+  the weights for any number of rows). Only `specdec_jax.models.packed` builds such modules, from a
+  T5X-layout tree; checkpoints, training and sharding always see `kernel`.
+  """
 
   features: int
   kernel_axes: tuple[str, str]
   dtype: jnp.dtype = jnp.float32
   init_scale: float = 1.0
+  packed: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    if self.packed:
+      init = _kernel_init(self.init_scale)
+      panels = self.param(
+          "kernel_panels", lambda key, shape: kmatmul.pack_panels(init(key, shape, jnp.float32)),
+          (x.shape[-1], self.features))
+      return kmatmul.packed_matmul(x, panels, self.features).astype(self.dtype)
     kernel = self.param(
         "kernel", nn.with_logical_partitioning(_kernel_init(self.init_scale), self.kernel_axes),
         (x.shape[-1], self.features), jnp.float32)
@@ -64,18 +78,21 @@ class LayerNorm(nn.Module):
 
 
 class MlpBlock(nn.Module):
-  """Gated GELU (tanh approximation, flax's default): gelu(x wi_0) * (x wi_1), then wo."""
+  """Gated GELU (tanh approximation, flax's default): gelu(x wi_0) * (x wi_1), then wo.
+
+  `packed`: the three projections use the CPU kernel's layout (see `Dense`)."""
 
   config: ModelConfig
+  packed: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    cfg, dt = self.config, _dtype(self.config)
-    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, name="wi_0")(x)
-    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, name="wi_1")(x)
+    cfg, dt, pk = self.config, _dtype(self.config), self.packed
+    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, packed=pk, name="wi_0")(x)
+    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, packed=pk, name="wi_1")(x)
     h = nn.gelu(gate, approximate=True) * lin
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
-    return Dense(cfg.emb_dim, ("mlp", "embed"), dt, name="wo")(h)
+    return Dense(cfg.emb_dim, ("mlp", "embed"), dt, packed=pk, name="wo")(h)
 
 
 def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,

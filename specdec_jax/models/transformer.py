@@ -70,19 +70,22 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Pre-norm self-attention (cached), cross-attention (T5 only), gated-GELU MLP."""
+  """Pre-norm self-attention (cached), cross-attention (T5 only), gated-GELU MLP.
+
+  `packed`: the projections a decode step runs use the CPU kernel's layout (`layers.Dense`)."""
 
   config: ModelConfig
+  packed: bool = False
 
   def setup(self):
-    cfg = self.config
+    cfg, pk = self.config, self.packed
     self.pre_self_attention_layer_norm = _norm(cfg, "pre_self_attention_layer_norm")
-    self.self_attention = MultiHeadAttention(cfg)
+    self.self_attention = MultiHeadAttention(cfg, packed=pk)
     if cfg.is_encoder_decoder:
       self.pre_cross_attention_layer_norm = _norm(cfg, "pre_cross_attention_layer_norm")
-      self.encoder_decoder_attention = MultiHeadAttention(cfg)
+      self.encoder_decoder_attention = MultiHeadAttention(cfg, packed=pk, kv_from_encoder=True)
     self.pre_mlp_layer_norm = _norm(cfg, "pre_mlp_layer_norm")
-    self.mlp = MlpBlock(cfg)
+    self.mlp = MlpBlock(cfg, packed=pk)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> LayerKV:
     return LayerKV(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
@@ -108,19 +111,22 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
+  """The decoder stack and the output head. `packed`: see `Transformer`."""
+
   config: ModelConfig
+  packed: bool = False
 
   def setup(self):
-    cfg = self.config
+    cfg, pk = self.config, self.packed
     self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
     if cfg.scan_layers:  # one module, parameters stacked on a leading axis: decoder/layers/...
       self.layers = _scan(DecoderLayer, cfg.num_decoder_layers,
                           __call__={"in_axes": (0, nn.broadcast, nn.broadcast, 0, nn.broadcast)},
-                          cross_kv_step={"in_axes": ()})(cfg)
+                          cross_kv_step={"in_axes": ()})(cfg, pk)
     else:
-      self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
+      self.layers = [DecoderLayer(cfg, pk) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
     self.decoder_norm = _norm(cfg, "decoder_norm")
-    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32, packed=pk)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...] | LayerKV:
     """Per-layer cross-attention K/V: a tuple, or one LayerKV stacked [L, ...] when scanned."""
@@ -157,16 +163,23 @@ class Decoder(nn.Module):
 
 
 class Transformer(nn.Module):
-  """T5 v1.1 (kind 't5') or decoder-only LM (kind 'decoder'); methods are the model's entry points."""
+  """T5 v1.1 (kind 't5') or decoder-only LM (kind 'decoder'); methods are the model's entry points.
+
+  `packed`: the decoder's projections and the output head (what one decode step multiplies) take
+  their weights in the CPU kernel's panel layout (`kernel_panels` instead of `kernel`; see
+  `specdec_jax.models.packed`, the only place that builds such trees). The encoder and the
+  cross-attention keys/values (run once per request over many rows) keep XLA's dot.
+  """
 
   config: ModelConfig
+  packed: bool = False
 
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg)
     if cfg.is_encoder_decoder:
       self.encoder = Encoder(cfg)
-    self.decoder = Decoder(cfg)
+    self.decoder = Decoder(cfg, self.packed)
 
   def encode(self, inputs_BxE: jax.Array) -> jax.Array:
     mask_BxE = inputs_BxE > 0

@@ -1,0 +1,83 @@
+"""The decode loops with the kernel on: still one program, still exact.
+
+Why: the kernel is an XLA custom call inside the jitted while loop; it must not add a host round
+trip, and the loops' guarantees (greedy speculative == autoregressive; sampled speculative ==
+the target's distribution) must hold with it as they do with XLA's dot.
+"""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.decoding.autoregressive import autoregressive_decode, generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative, speculative_decode
+from specdec_jax.kernels import build
+from specdec_jax.models import packed
+from specdec_jax.testing import chi_square_gof, tiny_pair
+from tests.decoding import test_distribution as dist
+from tests.decoding.test_one_program import HOST_OPS
+
+GREEDY = SamplingConfig(temperature=0.0)
+INPUTS = {
+    "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
+    "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
+}
+CUSTOM_CALL = f'custom_call_target="{build.TARGET_NAME}"'
+
+
+def _packed_pair(kind):
+  target, tp, draft, dp = tiny_pair(kind)
+  return (*packed.pack(target, tp), *packed.pack(draft, dp))
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+def test_speculative_loop_with_kernel_is_one_while_without_host_ops(kind):
+  target, tp, draft, dp = _packed_pair(kind)
+  inputs = jnp.asarray(INPUTS[kind][:2], jnp.int32)
+  hlo = speculative_decode.lower(target, tp, draft, dp, inputs, jax.random.key(0), gamma=3,
+                                 sampling=SamplingConfig(temperature=1.0),
+                                 max_decode_len=8).compile().as_text()
+  assert re.search(r"\bwhile\(", hlo)
+  assert CUSTOM_CALL in hlo
+  assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
+
+
+def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
+  target, tp, _, _ = _packed_pair("decoder")
+  inputs = jnp.asarray(INPUTS["decoder"][:1], jnp.int32)
+  hlo = autoregressive_decode.lower(target, tp, inputs, jax.random.key(0), sampling=GREEDY,
+                                    max_decode_len=8).compile().as_text()
+  assert re.search(r"\bwhile\(", hlo) and CUSTOM_CALL in hlo
+  assert not HOST_OPS.search(hlo)
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+def test_greedy_speculative_equals_autoregressive_with_kernel(kind):
+  target, tp, draft, dp = _packed_pair(kind)
+  inputs = jnp.asarray(INPUTS[kind], jnp.int32)
+  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
+  spec = generate_speculative(target, tp, draft, dp, inputs, gamma=3, sampling=GREEDY,
+                              max_decode_len=14)
+  np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
+
+
+@pytest.fixture(scope="module")
+def dist_models():
+  """tests/decoding/test_distribution's pair, packed; the truth stays the unpacked target's."""
+  target, tp, draft, dp = dist.models.__wrapped__()
+  return (target, tp), (*packed.pack(target, tp), *packed.pack(draft, dp))
+
+
+@pytest.mark.slow  # 100k samples per configuration: ~45 s each on the 2-core machine
+@pytest.mark.parametrize("name", list(dist.CONFIGS))
+def test_speculative_with_kernel_matches_exact_target_distribution(dist_models, name):
+  (target, tp), packed_models = dist_models
+  sampling = dist.CONFIGS[name]
+  probs = dist._exact((target, tp, None, None), sampling)  # pylint: disable=protected-access
+  counts = dist._spec_counts(packed_models, sampling)  # pylint: disable=protected-access
+  _, _, pvalue = chi_square_gof(counts, probs)
+  assert pvalue > 1e-3

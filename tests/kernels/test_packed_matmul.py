@@ -1,0 +1,112 @@
+"""The packed kernel computes x @ W like XLA's dot, for every row count and odd shapes.
+
+Why: the kernel replaces XLA's dot in every decode-step projection and the output head, so any
+error in the panel layout, the row chunking (rows beyond 6 are further passes), the zero-padded
+last panel (F not a multiple of 16) or the thread split would change the logits the acceptance
+rule compares. Float64 numpy is the reference; float32 tolerance.
+"""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.kernels import build
+from specdec_jax.kernels import matmul as km
+
+SHAPES = [(64, 48), (37, 53), (5, 17), (16, 16), (100, 1), (1, 33)]  # (D, F)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kernel_built():
+  assert build.load(), "the kernel library did not build (see the log line)"
+
+
+def _reference(x, w):
+  return np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+
+
+def _check(y, x, w):
+  ref = _reference(x, w)
+  scale = np.abs(np.asarray(x, np.float64)) @ np.abs(np.asarray(w, np.float64)) + 1e-30
+  np.testing.assert_array_less(np.abs(np.asarray(y, np.float64) - ref) / scale, 1e-5)
+
+
+@pytest.mark.parametrize("d,f", SHAPES)
+def test_matches_reference_for_every_row_count_up_to_16(d, f):
+  rng = np.random.default_rng(d * 1000 + f)
+  w = rng.standard_normal((d, f)).astype(np.float32)
+  panels = km.pack_panels(w)
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  for t in range(1, 17):
+    x = rng.standard_normal((t, d)).astype(np.float32)
+    y = mm(x, panels, f)
+    assert y.shape == (t, f) and y.dtype == jnp.float32
+    _check(y, x, w)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(km.xla_matmul(x, w)), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_many_rows_leading_dims_and_threaded_panels():
+  """B x T rows (flattened), more rows than one chunk, and a matrix big enough for the pool."""
+  rng = np.random.default_rng(1)
+  d, f = 256, 1030  # 65 panels of 256 x 16: above the threading threshold, F % 16 = 6
+  w = rng.standard_normal((d, f)).astype(np.float32)
+  x = rng.standard_normal((3, 13, d)).astype(np.float32)
+  y = jax.jit(km.packed_matmul, static_argnums=2)(x, km.pack_panels(w), f)
+  assert y.shape == (3, 13, f)
+  _check(np.asarray(y).reshape(-1, f), x.reshape(-1, d), w)
+
+
+def test_each_row_is_independent_of_the_others():
+  """A row's result is bitwise the same whatever rows it is computed with (one accumulation
+  order per row): a verify block scores its first token exactly as a single-token step does."""
+  rng = np.random.default_rng(2)
+  d, f = 96, 80
+  w = km.pack_panels(rng.standard_normal((d, f)).astype(np.float32))
+  x = rng.standard_normal((16, d)).astype(np.float32)
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  alone = np.asarray(mm(x[:1], w, f))
+  for t in range(2, 17):
+    np.testing.assert_array_equal(np.asarray(mm(x[:t], w, f))[:1], alone)
+
+
+def test_pack_layout_and_round_trip():
+  w = np.arange(3 * 20, dtype=np.float32).reshape(3, 20)
+  panels = np.asarray(km.pack_panels(w))
+  assert panels.shape == (2, 3, 16)
+  np.testing.assert_array_equal(panels[0], w[:, :16])
+  np.testing.assert_array_equal(panels[1, :, :4], w[:, 16:])
+  assert not panels[1, :, 4:].any()  # zero padding past F
+  np.testing.assert_array_equal(np.asarray(km.unpack_panels(panels, 20)), w)
+  stacked = np.stack([w, w + 1])  # scanned layers: a leading layer axis is kept
+  assert km.pack_panels(stacked).shape == (2, 2, 3, 16)
+  np.testing.assert_array_equal(np.asarray(km.unpack_panels(km.pack_panels(stacked), 20)),
+                                stacked)
+
+
+def test_shape_mismatch_is_named():
+  panels = km.pack_panels(np.ones((8, 20), np.float32))
+  with pytest.raises(ValueError, match="does not fit panels"):
+    km.packed_matmul(jnp.ones((2, 9)), panels, 20)
+  with pytest.raises(ValueError, match="does not fit panels"):
+    km.packed_matmul(jnp.ones((2, 8)), panels, 40)
+
+
+def test_runs_inside_jit_and_while_loop_as_a_custom_call_without_host_ops():
+  rng = np.random.default_rng(3)
+  w = rng.standard_normal((24, 24)).astype(np.float32) / 5
+  panels = km.pack_panels(w)
+
+  def loop(x):
+    return jax.lax.fori_loop(0, 5, lambda i, x: jnp.tanh(km.packed_matmul(x, panels, 24)), x)
+  x = rng.standard_normal((3, 24)).astype(np.float32)
+  compiled = jax.jit(loop).lower(x).compile().as_text()
+  assert re.search(r"\bwhile\(", compiled)
+  assert f'custom_call_target="{build.TARGET_NAME}"' in compiled
+  assert "callback" not in compiled
+  want = x.astype(np.float64)
+  for _ in range(5):
+    want = np.tanh(want @ w)
+  np.testing.assert_allclose(np.asarray(jax.jit(loop)(x)), want, rtol=1e-5, atol=1e-5)

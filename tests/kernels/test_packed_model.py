@@ -1,0 +1,127 @@
+"""Packed params: a compute layout only, with the same logits as the T5X-layout model.
+
+Why: `pack` rewrites every projection a decode step multiplies; the packed model must compute what
+the unpacked one does (full forward and cached decode at ragged offsets), give the T5X tree back
+unchanged, and never reach sharding. 'auto' must choose the kernel on one CPU device and XLA's dot
+on a mesh.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.models import packed
+from specdec_jax.models.config import get_preset
+from specdec_jax.models.kv_cache import rollback
+from specdec_jax.models.model import Model
+from specdec_jax.testing import tiny_pair
+
+T5_INPUTS = np.array([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0], [3, 1, 0, 0, 0], [11, 12, 13, 1, 0]])
+
+
+def _same_tree(a, b):
+  assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+def test_pack_round_trip_and_which_weights_are_packed(kind):
+  model, params, _, _ = tiny_pair(kind)
+  pmodel, pparams = packed.pack(model, params)
+  assert packed.is_packed(pmodel) and not packed.is_packed(model)
+  flat = {"/".join(k.key for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
+  panels = sorted(k for k in flat if k.endswith("kernel_panels"))
+  # Every decoder projection a step runs, and the head; not the encoder, not cross K/V.
+  assert "decoder/logits_dense/kernel_panels" in panels
+  assert "decoder/layers_0/self_attention/query/kernel_panels" in panels
+  assert "decoder/layers_1/mlp/wo/kernel_panels" in panels
+  assert not any(k.startswith("encoder/") for k in panels)
+  if kind == "t5":
+    assert "decoder/layers_0/encoder_decoder_attention/key/kernel" in flat
+    assert "decoder/layers_0/encoder_decoder_attention/out/kernel_panels" in panels
+  back_model, back = packed.unpack(pmodel, pparams)
+  assert back_model == model
+  _same_tree(back, params)
+
+
+def test_scanned_layers_pack_and_compute():
+  model = Model(get_preset("decoder_test_target", scan_layers=True))
+  params = model.init(jax.random.key(0))
+  pmodel, pparams = packed.pack(model, params)
+  assert pparams["decoder"]["layers"]["mlp"]["wi_0"]["kernel_panels"].shape == (2, 4, 32, 16)
+  tokens = jnp.asarray([[5, 6, 7, 8, 9]], jnp.int32)
+  np.testing.assert_allclose(np.asarray(pmodel.forward(pparams, tokens, tokens)),
+                             np.asarray(model.forward(params, tokens, tokens)),
+                             rtol=1e-5, atol=1e-5)
+  _same_tree(packed.unpack(pmodel, pparams)[1], params)
+
+
+@pytest.mark.parametrize("block", [1, 4])
+def test_t5_cached_decode_with_kernel_matches_full_forward(block):
+  """Decode with packed weights at per-example offsets == the unpacked model's full forward."""
+  model, params, _, _ = tiny_pair("t5")
+  pmodel, pparams = packed.pack(model, params)
+  rng = np.random.default_rng(0)
+  seq_BxT = jnp.asarray(np.concatenate([np.zeros((4, 1), int), rng.integers(2, 64, (4, 12))],
+                                       axis=1), jnp.int32)
+  full = np.asarray(jax.jit(model.forward)(params, jnp.asarray(T5_INPUTS), seq_BxT))
+  starts = np.array([4, 2, 1, 3])
+  extend = jax.jit(pmodel.extend)
+  cache = jax.jit(pmodel.prefill, static_argnums=2)(pparams, jnp.asarray(T5_INPUTS), 24)
+  _, cache = extend(pparams, cache, seq_BxT[:, :4])
+  cache = rollback(cache, jnp.asarray(starts))
+  rest = jnp.asarray(np.stack([np.asarray(seq_BxT)[b, s:s + 8] for b, s in enumerate(starts)]))
+  outs = []
+  for s in range(0, 8, block):
+    logits, cache = extend(pparams, cache, rest[:, s:s + block])
+    outs.append(np.asarray(logits))
+  want = np.stack([full[b, s:s + 8] for b, s in enumerate(starts)])
+  np.testing.assert_allclose(np.concatenate(outs, axis=1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_prefill_and_extend_with_kernel_match_full_forward():
+  model, params, _, _ = tiny_pair("decoder")
+  pmodel, pparams = packed.pack(model, params)
+  rng = np.random.default_rng(1)
+  lengths = [6, 3, 1, 5]
+  seqs = [rng.integers(2, 64, n + 8) for n in lengths]
+  prompts = np.zeros((4, max(lengths)), np.int32)
+  for b, n in enumerate(lengths):
+    prompts[b, :n] = seqs[b][:n]
+  cache = jax.jit(pmodel.prefill, static_argnums=2)(pparams, jnp.asarray(prompts), 32)
+  feed = np.stack([s[n - 1:n + 7] for s, n in zip(seqs, lengths)])
+  got, _ = jax.jit(pmodel.extend)(pparams, cache, jnp.asarray(feed))
+  padded = np.zeros((4, max(lengths) + 7), np.int32)  # causal: padding cannot leak backwards
+  for b, (s, n) in enumerate(zip(seqs, lengths)):
+    padded[b, :n + 7] = s[:n + 7]
+  full = np.asarray(jax.jit(model.forward)(params, None, jnp.asarray(padded)))
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(np.asarray(got)[b], full[b, n - 1:n + 7], rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_choice():
+  model, params, _, _ = tiny_pair("decoder")
+  assert packed.resolve_matmul("xla") == "xla"
+  assert packed.resolve_matmul("auto") == "kernel"  # the tests run on a CPU backend
+  assert packed.for_backend(model, params, "xla") == (model, params)
+  pmodel, _ = packed.for_backend(model, params, "auto")
+  assert packed.is_packed(pmodel)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("model",))
+  assert packed.resolve_matmul("auto", mesh) == "xla"
+  with pytest.raises(ValueError, match="on a mesh"):
+    packed.resolve_matmul("kernel", mesh)
+  with pytest.raises(ValueError, match="matmul must be one of"):
+    packed.resolve_matmul("fast")
+
+
+def test_packed_trees_stay_away_from_sharding_and_double_packing():
+  model, params, _, _ = tiny_pair("decoder")
+  pmodel, pparams = packed.pack(model, params)
+  with pytest.raises(ValueError, match="no sharding"):
+    pmodel.logical_axes()
+  with pytest.raises(ValueError, match="already"):
+    packed.pack(pmodel, pparams)
+  with pytest.raises(ValueError, match="not this model's tree"):
+    packed.pack(model, {"decoder": {}})
