@@ -10,7 +10,9 @@ For exact resume both choices are pure functions of (seed, step): whether step s
 the sampling key. A resumed run restores the very parameters the killed one had at that step, so
 it regenerates the same continuations (the trainer's `batches.jsonl` digests show it).
 Generation is the framework's own batched on-device loop (`generate_autoregressive`), jitted once
-per task shape. Encoder-decoder (T5) students only: the prompt is the encoder input.
+per task shape; in a sharded run it reads the student's sharded parameters where they are (XLA
+partitions the loop like the train step). Encoder-decoder (T5) students only: the prompt is the
+encoder input.
 """
 from __future__ import annotations
 

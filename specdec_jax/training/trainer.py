@@ -326,9 +326,6 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   if cfg.on_policy_fraction > 0.0 and not model_cfg.is_encoder_decoder:
     raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
                      "decoder-only; on-policy distillation supports encoder-decoder models only")
-  if cfg.on_policy_fraction > 0.0 and cfg.mesh is not None:
-    raise ValueError("on-policy distillation (on_policy_fraction > 0) is not supported with "
-                     "TrainConfig.mesh yet: train it on one device")
   tm = None
   if cfg.mesh is not None:
     tm, model, teacher = sharded_lib.setup(

@@ -1,0 +1,75 @@
+"""The DistillSpec recipes under configs/local/train/ load into the configs they promise.
+
+Why: a recipe that only breaks when its multi-hour run starts is found too late; and a
+sequence-level recipe must name exactly the directories its generation recipe writes.
+"""
+import os
+
+import gin
+import pytest
+
+from specdec_jax import generate, train
+from specdec_jax.training import generation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TARGET = "specdec_jax/assets/zoo/t5_target"
+SEQKD = {f"t5_draft_small_seqkd_{d}.gin": d for d in ("fkl", "rkl", "jsd", "tvd")}
+GENERATE = {"t5_target_greedy.gin": (0.0, None, 0.0), "t5_target_t1.gin": (1.0, None, 0.0),
+            "t5_mix_target_draft.gin": (1.0, "specdec_jax/assets/zoo/t5_draft_small_distill",
+                                        0.5)}
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+def _train(name):
+  return train.parse([os.path.join(ROOT, "configs/local/train", name)])
+
+
+@pytest.mark.parametrize("name", sorted(SEQKD))
+def test_seqkd_recipes_distil_on_the_targets_greedy_sequences(name):
+  cfg = _train(name)
+  assert (cfg.model, cfg.teacher, cfg.divergence) == ("zoo_t5_draft_small", TARGET, SEQKD[name])
+  assert (cfg.distill_weight, cfg.on_policy_fraction, cfg.jsd_beta) == (1.0, 0.0, 0.5)
+  assert [t.name for t in cfg.tasks] == ["runs/seqkd/t5_target_greedy/translate_en_de",
+                                         "runs/seqkd/t5_target_greedy/summarize"]
+  assert [t.weight for t in cfg.tasks] == [4, 1]  # the zoo's mixture
+  assert cfg.export_dir == f"runs/train/{name[:-4]}/export"
+  assert cfg.max_steps > 600 and cfg.checkpoint_every <= 100
+
+
+def test_on_policy_recipes():
+  cfg = _train("t5_draft_small_onpolicy_tvd.gin")
+  assert (cfg.divergence, cfg.on_policy_fraction, cfg.on_policy_temperature) == ("tvd", 1.0, 1.0)
+  assert cfg.teacher == TARGET and cfg.model.endswith("t5_draft_small_distill")
+  assert [t.name for t in cfg.tasks] == ["translate_en_de", "summarize"]
+  cfg = _train("t5_draft_small_mixed_jsd.gin")
+  assert (cfg.divergence, cfg.jsd_beta, cfg.on_policy_fraction) == ("jsd", 0.5, 0.5)
+  assert cfg.tasks[0].name.startswith("runs/seqkd/t5_target_greedy/")
+
+
+@pytest.mark.parametrize("name", sorted(GENERATE))
+def test_generation_recipes(name):
+  cfg = generate.parse([os.path.join(ROOT, "configs/local/train/generate", name)])
+  assert isinstance(cfg, generation.GenerateConfig)
+  assert (cfg.temperature, cfg.mix_model, cfg.mix_fraction) == GENERATE[name]
+  assert cfg.model == TARGET
+  assert [(t.name, t.input_len, t.target_len) for t in cfg.tasks] == [
+      ("translate_en_de", 40, 40), ("summarize", 128, 24)]  # the mixture's shapes
+
+
+def test_seqkd_tasks_are_the_directories_the_generation_recipe_writes():
+  gen = generate.parse([os.path.join(ROOT, "configs/local/train/generate/t5_target_greedy.gin")])
+  written = [os.path.join("runs/seqkd/t5_target_greedy", generation.task_dir_name(t))
+             for t in gen.tasks]  # its documented --output_dir
+  gin.clear_config()
+  cfg = _train("t5_draft_small_seqkd_fkl.gin")
+  assert [t.name for t in cfg.tasks] == written
+  assert [(t.input_len, t.target_len) for t in cfg.tasks] == [
+      (t.input_len, t.target_len) for t in gen.tasks]
+  with open(os.path.join(ROOT, "configs/local/train/generate/t5_target_greedy.gin")) as f:
+    assert "--output_dir=runs/seqkd/t5_target_greedy" in f.read()
