@@ -1,0 +1,119 @@
+"""Abstract models, parameters and inputs: shapes, dtypes and shardings, no weights.
+
+Why: ahead-of-time compilation needs only `jax.ShapeDtypeStruct`s that carry the sharding each
+array will have, and the paper configs name gs:// checkpoints this host cannot (and must not need
+to) read. A model's config comes, in this order, from a preset name, from the checkpoint's own
+metadata when it is local (the specdec `model_config.json`, a Hugging Face `config.json`, or a T5X
+checkpoint's array shapes, read without the arrays), or, for a checkpoint that cannot be read here,
+from the preset the gin files pair with it (`T5_1_1_XXL_CHECKPOINT` / `T5_1_1_XXL_PRESET`) or a
+preset name in its path. Parameters take the dtype the runner casts them to
+(`runner.models.in_compute_dtype`) and the shardings `sharding.param_shardings` gives them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from specdec_jax import sharding as sh
+from specdec_jax.models.config import PRESETS, ModelConfig, get_preset
+from specdec_jax.models.model import Model
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedModel:
+  """A model's config and where it came from (reported beside every program)."""
+  config: ModelConfig
+  source: str
+  preset: Optional[str] = None  # the preset the config came from, if any
+
+
+def resolve_config(spec: str, *, presets: Mapping[str, str] = (), dtype: Optional[str] = None,
+                   vocab_size: Optional[int] = None) -> ResolvedModel:
+  """The config `spec` (a preset name or a checkpoint path) loads as, without reading weights.
+
+  presets: checkpoint path -> preset name, for checkpoints that cannot be read here (gs://).
+  vocab_size: the vocabulary a random-init preset is resized to (the runner's rule for presets
+    decoding text); ignored for checkpoints.
+  """
+  from specdec_jax.runner.inputs import resolve_path  # pylint: disable=import-outside-toplevel
+  overrides = {} if dtype is None else {"dtype": dtype}
+  if spec in PRESETS and not os.path.exists(spec):
+    if vocab_size is not None:
+      overrides["vocab_size"] = vocab_size
+    return ResolvedModel(get_preset(spec, **overrides), f"preset {spec}", spec)
+  path = resolve_path(spec)
+  if os.path.exists(path):
+    return ResolvedModel(_local_config(path).replace(**overrides), f"metadata of {spec}")
+  preset = dict(presets).get(spec) or _preset_in_path(spec)
+  if preset is None:
+    raise ValueError(
+        f"checkpoint {spec!r} cannot be read here and names no preset: bind a *_PRESET macro "
+        f"beside its *_CHECKPOINT macro in gin, or pass a preset name ({', '.join(sorted(PRESETS))})")
+  return ResolvedModel(get_preset(preset, **overrides), f"preset {preset} (for {spec}, not read)",
+                       preset)
+
+
+def _preset_in_path(spec: str) -> Optional[str]:
+  parts = spec.replace("\\", "/").rstrip("/").split("/")
+  found = [p for p in parts if p in PRESETS]
+  return found[-1] if found else None
+
+
+def _local_config(path: str) -> ModelConfig:
+  """A local checkpoint's config from its metadata only (no weight is read)."""
+  import json  # pylint: disable=import-outside-toplevel
+  from specdec_jax.checkpoints import hf, loading, orbax_io  # pylint: disable=import-outside-toplevel
+  fmt = loading.detect_format(path)
+  if fmt == "specdec":
+    return orbax_io.read_config(path)
+  if fmt == "hf":
+    with open(os.path.join(path, hf.CONFIG_FILE), encoding="utf-8") as f:
+      return hf.config_from_hf(json.load(f))
+  return loading.open_flat(path, fmt)[0]  # T5X: inferred from the unread arrays' shapes
+
+
+def abstract_params(model: Model, mesh: Mesh, dtype: Optional[str] = None):
+  """ShapeDtypeStructs of the model's params with their mesh shardings; floating leaves in
+  `dtype` (None: float32, as `Model.init` and the trainer keep them)."""
+  shardings = sh.param_shardings(model, mesh)
+  target = jnp.dtype(dtype or jnp.float32)
+
+  def one(x, s):
+    dt = target if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+    return jax.ShapeDtypeStruct(x.shape, dt, sharding=s)
+  return jax.tree.map(one, model.param_shapes(), shardings)
+
+
+def abstract_tables(tables: Mapping[str, Any], mesh: Mesh):
+  """A model-free draft's tables, replicated on every chip as `sharded.place_models` puts them."""
+  rep = NamedSharding(mesh, P())
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=rep) for k, v in tables.items()}
+
+
+def abstract_batch(shape: tuple[int, ...], dtype, mesh: Mesh, rules: sh.Rules):
+  """A [B, ...] array batch-sharded over the axes `batch` maps to (`sharding.shard_batch`)."""
+  return jax.ShapeDtypeStruct(shape, jnp.dtype(dtype),
+                              sharding=sh.batch_sharding(mesh, rules, len(shape)))
+
+
+def abstract_key(mesh: Mesh):
+  """A PRNG key replicated on every chip (`sharding.replicate_key`)."""
+  return jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=NamedSharding(mesh, P()))
+
+
+def abstract_scalar(dtype, mesh: Mesh):
+  return jax.ShapeDtypeStruct((), jnp.dtype(dtype), sharding=NamedSharding(mesh, P()))
+
+
+def like_outputs(compiled) -> Any:
+  """ShapeDtypeStructs of a compiled program's outputs, with the shardings it produces them in:
+  what the next program (the loop after its prefill) receives."""
+  shapes = compiled.out_info
+  return jax.tree.map(lambda s, sh_: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh_),
+                      shapes, compiled.output_shardings)

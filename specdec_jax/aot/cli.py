@@ -1,0 +1,118 @@
+r"""Entry point: compile a run's or a training job's programs for a TPU slice, on this host.
+
+  python -m specdec_jax.aot --gin_file=configs/paper/table2/ende_t5_small_t0.gin \
+      --gin_file=configs/paper/mesh_tpu_v4_8.gin --topology=v4-8 --output_dir=/tmp/aot/ende
+  python -m specdec_jax.aot --gin_file=configs/paper/train/ende_t5_xxl.gin \
+      --gin_file=gin/mesh/tpu_v4_32.gin --topology=v4-32 --output_dir=/tmp/aot/xxl_train
+
+Needs libtpu (`pip install -e '.[tpu]'`), no TPU. Flags as `specdec_jax.run` / `train`
+(`--gin_file` repeatable, `--gin.NAME=VALUE`, `--gin_search_paths`); a config that binds
+`TrainConfig.model` is a training job, any other a run. Writes OUTPUT_DIR/aot.json (one object
+per program) and prints a table; with `--roofline` also compiles one target step, one draft step
+per model draft and the verify calls for T = 2..`--roofline_tokens`, and writes roofline.json and
+roofline.md (predicted c, v(T) and the paper's Table-2 rows). Exit status 1 when a program does
+not fit or its loop transfers to the host (each named with the bytes needed and available), 2
+when the config cannot be laid out on the slice (a mesh axis that does not divide a dimension).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+import gin
+from absl import app, flags
+
+from specdec_jax import gin_utils
+
+FLAGS = flags.FLAGS
+# The same flags as specdec_jax.run / train; defined only once so the entry points import together.
+if "gin_file" not in FLAGS:
+  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
+  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
+  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths.")
+  flags.DEFINE_string("output_dir", None, "Where aot.json (and roofline.*) go.")
+flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e-8, or a "
+                    "physical name such as v4:2x2x1.")
+flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "
+                  "predict c, v(T) and the Table-2 speedups from the chip's roofline.")
+flags.DEFINE_integer("roofline_tokens", 8, "Largest verify block T of the roofline.")
+
+_MACRO = re.compile(r"^([A-Z0-9_]+)_(CHECKPOINT|PRESET)\s*=\s*'([^']*)'\s*$", re.M)
+
+
+def register_configurables() -> None:
+  from specdec_jax import train  # pylint: disable=import-outside-toplevel
+  train.register_configurables()  # TrainConfig, TaskSpec, MeshConfig, RunConfig
+
+
+def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
+          search_paths: Sequence[str] = ()):
+  """(RunConfig or TrainConfig, checkpoint -> preset map from the gin macros)."""
+  register_configurables()
+  gin.clear_config()
+  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
+  try:
+    gin.query_parameter("TrainConfig.model")
+    is_train = True
+  except ValueError:
+    is_train = False
+  if is_train:
+    from specdec_jax import train  # pylint: disable=import-outside-toplevel
+    cfg = train.build_train_config()
+  else:
+    cfg = gin.get_configurable("RunConfig")()
+  return cfg, checkpoint_presets(gin.config_str())
+
+
+def checkpoint_presets(config_text: str) -> dict[str, str]:
+  """{checkpoint path: preset} from macro pairs such as T5_1_1_XXL_CHECKPOINT / _PRESET."""
+  found: dict[str, dict[str, str]] = {}
+  for stem, kind, value in _MACRO.findall(config_text):
+    found.setdefault(stem, {})[kind] = value
+  return {v["CHECKPOINT"]: v["PRESET"] for v in found.values() if {"CHECKPOINT", "PRESET"} <= set(v)}
+
+
+def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: Sequence[str] = (),
+        search_paths: Sequence[str] = (), roofline_tokens: int = 0, log=print) -> int:
+  """The whole job; returns the exit status (0 all fit, 1 a failure)."""
+  from specdec_jax.aot import job as job_lib, report, roofline, topologies  # after flag errors
+  topo = topologies.parse(topology)
+  cfg, presets = parse(gin_files, gin_bindings, search_paths)
+  job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, log=log)
+  recs = report.records(job, gin_files)
+  path = report.write(output_dir, recs, job.roofline)
+  log(report.table(job))
+  if job.roofline is not None:
+    md = roofline.markdown(job.roofline, f"{topo.name}, mesh {job.mesh_shape}")
+    with open(os.path.join(output_dir, "roofline.md"), "w", encoding="utf-8") as f:
+      f.write(md + "\n")
+    log(md)
+  log(f"wrote {path}")
+  failures = report.failure_lines(job)
+  for line in failures:
+    print(f"error: {line}", file=sys.stderr)
+  return 1 if failures else 0
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  if not FLAGS.output_dir:
+    raise app.UsageError("--output_dir is required")
+  try:
+    status = run(FLAGS.gin_file, FLAGS.output_dir, FLAGS.topology, FLAGS.gin_bindings,
+                 FLAGS.gin_search_paths, FLAGS.roofline_tokens if FLAGS.roofline else 0)
+  except ValueError as e:  # a config that cannot be laid out on this slice: say why, no traceback
+    print(f"error: {e}", file=sys.stderr)
+    status = 2
+  sys.exit(status)
+
+
+def console_entry() -> None:
+  gin_utils.run(main)
+
+
+if __name__ == "__main__":
+  console_entry()

@@ -1,0 +1,154 @@
+"""One ahead-of-time job: a run or training config, a slice -> every program compiled and judged.
+
+Why gin-free: the CLI (`specdec_jax.aot.cli`) parses gin and hands the resulting `RunConfig` or
+`TrainConfig` here, so tests and scripts can drive a job with plain objects, as the runner and the
+trainer are driven.
+
+The mesh is the config's own (`RunConfig.mesh` / `TrainConfig.mesh`, from gin/mesh/*.gin) laid over
+the slice's chips by `sharding.make_mesh`, the call the runner and trainer make on a real slice; a
+config without a mesh runs on one device, so it is compiled on one chip.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from specdec_jax import sharding as sh
+from specdec_jax.aot import abstract, memory, programs as programs_lib, roofline as roofline_lib
+from specdec_jax.aot import topologies
+
+
+@dataclasses.dataclass
+class JobResult:
+  topology: topologies.Topology
+  mesh_shape: dict
+  hbm_bytes_per_chip: Optional[int]
+  results: list            # memory.Result per program, in compile order
+  models: dict             # role -> source of its config
+  roofline: Optional[roofline_lib.Roofline] = None
+
+  @property
+  def failures(self) -> list:
+    return [r for r in self.results if r.fits is False or r.host_transfers or r.error]
+
+
+def build_mesh(mesh_config: Optional[sh.MeshConfig], devices) -> tuple[Mesh, sh.MeshConfig]:
+  """The config's mesh over the slice (the runner's `make_mesh`), or one chip without a mesh."""
+  if mesh_config is None:
+    one = sh.MeshConfig(data=1, model_outer=1, model_inner=1)
+    return Mesh(np.asarray(devices[:1]).reshape(1, 1, 1), sh.MESH_AXES), one
+  return sh.make_mesh(mesh_config, devices=devices), mesh_config
+
+
+def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = (),
+            roofline_tokens: int = 0, log: Callable[[str], None] = print) -> JobResult:
+  """Compiles every program of `cfg` (a RunConfig or a TrainConfig) for `topology`."""
+  devices = topologies.devices(topology)
+  hbm = memory.usable_hbm_bytes(devices)
+  mesh, mesh_config = build_mesh(cfg.mesh, devices)
+  log(f"{topology.name} ({topology.topology_name}, {topology.num_chips} chips): mesh "
+      f"{dict(mesh.shape)}, usable HBM per chip "
+      f"{'unknown' if hbm is None else f'{hbm / 2**30:.2f} GiB'}")
+  models: dict[str, str] = {}
+  extra: list = []
+  if hasattr(cfg, "tasks"):  # a TrainConfig
+    model = abstract.resolve_config(cfg.model, presets=presets)
+    models["model"] = model.source
+    teacher = None
+    if cfg.teacher:
+      teacher = abstract.resolve_config(cfg.teacher, presets=presets)
+      models["teacher"] = teacher.source
+    progs = programs_lib.train_programs(cfg, mesh, mesh_config.rules_for("target"), model.config,
+                                        teacher and teacher.config)
+  else:
+    progs, extra, draft_presets = _decode_programs(cfg, mesh, mesh_config, presets, models,
+                                                   roofline_tokens)
+  with jax.set_mesh(mesh):
+    results = _compile_all(progs + extra, hbm, log)
+  roof = None
+  if extra:
+    roof = roofline_lib.from_results([r for r in results if r.kind in (
+        roofline_lib.TARGET_STEP, roofline_lib.VERIFY, roofline_lib.DRAFT_STEP)],
+        topology.chip, draft_presets)
+  return JobResult(topology, dict(mesh.shape), hbm, results, models, roof)
+
+
+def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
+  from specdec_jax.runner.config import MODEL_DRAFT, draft_specs  # pylint: disable=import-outside-toplevel
+  vocab = preset_vocab_size(cfg)
+  target = abstract.resolve_config(cfg.target_checkpoint, presets=presets, dtype=cfg.dtype,
+                                   vocab_size=vocab)
+  models["target"] = target.source
+  draft_cfgs, draft_presets = {}, {}
+  if cfg.runs_speculative:
+    specs = draft_specs(cfg)
+    for spec in specs:
+      if spec.kind != MODEL_DRAFT:
+        draft_cfgs[spec.kind] = spec.kind
+        continue
+      d = abstract.resolve_config(spec.checkpoint, presets=presets, dtype=cfg.dtype,
+                                  vocab_size=vocab)
+      name = spec.name
+      if d.preset and sum(1 for s in specs if s.checkpoint and d.preset in s.checkpoint) <= 1:
+        name = d.preset  # shorter than a gs:// path's tail, and unique in this run
+      draft_cfgs[name] = d.config
+      draft_presets[name] = d.preset
+      models[f"draft {name}"] = d.source
+  setup = programs_lib.decode_setup(cfg, mesh, mesh_config, target.config, draft_cfgs)
+  progs = programs_lib.decode_programs(setup, mesh)
+  extra = []
+  if roofline_tokens:
+    model_drafts = {n: (d, p, f"{programs_lib.SPEC_PREFILL}[draft={n},gamma={setup.gammas[n]}]")
+                    for n, (d, p) in setup.drafts.items() if n in draft_presets}
+    if not model_drafts:
+      raise ValueError("--roofline needs a model draft (c is a draft step / a target step)")
+    extra = roofline_lib.step_programs(setup.target, setup.target_params, model_drafts,
+                                       roofline_tokens, mesh)
+  return progs, extra, draft_presets
+
+
+def preset_vocab_size(cfg) -> Optional[int]:
+  """The vocabulary a random-init preset takes in this run (`runner.pipeline.load`'s rule): the
+  run's padded vocabulary when a local task has text to tokenize; None otherwise (seqio tasks
+  decode with the T5 vocabulary the T5 v1.1 presets already have)."""
+  from specdec_jax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner import inputs as inputs_lib  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.config import as_list  # pylint: disable=import-outside-toplevel
+  names = [cfg.target_checkpoint] + [c for c in as_list(cfg.draft_checkpoint) if isinstance(c, str)]
+  if not any(n in PRESETS for n in names) or inputs_lib.is_seqio(cfg.task):
+    return None
+  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples,
+                                      max_input_length=cfg.max_input_length)
+  if not inputs_lib.needs_text(examples):
+    return None
+  vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=True)
+  return vocab.padded_vocab_size
+
+
+def _compile_all(progs: Sequence[programs_lib.Program], hbm, log) -> list:
+  compiled: dict[str, Any] = {}
+  results = []
+  for p in progs:
+    if p.needs is not None and p.needs not in compiled:
+      r = memory.Result(p.name, p.kind, available_bytes=hbm, info=p.info,
+                        error=f"not compiled: {p.needs} did not compile")
+      results.append(r)
+      log(f"  {p.name}: skipped ({r.error})")
+      continue
+    r = memory.compile_program(p.name, p.kind, p.call(compiled), hbm, has_loop=p.has_loop)
+    r.info = p.info
+    if r.compiled is not None:
+      compiled[p.name] = r.compiled
+    results.append(r)
+    status = ("fits" if r.fits else "DOES NOT FIT") + (
+        f", {len(r.host_transfers)} host transfer(s) in the loop" if r.host_transfers else "")
+    need = "" if r.needed_bytes is None else f" {r.needed_bytes / 2**30:.2f} GiB/chip"
+    log(f"  {p.name}: {status}{need} ({r.compile_seconds:.1f} s)")
+  for r in results:
+    r.compiled = None  # executables are large; the figures are what is kept
+  return results

@@ -1,0 +1,230 @@
+"""The programs a run or a training job executes, as lowerable thunks over abstract arguments.
+
+Why these and no others: the runner on a mesh runs `decoding.sharded`'s `_spec_prefill` then
+`_spec_loop` (the speculative `lax.while_loop` over the donated state) per draft and gamma, and
+`_ar_prefill` then `_ar_loop` for the autoregressive baseline; the trainer runs
+`trainer.make_train_step`'s jitted step (its microbatches a `lax.scan` inside). Compiling exactly
+those, with the shardings the runner and trainer give their arguments (`sharding.param_shardings`,
+`sharding.batch_sharding`, `training.sharded.TrainMesh.opt_state_shardings`), is what tells whether
+a config fits and stays on device.
+
+A loop's state is its prefill's output, so a loop program is lowered from the compiled prefill's
+output shapes and shardings (`abstract.like_outputs`), as the runner feeds one into the other.
+
+Sweeps: the loop's state grows with gamma (buffer and cache slack), so per draft and sampling mode
+only the largest gamma is compiled (GAMMA='auto' counts as `RunConfig.gamma_max`, the largest it can
+choose); temperatures that differ only in value share one greedy (0) or one sampling (> 0) program.
+A config without a mesh runs unsharded on one device, so it is compiled on one chip.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from specdec_jax import sharding as sh
+from specdec_jax.aot import abstract
+from specdec_jax.models.model import Model
+
+SPEC_PREFILL, SPEC_LOOP, AR_PREFILL, AR_LOOP, TRAIN_STEP = (
+    "spec_prefill", "spec_loop", "ar_prefill", "ar_loop", "train_step")
+
+
+@dataclasses.dataclass
+class Program:
+  """One program to compile. `call(compiled)` returns (jitted function, args, kwargs) to lower it
+  with; `compiled` maps the names of programs compiled before it to their executables (a loop
+  reads its prefill's state from them)."""
+  name: str
+  kind: str
+  call: Callable[[Mapping[str, Any]], tuple]
+  has_loop: bool = False
+  needs: Optional[str] = None   # the program whose outputs are this one's state
+  info: dict = dataclasses.field(default_factory=dict)
+
+
+# ---- decoding -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class DecodeSetup:
+  """A run config reduced to what its programs depend on."""
+  target: Model
+  drafts: dict            # name -> (Model or model-free draft, abstract params or tables)
+  target_params: Any
+  batch: int
+  prompt_len: int
+  max_decode_len: int
+  gammas: dict            # draft name -> the gamma to compile
+  samplings: tuple        # SamplingConfig per distinct mode
+  rule: str
+  runs_autoregressive: bool
+  runs_speculative: bool
+
+
+def gammas_to_compile(gammas, gamma_max: int) -> int:
+  """The largest gamma a run can use: its largest int, or `gamma_max` if 'auto' is among them."""
+  values = gammas if isinstance(gammas, (list, tuple)) else [gammas]
+  ints = [int(g) for g in values if g != "auto" and int(g) > 0]
+  return max(ints + ([gamma_max] if "auto" in values else []) or [0])
+
+
+def distinct_samplings(cfg) -> tuple:
+  """One SamplingConfig per program the run's temperatures need: greedy and/or sampling."""
+  from specdec_jax.runner.config import temperatures  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
+  out = {}
+  for t in temperatures(cfg):
+    out.setdefault(t > 0, SamplingConfig(temperature=float(t), top_k=int(cfg.top_k),
+                                         top_p=float(cfg.top_p)))
+  return tuple(out[k] for k in sorted(out))
+
+
+def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_cfgs: dict
+                 ) -> DecodeSetup:
+  """Models with their rules, validated against the mesh, and their abstract params.
+
+  draft_cfgs: draft name -> ModelConfig for model drafts, or the kind ('unigram', 'bigram',
+  'prompt_lookup') for model-free ones.
+  """
+  from specdec_jax.decoding import drafters, ngram  # pylint: disable=import-outside-toplevel
+  dp = 1
+  t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
+  target = sh.with_rules(Model(target_cfg), t_rules)
+  dp = sh.data_parallel_size(mesh, t_rules)
+  batch = -(-cfg.batch_size // dp) * dp  # the runner pads a batch to the data axis
+  sh.validate(mesh, target, t_rules, name="target", batch_size=batch)
+  drafts = {}
+  for name, dcfg in draft_cfgs.items():
+    if isinstance(dcfg, str):
+      draft = drafters.make_draft(dcfg, target)
+      tables = {} if dcfg == "prompt_lookup" else ngram.build_ngram_tables([], target.vocab_size)
+      drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
+    else:
+      draft = sh.with_rules(Model(dcfg), d_rules)
+      sh.validate(mesh, draft, d_rules, name=f"draft {name}", batch_size=batch)
+      drafts[name] = (draft, abstract.abstract_params(draft, mesh, cfg.dtype))
+  gamma = gammas_to_compile(cfg.gamma, cfg.gamma_max)
+  return DecodeSetup(
+      target=target, drafts=drafts, target_params=abstract.abstract_params(target, mesh, cfg.dtype),
+      batch=batch, prompt_len=cfg.max_input_length, max_decode_len=cfg.max_decode_length,
+      gammas={name: gamma for name in drafts}, samplings=distinct_samplings(cfg), rule=cfg.rule,
+      runs_autoregressive=cfg.runs_autoregressive or gamma == 0,
+      runs_speculative=cfg.runs_speculative and gamma > 0)
+
+
+def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
+  """Prefill and loop programs of every draft (and the autoregressive baseline)."""
+  from specdec_jax.decoding import sharded, start  # pylint: disable=import-outside-toplevel
+  s = setup
+  inputs = abstract.abstract_batch((s.batch, s.prompt_len), np.int32, mesh, s.target.axis_rules)
+  rng = abstract.abstract_key(mesh)
+  programs = []
+
+  def state_of(name):
+    return lambda compiled: abstract.like_outputs(compiled[name])
+
+  if s.runs_speculative:
+    for dname, (draft, dparams) in s.drafts.items():
+      gamma = s.gammas[dname]
+      for sampling in s.samplings:
+        start.check_decode_args(s.target, draft=draft, gamma=gamma, sampling=sampling,
+                                max_decode_len=s.max_decode_len, prompt_len=s.prompt_len,
+                                cache_len=None)
+      pname = f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]"
+      programs.append(Program(
+          pname, SPEC_PREFILL,
+          lambda _, draft=draft, dparams=dparams, gamma=gamma: (
+              sharded._spec_prefill, (s.target, s.target_params, draft, dparams, inputs, rng),
+              dict(gamma=gamma, max_decode_len=s.max_decode_len, cache_len=None)),
+          info=dict(draft=dname, gamma=gamma)))
+      for sampling in s.samplings:
+        programs.append(Program(
+            f"{SPEC_LOOP}[draft={dname},gamma={gamma},temperature={sampling.temperature:g}]",
+            SPEC_LOOP,
+            lambda compiled, draft=draft, dparams=dparams, gamma=gamma, sampling=sampling,
+            pname=pname: (
+                sharded._spec_loop,
+                (s.target, s.target_params, draft, dparams, state_of(pname)(compiled)),
+                dict(gamma=gamma, sampling=sampling, max_decode_len=s.max_decode_len,
+                     rule=s.rule)),
+            has_loop=True, needs=pname,
+            info=dict(draft=dname, gamma=gamma, temperature=sampling.temperature)))
+  if s.runs_autoregressive:
+    for sampling in s.samplings:
+      start.check_decode_args(s.target, gamma=0, sampling=sampling,
+                              max_decode_len=s.max_decode_len, prompt_len=s.prompt_len,
+                              cache_len=None)
+    programs.append(Program(
+        AR_PREFILL, AR_PREFILL,
+        lambda _: (sharded._ar_prefill, (s.target, s.target_params, inputs, rng),
+                   dict(max_decode_len=s.max_decode_len, cache_len=None))))
+    for sampling in s.samplings:
+      programs.append(Program(
+          f"{AR_LOOP}[temperature={sampling.temperature:g}]", AR_LOOP,
+          lambda compiled, sampling=sampling: (
+              sharded._ar_loop, (s.target, s.target_params, state_of(AR_PREFILL)(compiled)),
+              dict(sampling=sampling, max_decode_len=s.max_decode_len)),
+          has_loop=True, needs=AR_PREFILL, info=dict(temperature=sampling.temperature)))
+  return programs
+
+
+# ---- training -------------------------------------------------------------------------------------
+def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=None
+                   ) -> list[Program]:
+  """The train step (microbatches inside) for every distinct batch shape of the mixture, with the
+  state laid out as the trainer places it (`training.placement`, `training.sharded`)."""
+  from specdec_jax.training import sharded as sharded_lib  # pylint: disable=import-outside-toplevel
+  from specdec_jax.training import trainer  # pylint: disable=import-outside-toplevel
+  model = sh.with_rules(Model(model_cfg.replace(dtype=tcfg.dtype, scan_layers=False)), rules)
+  micro = tcfg.batch_size // tcfg.num_microbatches
+  sh.validate(mesh, model, rules, name=f"model {tcfg.model}", batch_size=micro)
+  teacher, teacher_params = None, None
+  if teacher_cfg is not None:
+    teacher = sh.with_rules(Model(teacher_cfg.replace(dtype=tcfg.dtype, scan_layers=False)), rules)
+    sh.validate(mesh, teacher, rules, name="teacher", batch_size=micro)
+    teacher_params = abstract.abstract_params(teacher, mesh, None)
+  tm = sharded_lib.TrainMesh(mesh, rules)
+  params = abstract.abstract_params(model, mesh, None)  # float32, as the trainer keeps them
+  optimizer = trainer.make_optimizer(tcfg)
+  opt_sh = tm.opt_state_shardings(optimizer, params, jax.tree.map(lambda x: x.sharding, params))
+  opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                           jax.eval_shape(optimizer.init, params), opt_sh)
+  state = {"params": params, "opt_state": opt_state,
+           "step": abstract.abstract_scalar(np.int32, mesh),
+           "tokens": abstract.abstract_scalar(np.int32, mesh),
+           "seconds": abstract.abstract_scalar(np.float32, mesh)}
+  step = trainer.make_train_step(model, tcfg, optimizer, teacher,
+                                 state_shardings=jax.tree.map(lambda x: x.sharding, state),
+                                 replicated=tm.replicated)
+  programs, seen = [], set()
+  for spec in tcfg.tasks:
+    shapes = batch_shapes(model.config, spec, tcfg.batch_size)
+    key = tuple(sorted((k, v) for k, (v, _) in shapes.items()))
+    if key in seen:
+      continue
+    seen.add(key)
+    batch = {k: abstract.abstract_batch(shape, dt, mesh, rules) for k, (shape, dt) in shapes.items()}
+    lengths = (f"{spec.input_len}/{spec.target_len}" if model.config.is_encoder_decoder
+               else f"{spec.target_len}")
+    programs.append(Program(
+        f"{TRAIN_STEP}[{spec.name},len={lengths},batch={tcfg.batch_size},"
+        f"microbatches={tcfg.num_microbatches}]", TRAIN_STEP,
+        lambda _, batch=batch: (step, (state, batch, teacher_params), {}),
+        info=dict(task=spec.name, batch_size=tcfg.batch_size,
+                  num_microbatches=tcfg.num_microbatches)))
+  return programs
+
+
+def batch_shapes(model_cfg, spec, batch_size: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+  """The arrays `training.data.batch_at` yields for `spec` (T5: encoder inputs, decoder inputs
+  = targets shifted right; decoder-only: the sequence without its last token)."""
+  length = spec.target_len if model_cfg.is_encoder_decoder else spec.target_len - 1
+  out = {"decoder_input_tokens": ((batch_size, length), np.int32),
+         "decoder_target_tokens": ((batch_size, length), np.int32),
+         "loss_weights": ((batch_size, length), np.float32)}
+  if model_cfg.is_encoder_decoder:
+    out["encoder_input_tokens"] = ((batch_size, spec.input_len), np.int32)
+  return out
