@@ -25,24 +25,21 @@ tables of a finished run).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from specdec_jax.data import local_tasks  # noqa: E402
-from specdec_jax.decoding import adaptive, drafters  # noqa: E402
-from specdec_jax.decoding.autoregressive import generate_autoregressive  # noqa: E402
-from specdec_jax.decoding.sampling import SamplingConfig  # noqa: E402
-from specdec_jax.decoding.speculative import generate_speculative  # noqa: E402
-from specdec_jax.runner import inputs as inputs_lib, models as models_lib  # noqa: E402
+from specdec_jax import timing
+from specdec_jax.data import local_tasks
+from specdec_jax.decoding import adaptive, drafters
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.metrics import acceptance
+from specdec_jax.runner import inputs as inputs_lib, models as models_lib
 
 
 def parse_args(argv=None):
@@ -71,47 +68,25 @@ def parse_args(argv=None):
   return ap.parse_args(argv)
 
 
-@dataclasses.dataclass
-class Variant:
-  name: str
-  run: object  # (inputs, rng) -> (DecodeResult, extra stats or None)
-
-
 def timed(fn, repeats: int):
-  """(last result, median seconds of `repeats` calls after one compile call)."""
-  out = fn()
-  jax.block_until_ready(out)
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    out = fn()
-    jax.block_until_ready(out)
-    times.append(time.perf_counter() - t0)
-  return out, statistics.median(times)
+  """(result, median seconds per call): the one timer (`specdec_jax.timing`), compile excluded."""
+  results, seconds = timing.interleaved({0: fn}, repeats)
+  return results[0], seconds[0]
 
 
 def summarize(results) -> dict:
-  """Counters summed over batches -> the row's numbers."""
-  c = {k: 0.0 for k in ("beta_sum", "beta_count", "accepted", "drafted", "emitted", "calls")}
-  for r in results:
-    cn = r.counters
-    c["beta_sum"] += float(np.asarray(cn.beta_sum_B).sum())
-    c["beta_count"] += float(np.asarray(cn.beta_count_B).sum())
-    c["accepted"] += float(np.asarray(cn.accepted_B).sum())
-    c["drafted"] += float(np.asarray(cn.drafted_B).sum())
-    c["emitted"] += float(np.asarray(cn.emitted_B).sum())
-    c["calls"] += float(np.asarray(cn.target_calls_B).sum())
-  return dict(alpha=c["beta_sum"] / max(c["beta_count"], 1.0),
-              acceptance_rate=c["accepted"] / max(c["drafted"], 1.0),
-              tokens_per_target_call=c["emitted"] / max(c["calls"], 1.0),
-              emitted=int(c["emitted"]))
+  """Counters summed over batches -> the row's numbers (`metrics.acceptance`, as the run does)."""
+  s = acceptance.summarize(acceptance.merge(acceptance.counters_to_dict(r.counters)
+                                            for r in results))
+  return dict(alpha=s["alpha"] or 0.0, acceptance_rate=s["acceptance_rate"] or 0.0,
+              tokens_per_target_call=s["tokens_per_target_call"] or 0.0, emitted=s["emitted"])
 
 
 def load_task(task: str, args, target):
   examples = inputs_lib.load_examples(task, "valid", args.num_examples)
   vocab = inputs_lib.load_vocabulary(None, required=inputs_lib.needs_text(examples))
   ids = inputs_lib.tokenize(examples, vocab, model_vocab_size=target.vocab_size,
-                            encoder_decoder=target.config.is_encoder_decoder,
+                            encoder_decoder=target.kind == "t5",
                             max_input_length=args.max_input_length)
   width = max(len(r) for r in ids)
   batches = [local_tasks.batch_inputs(ids[i:i + args.batch_size], pad_to=width)

@@ -20,14 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
 
 # XLA:CPU settings tried for v(T) (each in a fresh process: flags are read at backend start).
 XLA_VARIANTS = {
@@ -39,8 +33,8 @@ XLA_VARIANTS = {
 
 
 def _median_time(fn, repeats: int) -> float:
-  from specdec_jax.decoding.gamma import time_call
-  return time_call(fn, repeats=repeats, warmup=0)
+  from specdec_jax import timing
+  return timing.time_call(fn, repeats=repeats)
 
 
 def measure_bandwidth(mbytes: int = 512, repeats: int = 7) -> float:
@@ -66,62 +60,42 @@ def decode_path_bytes(params, kind: str) -> tuple[int, int]:
 
 
 def verify_curve(target, tp, inputs, max_t: int, repeats: int) -> dict[int, float]:
-  """Seconds of one target `extend` over T tokens, T = 1..max_t (interleaved repeats)."""
+  """Seconds of one target `extend` over T tokens, T = 1..max_t (`timing.extend_program`: donated
+  cache, rolled back each call, as the loops run it; interleaved repeats)."""
   import jax
-  import jax.numpy as jnp
-  cache = target.prefill(tp, inputs, inputs.shape[1] + max_t + 8)
-  ext = jax.jit(target.extend)
-  blocks = {t: jnp.full((inputs.shape[0], t), 5, jnp.int32) for t in range(1, max_t + 1)}
-  for t in blocks:
-    jax.block_until_ready(ext(tp, cache, blocks[t]))
-  times = {t: [] for t in blocks}
-  for r in range(repeats):
-    order = list(blocks) if r % 2 == 0 else list(reversed(blocks))
-    for t in order:
-      t0 = time.perf_counter()
-      jax.block_until_ready(ext(tp, cache, blocks[t]))
-      times[t].append(time.perf_counter() - t0)
-  return {t: statistics.median(v) for t, v in times.items()}
+  from specdec_jax import timing
+  cache = jax.jit(target.prefill, static_argnums=2)(tp, inputs, inputs.shape[1] + max_t + 8)
+  programs = {t: timing.extend_program(target, tp, cache, t) for t in range(1, max_t + 1)}
+  return timing.interleaved(programs, repeats)[1]
 
 
 def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int) -> dict:
   """One jitted speculative iteration vs its parts timed alone (greedy, random draft)."""
   import jax
   import jax.numpy as jnp
+  from specdec_jax import timing
   from specdec_jax.decoding import speculative as sp
-  from specdec_jax.decoding.autoregressive import cache_len_needed, last_tokens, prepare
+  from specdec_jax.decoding import start
+  from specdec_jax.decoding import state as st
   from specdec_jax.decoding.sampling import SamplingConfig
   sampling = SamplingConfig(temperature=0.0)
-  max_len, slack = 64, gamma + 2
-  state = prepare(target, tp, inputs, max_decode_len=max_len, slack=slack, cache_len=None,
-                  rng=jax.random.key(0), gamma=gamma)
-  state = state.replace(
-      draft_cache=draft.prefill(dp, inputs, cache_len_needed(draft, inputs.shape[1], max_len,
-                                                             slack)),
-      draft_pending_B=jnp.zeros_like(state.done_B))
+  max_len = 64
+  state = jax.jit(lambda x: start.init_state(target, tp, x, jax.random.key(0),
+                                             max_decode_len=max_len, gamma=gamma, draft=draft,
+                                             draft_params=dp))(inputs)
   iteration = jax.jit(lambda s: sp.spec_iteration(target, tp, draft, dp, s, gamma=gamma,
                                                    sampling=sampling, rule="tokenwise",
                                                    max_decode_len=max_len))
   drafting = jax.jit(lambda s, k: sp.draft_step(draft, dp, s.draft_cache, s.tokens_BxL, s.num_B,
                                                 s.draft_pending_B, k, gamma, sampling))
   x_BxG = jnp.full((inputs.shape[0], gamma), 5, jnp.int32)
-  verifying = jax.jit(lambda s, x: sp.verify_step(target, tp, s.target_cache, last_tokens(s), x,
-                                                  sampling))
-  one_draft = jax.jit(lambda c, t: draft.extend(dp, c, t))
+  verifying = jax.jit(lambda s, x: sp.verify_step(target, tp, s.target_cache, st.last_tokens(s),
+                                                  x, sampling))
   key = jax.random.key(1)
-  tok = jnp.full((inputs.shape[0], 1), 5, jnp.int32)
   progs = {"iteration": lambda: iteration(state), "draft_step": lambda: drafting(state, key),
            "verify_step": lambda: verifying(state, x_BxG),
-           "draft_extend_T1": lambda: one_draft(state.draft_cache, tok)}
-  for p in progs.values():
-    jax.block_until_ready(p())
-  times = {k: [] for k in progs}
-  for r in range(repeats):
-    for k in (list(progs) if r % 2 == 0 else list(reversed(list(progs)))):
-      t0 = time.perf_counter()
-      jax.block_until_ready(progs[k]())
-      times[k].append(time.perf_counter() - t0)
-  med = {k: statistics.median(v) for k, v in times.items()}
+           "draft_extend_T1": timing.extend_program(draft, dp, state.draft_cache, 1)}
+  med = dict(timing.interleaved(progs, repeats)[1])
   med["draft_step_plus_verify"] = med["draft_step"] + med["verify_step"]
   med["loop_overhead"] = med["iteration"] - med["draft_step_plus_verify"]
   return med

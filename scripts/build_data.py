@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 import time
 from pathlib import Path
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 # pylint: disable=g-import-not-at-top
 from specdec_jax.data import checksums
 from specdec_jax.data.build import code_complete

@@ -21,15 +21,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
 
 ZOO = "specdec_jax/assets/zoo"
 

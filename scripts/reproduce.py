@@ -19,8 +19,6 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
 
 SUITES = {
     "local": {"table2": ["configs/local/table2_ende.gin", "configs/local/table2_summarize.gin",

@@ -26,13 +26,11 @@ from __future__ import annotations
 import io
 import random
 import statistics
-import sys
 from pathlib import Path
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 # pylint: disable=g-import-not-at-top
 import sentencepiece as spm
 

@@ -23,8 +23,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
 
 ZOO = os.path.join(ROOT, "specdec_jax", "assets", "zoo")
 T5_TASKS = {"translate_en_de": dict(max_input=64, max_decode=48, metric="bleu"),

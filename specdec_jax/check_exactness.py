@@ -24,6 +24,7 @@ norm(max(0, p - q)) (the classic implementation bug).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,7 +35,9 @@ import numpy as np
 from absl import flags, logging
 
 from specdec_jax import gin_utils, run as run_lib
-from specdec_jax.testing import WrappedModel
+from specdec_jax.decoding.seam import Delegate
+from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
+                                           tv_distance, two_sample_chi2)
 
 FAULTS = ("none", "target_only_top_k", "residual_from_p")
 
@@ -68,75 +71,9 @@ class CheckOptions:
   seed: int = 0
 
 
-# ---- statistics (numpy only; the p-value via jax's incomplete gamma, no scipy at run time) -------
-def chi2_sf(stat: float, dof: int) -> float:
-  if dof <= 0:
-    return 1.0
-  import jax.scipy.special as jsp  # pylint: disable=import-outside-toplevel
-  return float(jsp.gammaincc(dof / 2.0, stat / 2.0))
-
-
-def two_sample_chi2(counts_a: np.ndarray, counts_b: np.ndarray, min_expected: float = 5.0):
-  """Chi-square homogeneity test of two count vectors over the same cells -> (stat, dof, p)."""
-  cells_a, cells_b = pool_rare(counts_a, counts_b, min_expected)
-  na, nb = cells_a.sum(), cells_b.sum()
-  keep = (cells_a + cells_b) > 0
-  cells_a, cells_b = cells_a[keep], cells_b[keep]
-  tot = cells_a + cells_b
-  ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
-  stat = float(np.sum((cells_a - ea) ** 2 / ea) + np.sum((cells_b - eb) ** 2 / eb))
-  dof = len(tot) - 1
-  return stat, dof, chi2_sf(stat, dof)
-
-
-def tv_distance(counts_a, counts_b) -> float:
-  a = np.asarray(counts_a, np.float64)
-  b = np.asarray(counts_b, np.float64)
-  return float(0.5 * np.abs(a / a.sum() - b / b.sum()).sum())
-
-
-def pool_rare(counts_a, counts_b, min_expected: float = 5.0):
-  """The cells of `two_sample_chi2`: rare continuations (expected < min_expected) pooled."""
-  a = np.asarray(counts_a, np.float64)
-  b = np.asarray(counts_b, np.float64)
-  small = (a + b) * min(a.sum(), b.sum()) / (a.sum() + b.sum()) < min_expected
-  return np.append(a[~small], a[small].sum()), np.append(b[~small], b[small].sum())
-
-
-def tv_bootstrap(counts_a, counts_b, resamples: int, seed: int = 0):
-  """(basic-bootstrap 95% interval of the TV, 95th percentile of the TV under no difference).
-
-  The plug-in TV over many cells is biased upwards (noise adds to it); the basic interval
-  (2 TV - upper, 2 TV - lower quantile of the bootstrap TVs) corrects for that bias to first
-  order, and the null percentile says how large a TV pure sampling noise produces.
-  """
-  rng = np.random.default_rng(seed)
-  a = np.asarray(counts_a, np.float64)
-  b = np.asarray(counts_b, np.float64)
-  na, nb = int(a.sum()), int(b.sum())
-  pa, pb, pooled = a / na, b / nb, (a + b) / (na + nb)
-  tv = tv_distance(a, b)
-  boot = [tv_distance(rng.multinomial(na, pa), rng.multinomial(nb, pb)) for _ in range(resamples)]
-  null = [tv_distance(rng.multinomial(na, pooled), rng.multinomial(nb, pooled))
-          for _ in range(resamples)]
-  lo, hi = np.percentile(boot, [2.5, 97.5])
-  return ((float(np.clip(2 * tv - hi, 0.0, 1.0)), float(np.clip(2 * tv - lo, 0.0, 1.0))),
-          float(np.percentile(null, 95)))
-
-
-def continuation_counts(seqs_a: np.ndarray, seqs_b: np.ndarray):
-  """Rows (first k tokens, -1 after an early EOS) -> counts of each distinct row in a and b."""
-  both = np.concatenate([seqs_a, seqs_b], axis=0)
-  uniq, inv = np.unique(both, axis=0, return_inverse=True)
-  inv = np.ravel(inv)
-  ca = np.bincount(inv[:len(seqs_a)], minlength=len(uniq))
-  cb = np.bincount(inv[len(seqs_a):], minlength=len(uniq))
-  return uniq, ca, cb
-
-
 # ---- decoding ------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class _TopKTarget(WrappedModel):
+class _TopKTarget(Delegate):
   """The target with its logits truncated to the top k (the `target_only_top_k` fault)."""
 
   k: int = 1
@@ -167,10 +104,7 @@ def _first_tokens(result, k: int) -> np.ndarray:
 
 def sample_both(cfg, opts: CheckOptions, log=logging.info):
   """(autoregressive [N, k], speculative [N, k], info) for the configuration's first point."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding import acceptance, adaptive  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.autoregressive import generate_autoregressive  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.speculative import generate_speculative  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import acceptance  # pylint: disable=import-outside-toplevel
   from specdec_jax.runner import config as config_lib, pipeline  # pylint: disable=import-outside-toplevel
 
   if opts.fault not in FAULTS:
@@ -189,9 +123,27 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   target = loaded.target
   if opts.fault == "target_only_top_k":
     target = _TopKTarget(loaded.target, opts.fault_top_k)
-  if opts.fault == "residual_from_p":
-    rule = "_check_exactness_residual_from_p"
-    acceptance.ACCEPTANCE_RULES[rule] = _residual_from_p
+  faulty_rule = (acceptance.registered_rule("_check_exactness_residual_from_p", _residual_from_p)
+                 if opts.fault == "residual_from_p" else contextlib.nullcontext(rule))
+  with faulty_rule as rule:
+    ar_rows, sp_rows, rates, seconds = _decode_samples(cfg, opts, loaded, target, draft, dparams,
+                                                       sampling, gamma, rule)
+  info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
+              top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault,
+              gamma=(f"adaptive<={opts.adaptive_gamma_max}" if opts.adaptive_gamma_max else gamma),
+              example=opts.example, acceptance_rate=rates[0] / max(rates[1], 1),
+              decode_seconds=seconds)
+  log(f"decoded {opts.num_samples} x 2 continuations in {info['decode_seconds']:.1f}s")
+  return ar_rows, sp_rows, info
+
+
+def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sampling, gamma,
+                    rule):
+  """(autoregressive [N, k], speculative [N, k], (accepted, drafted), seconds), in chunks."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import adaptive  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.autoregressive import generate_autoregressive  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.speculative import generate_speculative  # pylint: disable=import-outside-toplevel
   prompt = loaded.prompts.batch([opts.example])
   k = opts.num_tokens
   key = jax.random.key(cfg.seed)
@@ -216,13 +168,8 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
     sp_rows.append(_first_tokens(sp, k))
     accepted += int(np.asarray(sp.counters.accepted_B).sum())
     drafted += int(np.asarray(sp.counters.drafted_B).sum())
-  info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
-              top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault,
-              gamma=(f"adaptive<={opts.adaptive_gamma_max}" if opts.adaptive_gamma_max else gamma),
-              example=opts.example, acceptance_rate=accepted / max(drafted, 1),
-              decode_seconds=time.perf_counter() - t0)
-  log(f"decoded {opts.num_samples} x 2 continuations in {info['decode_seconds']:.1f}s")
-  return np.concatenate(ar_rows), np.concatenate(sp_rows), info
+  return (np.concatenate(ar_rows), np.concatenate(sp_rows), (accepted, drafted),
+          time.perf_counter() - t0)
 
 
 def check(cfg, opts: CheckOptions, log=logging.info) -> dict:

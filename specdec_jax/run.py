@@ -43,6 +43,11 @@ def register_configurables() -> None:
   except ValueError:
     gin.external_configurable(RunConfig, name=CONFIGURABLE, module="specdec")
   try:
+    gin.get_configurable("AdaptiveConfig")
+  except ValueError:  # GAMMA = 'adaptive' with RunConfig.adaptive = @AdaptiveConfig()
+    from specdec_jax.decoding.adaptive import AdaptiveConfig  # pylint: disable=import-outside-toplevel
+    gin.external_configurable(AdaptiveConfig, name="AdaptiveConfig", module="specdec")
+  try:
     gin.get_configurable("MeshConfig")
   except ValueError:  # gin/mesh/*.gin bind it (RunConfig.mesh = @MeshConfig())
     from specdec_jax.sharding import MeshConfig  # pylint: disable=import-outside-toplevel

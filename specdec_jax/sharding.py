@@ -17,12 +17,12 @@ shards raises a ValueError naming the axis, the dimension and both sizes.
 
 The decoding programs that run on such a mesh (prefill, then the loop over a donated state) live
 in `specdec_jax.decoding.sharded` (`shard_models(...).speculative(...)`). The run pipeline
-(`python -m specdec_jax.run` with a gin/mesh/*.gin module) uses `run_mesh` + `shard_for_run`, then
-the same programs, one `ShardedModels` per draft.
+(`python -m specdec_jax.run` with a gin/mesh/*.gin module) makes the mesh once, places target and
+drafts with `decoding.sharded.place_models`, then runs the same programs, one `ShardedModels` per
+draft.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from typing import Any, Optional, Sequence
@@ -274,46 +274,3 @@ def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "
   model = with_rules(model, rules)
   validate(mesh, model, model.axis_rules, name=name, batch_size=batch_size)
   return model, place(params, param_shardings(model, mesh))
-
-
-
-# ---- runs (specdec_jax.runner): a mesh for a whole run -------------------------------------------
-@contextlib.contextmanager
-def run_mesh(config: Optional[MeshConfig]):
-  """The mesh of `config` in context for a whole run (`jax.set_mesh`); no-op for None.
-
-  Inside it, models that carry rules (`shard_for_run`) constrain activations and caches to this
-  mesh in any jitted code, the runner's own decode and calibration programs included.
-  """
-  if config is None:
-    yield None
-    return
-  mesh = make_mesh(config)
-  with jax.set_mesh(mesh):
-    yield mesh
-
-
-def shard_for_run(config: MeshConfig, target: Model, target_params, drafts: dict, *,
-                  batch_size: Optional[int] = None):
-  """(mesh, target, params, drafts): rules attached and params placed on `config`'s mesh.
-
-  `drafts` maps a key to (Model, params) or to (non-model drafter, tables); model drafts get the
-  draft rules (fewer chips), a drafter's tables are replicated on every device (with several
-  processes a table on one local device could not feed the global program). Everything is
-  validated before anything is placed.
-  """
-  mesh = make_mesh(config)
-  t_rules, d_rules = config.rules_for("target"), config.rules_for("draft")
-  validate(mesh, target, t_rules, name="target", batch_size=batch_size)
-  model_drafts = {k: v for k, v in drafts.items() if isinstance(v[0], Model)}
-  for k, (d, _) in model_drafts.items():
-    validate(mesh, d, d_rules, name=f"draft {k}", batch_size=batch_size)
-  target, target_params = shard_model(target, target_params, mesh, t_rules, name="target")
-  replicated = NamedSharding(mesh, P())
-  out = {}
-  for k, (d, dp) in drafts.items():
-    if k in model_drafts:
-      out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
-    else:
-      out[k] = (d, place(dp, jax.tree.map(lambda _: replicated, dp)))
-  return mesh, target, target_params, out

@@ -14,7 +14,17 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (after XLA_FLAGS on purpose)
+import pytest  # noqa: E402
 
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: long-running test (skipped with -m 'not slow')")
+
+
+@pytest.fixture
+def clean_gin():
+  """A test that parses gin starts and ends with an empty gin config (gin state is global)."""
+  import gin  # pylint: disable=import-outside-toplevel
+  gin.clear_config()
+  yield
+  gin.clear_config()

@@ -24,11 +24,7 @@ BINDINGS = ["TARGET_CHECKPOINT = 'decoder_test_target'",
 OPTS = ce.CheckOptions(num_samples=10000, num_tokens=1, gamma=2, bootstrap=100)
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_two_sample_statistics():

@@ -26,11 +26,7 @@ PLACEHOLDERS = {"TARGET_CHECKPOINT": "'t5_test_target'", "DRAFT_CHECKPOINT": "'t
                 "TASK": "'translate_en_de'"}
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _required_bindings(path):

@@ -1,7 +1,6 @@
 """Runs name checkpoints by path (the zoo's own orbax format), as configs/local/*.gin will once the
 zoo is trained: a tiny T5 pair with the shipped vocabulary's size, saved and decoded from disk on
 a text task (tokenised with the shipped vocabulary, BLEU against the references)."""
-import gin
 import jax
 import pytest
 
@@ -11,11 +10,7 @@ from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 @pytest.mark.slow

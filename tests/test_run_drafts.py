@@ -2,17 +2,12 @@
 import json
 import os
 
-import gin
 import pytest
 
 from specdec_jax import run
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 @pytest.mark.slow
@@ -27,3 +22,27 @@ def test_unigram_bigram_prompt_lookup_alpha_only(tmp_path):
     assert m["speedup"] is None  # speculative mode: no baseline timed
   with open(os.path.join(out, "metrics.json")) as f:
     assert len(json.load(f)) == 2
+  # The run's alpha is what the library gives for the same prompts and the same tables, built
+  # through the one n-gram path the scripts use (greedy, so alpha is deterministic).
+  want = {name: _library_alpha(name) for name in ("bigram", "prompt_lookup")}
+  for m in metrics:
+    assert m["alpha"] == pytest.approx(want[m["draft"]], abs=1e-6), m["draft"]
+
+
+def _library_alpha(name):
+  import jax
+  from specdec_jax.data import local_tasks
+  from specdec_jax.decoding import drafters, ngram
+  from specdec_jax.decoding.sampling import SamplingConfig
+  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.metrics import acceptance
+  from specdec_jax.runner.models import load_model
+  examples = local_tasks.load_examples("configs/local/smoke_prompts.jsonl", num_examples=4)
+  target, tp = load_model("t5_test_target", seed=0)
+  draft = drafters.make_draft(name, target)
+  params = {} if name == "prompt_lookup" else jax.tree.map(
+      jax.numpy.asarray, ngram.tables_for_examples(examples, None, target))
+  inputs = local_tasks.batch_inputs([list(ex.input_ids)[:32] for ex in examples])
+  res = generate_speculative(target, tp, draft, params, inputs, gamma=2,
+                             sampling=SamplingConfig(), max_decode_len=8)
+  return acceptance.alpha_of(res.counters)

@@ -13,11 +13,7 @@ from specdec_jax import gin_utils, run
 SMOKE = "configs/local/smoke.gin"
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_rewrite_gin_args():

@@ -18,11 +18,7 @@ BINDINGS = ["NUM_EXAMPLES = 6", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunC
             "GAMMA = 2"]
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _lines(path):

@@ -3,17 +3,12 @@ swept optimum (with gamma 0, plain autoregressive decoding, allowed)."""
 import json
 import os
 
-import gin
 import pytest
 
 from specdec_jax import run
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 @pytest.mark.slow

@@ -141,6 +141,11 @@ def _check_ids(value: Any, where: str) -> tuple[int, ...]:
     raise ValueError(f"{where}: `input_ids` must be a list of non-negative ints")
   if not value:
     raise ValueError(f"{where}: `input_ids` is empty")
+  if 0 in value[:len(value) - 1] and any(value[value.index(0):]):
+    raise ValueError(
+        f"{where}: `input_ids` holds the pad id 0 at position {value.index(0)}, before real "
+        f"tokens ({value[:value.index(0) + 2]}...): prompts are right-padded with 0, so the tokens "
+        "after it would be dropped; remove id 0 from the prompt")
   return tuple(value)
 
 

@@ -7,6 +7,8 @@ All arithmetic is float32 whatever the models ran in.
 """
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 
@@ -33,13 +35,26 @@ def residual(p_BxV: jax.Array, q_BxV: jax.Array) -> jax.Array:
   return jnp.where(mass > RESIDUAL_EPS, r / jnp.maximum(mass, RESIDUAL_EPS), p_BxV)
 
 
+def accept_test(r: jax.Array, p_x: jax.Array, q_x: jax.Array) -> jax.Array:
+  """The token-wise test "r < p(x) / q(x)" for r ~ U[0, 1), without a division.
+
+  Strict, so a token the target gives probability 0 is never accepted, not even for r = 0 (a
+  draw of exactly 0 has probability 2^-23 per position in float32; with `<=` it accepted such a
+  token: at temperature 0 the output then differed from greedy decoding, at T > 0 a token outside
+  top-k / top-p could be emitted). p(x) >= q(x) accepts outright, so rounding in r * q(x) cannot
+  reject a token the rule must keep. A position with q(x) = 0 and p(x) > 0 passes (the adaptive
+  loop's unproposed positions; it truncates them itself).
+  """
+  return (p_x > 0.0) & ((p_x >= q_x) | (r * q_x < p_x))
+
+
 def tokenwise(key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array,
               target_probs: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Token-wise modified rejection sampling (Leviathan et al. Algorithm 1; Chen et al. Alg. 2).
 
-  Accept x_i while r_i <= p_i(x_i) / q_i(x_i) with r_i ~ U[0, 1). At the first rejection n, emit a
-  sample of norm(max(0, p_{n+1} - q_{n+1})); if all G are accepted, emit a bonus sample of p_{G+1}.
-  Written as r_i * q_i(x_i) <= p_i(x_i) so q = 0 needs no division (x_i ~ q_i, so q_i(x_i) > 0).
+  Accept x_i while r_i < p_i(x_i) / q_i(x_i) with r_i ~ U[0, 1) (`accept_test`). At the first
+  rejection n, emit a sample of norm(max(0, p_{n+1} - q_{n+1})); if all G are accepted, emit a
+  bonus sample of p_{G+1}.
   """
   draft_probs = draft_probs.astype(jnp.float32)
   target_probs = target_probs.astype(jnp.float32)
@@ -48,7 +63,7 @@ def tokenwise(key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array,
   p_x = _take(target_probs[:, :gamma], draft_tokens)
   q_x = _take(draft_probs, draft_tokens)
   r = jax.random.uniform(k_accept, (batch, gamma), jnp.float32)
-  n_B = leading_count(r * q_x <= p_x)
+  n_B = leading_count(accept_test(r, p_x, q_x))
   # Distribution of the token after the accepted prefix: residual at n < G, target at n == G.
   q_pad = jnp.concatenate([draft_probs, jnp.zeros_like(draft_probs[:, :1])], axis=1)
   p_n = jnp.take_along_axis(target_probs, n_B[:, None, None], axis=1)[:, 0]
@@ -143,6 +158,19 @@ def block(key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array,
 
 
 ACCEPTANCE_RULES = {"tokenwise": tokenwise, "block": block}
+
+
+@contextlib.contextmanager
+def registered_rule(name: str, rule):
+  """`rule` usable by `name` inside the block only (the exactness checker's deliberately wrong
+  rules): the registry is never left changed, and an existing rule is never replaced."""
+  if name in ACCEPTANCE_RULES:
+    raise ValueError(f"acceptance rule {name!r} already exists")
+  ACCEPTANCE_RULES[name] = rule
+  try:
+    yield name
+  finally:
+    del ACCEPTANCE_RULES[name]
 
 
 def get_rule(name: str):

@@ -33,11 +33,10 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.autoregressive import cache_len_needed, last_tokens, prepare
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import commit, first_draft_call, verify_step
-from specdec_jax.models.kv_cache import rollback
+from specdec_jax.decoding.speculative import Proposal, commit, first_draft_call, verify_step
 
 SCHEDULES = ("constant", "heuristic")
 
@@ -93,14 +92,20 @@ class AdaptiveStats:
   gamma_B: jax.Array          # [B] each example's current schedule
   proposed_hist: jax.Array    # [G + 1] histogram of proposed block lengths g_b (active examples)
 
+  @classmethod
+  def zeros(cls, batch: int, cfg: "AdaptiveConfig") -> "AdaptiveStats":
+    return cls(draft_calls=jnp.zeros((), jnp.int32), verify_tokens=jnp.zeros((), jnp.int32),
+               gamma_B=jnp.full((batch,), cfg.gamma_init or cfg.gamma_max, jnp.int32),
+               proposed_hist=jnp.zeros((cfg.gamma_max + 1,), jnp.int32))
+
 
 def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B, done_B,
                         sched_B, key, cfg: AdaptiveConfig, sampling: SamplingConfig):
   """Drafts up to gamma_max tokens, stopping early once every active example has stopped.
 
   The first call is `speculative.draft_step`'s: it feeds [x_gamma, next] when the draft has not
-  seen x_gamma yet (pending), else [next, pad]. Returns (tokens_BxG, q_BxGxV, g_B, calls, cache);
-  positions >= g_B and >= calls hold junk that the caller masks.
+  seen x_gamma yet (pending), else [next, pad]. Returns (Proposal with proposed_B = g_B and
+  fed_B = the draft calls made, calls, cache); positions >= g_B hold junk the rule never keeps.
   """
   gmax = cfg.gamma_max
   batch = num_B.shape[0]
@@ -132,7 +137,8 @@ def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B
 
   calls, cache, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
       cond, body, (jnp.ones((), jnp.int32), cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B))
-  return x_BxG, q_BxGxV, g_B, calls, cache
+  fed_B = jnp.full((batch,), calls, jnp.int32)
+  return Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B), calls, cache
 
 
 def _unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
@@ -189,33 +195,18 @@ def adaptive_iteration(target, target_params, draft, draft_params, state: st.Dec
   """One draft -> verify -> accept -> commit iteration with a per-example block length."""
   rng, k_draft, k_accept = jax.random.split(state.rng, 3)
   active_B = ~state.done_B
-  x_BxG, q_BxGxV, g_B, calls, draft_cache = adaptive_draft_step(
+  proposal, calls, draft_cache = adaptive_draft_step(
       draft, draft_params, state.draft_cache, state.tokens_BxL, state.num_B,
       state.draft_pending_B, state.done_B, stats.gamma_B, k_draft, cfg, sampling)
+  g_B = proposal.proposed_B
   width = jnp.max(jnp.where(active_B, g_B, 1))
   p_BxG1xV, target_cache, w_used = bucketed_verify(target, target_params, state.target_cache,
-                                                   last_tokens(state), x_BxG, width, cfg,
-                                                   sampling)
-  n_B, next_B = masked_accept(rule, k_accept, x_BxG, q_BxGxV, p_BxG1xV, g_B)
-  beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :cfg.gamma_max], q_BxGxV), axis=-1)
-  new = commit(state.replace(rng=rng), x_BxG, n_B, next_B, beta_BxG, target_cache, draft_cache,
-               target.config.eos_id, max_decode_len)
-  # commit assumes gamma_max drafted and "x_G unseen iff all G accepted"; here g_B were proposed
-  # and the draft has fed x_1..x_{calls-1}, so x_n is unseen iff n == calls.
-  # It also counts beta where q was never computed (position `calls`): recount without those.
-  pending_B = jnp.where(active_B, n_B == calls, state.draft_pending_B)
-  last_slot_B = new.base_B + new.num_B - 1
-  c = state.counters
-  pos_G = jnp.arange(cfg.gamma_max)
-  beta_mask = (pos_G[None, :] < jnp.minimum(new.num_B - state.num_B, cfg.gamma_max)[:, None]) & (
-      pos_G[None, :] < calls)
-  counters = new.counters.replace(
-      drafted_B=c.drafted_B + g_B * active_B.astype(jnp.int32),
-      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask, beta_BxG, 0.0), axis=1),
-      beta_count_B=c.beta_count_B + jnp.sum(beta_mask, axis=1, dtype=jnp.int32))
-  new = new.replace(draft_pending_B=pending_B, counters=counters,
-                    draft_cache=rollback(new.draft_cache,
-                                         last_slot_B - pending_B.astype(jnp.int32)))
+                                                   st.last_tokens(state), proposal.tokens_BxG,
+                                                   width, cfg, sampling)
+  n_B, next_B = masked_accept(rule, k_accept, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV,
+                              g_B)
+  new = commit(state.replace(rng=rng), proposal, n_B, next_B, p_BxG1xV, target_cache,
+               draft_cache, target.eos_id, max_decode_len)
   stats = AdaptiveStats(
       draft_calls=stats.draft_calls + calls, verify_tokens=stats.verify_tokens + w_used + 1,
       gamma_B=next_schedule(stats.gamma_B, n_B, active_B, cfg),
@@ -232,28 +223,15 @@ def adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng,
                     rule: str = "tokenwise", cache_len: int | None = None
                     ) -> tuple[st.DecodeResult, AdaptiveStats]:
   """Speculative decoding with an adaptive draft length; one compiled program."""
-  gmax = cfg.gamma_max
-  slack = gmax + 2
-  state = prepare(target, target_params, inputs_BxP, max_decode_len=max_decode_len, slack=slack,
-                  cache_len=cache_len, rng=rng, gamma=gmax)
-  draft_cache = draft.prefill(draft_params, inputs_BxP,
-                              cache_len or cache_len_needed(draft, inputs_BxP.shape[1],
-                                                            max_decode_len, slack))
-  state = state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros_like(state.done_B))
-  batch = inputs_BxP.shape[0]
-  stats = AdaptiveStats(draft_calls=jnp.zeros((), jnp.int32),
-                        verify_tokens=jnp.zeros((), jnp.int32),
-                        gamma_B=jnp.full((batch,), cfg.gamma_init or gmax, jnp.int32),
-                        proposed_hist=jnp.zeros((gmax + 1,), jnp.int32))
+  state = start.init_state(target, target_params, inputs_BxP, rng, max_decode_len=max_decode_len,
+                           gamma=cfg.gamma_max, cache_len=cache_len, draft=draft,
+                           draft_params=draft_params)
 
-  def cond(c):
-    return jnp.any(~c[0].done_B)  # each example ends at EOS or max_decode_len; >= 1 token/call
-
-  def body(c):
-    return adaptive_iteration(target, target_params, draft, draft_params, *c, cfg=cfg,
+  def step(s: st.DecodeState, stats: AdaptiveStats):
+    return adaptive_iteration(target, target_params, draft, draft_params, s, stats, cfg=cfg,
                               sampling=sampling, rule=rule, max_decode_len=max_decode_len)
 
-  final, stats = jax.lax.while_loop(cond, body, (state, stats))
+  final, stats = st.run_loop(state, AdaptiveStats.zeros(inputs_BxP.shape[0], cfg), step)
   return st.finish(final, max_decode_len), stats
 
 
@@ -261,14 +239,9 @@ def generate_adaptive(target, target_params, draft, draft_params, inputs_BxP, *,
                       cfg: AdaptiveConfig, sampling: SamplingConfig, max_decode_len: int,
                       rng=None, rule: str = "tokenwise", cache_len: int | None = None):
   """Validating front door of `adaptive_decode`."""
-  inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
-  st.check_decode_args(target_vocab=target.vocab_size, draft_vocab=draft.vocab_size,
-                       gamma=cfg.gamma_max, sampling=sampling, max_decode_len=max_decode_len,
-                       prompt_len=inputs_BxP.shape[1], cache_len=cache_len,
-                       needed_cache_len=cache_len_needed(target, inputs_BxP.shape[1],
-                                                         max_decode_len, cfg.gamma_max + 2))
-  acc.get_rule(rule)
-  rng = jax.random.key(0) if rng is None else rng
+  inputs_BxP, rng = start.front_door(target, inputs_BxP, rng, draft=draft, gamma=cfg.gamma_max,
+                                     sampling=sampling, max_decode_len=max_decode_len,
+                                     cache_len=cache_len, rule=rule)
   return adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng, cfg=cfg,
                          sampling=sampling, max_decode_len=max_decode_len, rule=rule,
                          cache_len=cache_len)

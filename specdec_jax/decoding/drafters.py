@@ -17,24 +17,23 @@ temperature > 0, top-k or top-p in `process_logits` the others get probability e
 samples from. Exactness never depends on that: the loop samples x ~ q from the same processed q it
 hands to the acceptance rule, whatever q is.
 
-Building one: `make_draft(name, target_config)` gives the draft; its params are the tables of
-`build_ngram_tables` (the runner estimates them on TASK's train split), `tables_for_task` (the
-same, tokenized here and cached under $SPECDEC_CACHE_DIR), or `{}` for prompt lookup.
-`build_draft(name, target=..., task=..., vocabulary=...)` does both (scripts, check tools).
+Building one: `make_draft(name, target)` gives the draft; its params are the tables of
+`decoding.ngram` (estimated on the token streams the target decodes, `ngram.streams`, cached under
+$SPECDEC_CACHE_DIR), or `{}` for prompt lookup. `build_draft(name, target=..., task=...,
+vocabulary=...)` does both (scripts, check tools); the runner goes through the same
+`ngram.tables_for_examples`.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
-from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from specdec_jax.decoding import ngram
 
 NEG = -1e9  # "impossible" logit; finite so that an all-impossible row cannot produce NaN
 
@@ -55,47 +54,33 @@ class HistoryCache:
   context_BxC: jax.Array
 
 
+# ---- the shared seam ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class NgramConfig:
-  """The config-like attributes the loops read. `kind` must be the target's kind."""
+class _HistoryDraft:
+  """Prefill / extend bookkeeping shared by all model-free drafts; subclasses define `_logits`.
+
+  The fields are the seam's (`decoding.seam.Decodable`): the target's kind and ids, so the draft
+  speaks the target's coordinates (`make_draft` copies them from the target).
+  """
 
   kind: Literal["t5", "decoder"] = "decoder"
   vocab_size: int = 32128
   pad_id: int = 0
   eos_id: int = 1
 
-  @property
-  def is_encoder_decoder(self) -> bool:
-    return self.kind == "t5"
-
-  @classmethod
-  def for_target(cls, target_config) -> "NgramConfig":
-    return cls(kind=target_config.kind, vocab_size=target_config.vocab_size,
-               pad_id=target_config.pad_id, eos_id=target_config.eos_id)
-
-
-# ---- the shared seam ---------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _HistoryDraft:
-  """Prefill / extend bookkeeping shared by all model-free drafts; subclasses define `_logits`."""
-
-  config: NgramConfig
-
-  @property
-  def vocab_size(self) -> int:
-    return self.config.vocab_size
-
   def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
-    if self.config.is_encoder_decoder:
-      return jnp.full(inputs_BxP.shape[:1], self.config.pad_id, jnp.int32)
+    if self.kind == "t5":
+      return jnp.full(inputs_BxP.shape[:1], self.pad_id, jnp.int32)
     lengths_B = _lengths(inputs_BxP)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
-  def prefill(self, params, inputs_BxP: jax.Array, cache_len: int) -> HistoryCache:
+  def prefill(self, params, inputs_BxP: jax.Array, cache_len: int, *,
+              encoded=None) -> HistoryCache:
+    del params, encoded  # the tables are looked up in `extend`; no encoder
     inputs_BxP = inputs_BxP.astype(jnp.int32)
     batch, plen = inputs_BxP.shape
     tokens = jnp.zeros((batch, cache_len), jnp.int32)
-    if self.config.is_encoder_decoder:
+    if self.kind == "t5":
       context = jnp.where(inputs_BxP > 0, inputs_BxP, -1)
       return HistoryCache(tokens, jnp.zeros((batch,), jnp.int32), context)
     n = min(plen, cache_len)
@@ -228,171 +213,16 @@ def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, ma
   return found_BxT, jnp.where(found_BxT, proposal_BxT, 0)
 
 
-# ---- estimating and storing the tables -------------------------------------------------------------
-def build_ngram_tables(sequences: Iterable[Sequence[int]], vocab_size: int, *, top_k: int = 64,
-                       add_alpha: float = 0.1, prior: float = 1.0, bos_id: int | None = None,
-                       eos_id: int | None = None) -> dict[str, np.ndarray]:
-  """Unigram and (top-K sparse) bigram tables from token-id sequences (e.g. training targets).
-
-  Args:
-    sequences: token ids; `bos_id` / `eos_id` are added around each when given (T5 decoder
-      streams start with BOS = 0 and end with EOS = 1, so the first token gets a bigram row too).
-    add_alpha: pseudo-count of every token in the unigram (no token gets probability 0).
-    prior: weight of the unigram inside each bigram row (Dirichlet smoothing).
-  Returns:
-    float32 / int32 arrays: log_unigram [V], next_ids [V, K], next_counts [V, K], backoff [V],
-    total [V]; the params of `UnigramDraft`, `BigramDraft` and `PromptLookupDraft`.
-  """
-  v = int(vocab_size)
-  firsts, seconds, singles = [], [], []
-  for seq in sequences:
-    ids = ([bos_id] if bos_id is not None else []) + list(seq) + (
-        [eos_id] if eos_id is not None else [])
-    arr = np.asarray(ids, np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() >= v):
-      raise ValueError(f"token id out of range [0, {v}) in a training sequence")
-    singles.append(arr[1:] if bos_id is not None else arr)
-    firsts.append(arr[:-1])
-    seconds.append(arr[1:])
-  cat = lambda xs: np.concatenate(xs) if xs else np.zeros((0,), np.int64)  # noqa: E731
-  uni = np.bincount(cat(singles), minlength=v).astype(np.float64)
-  u = (uni + add_alpha) / (uni.sum() + add_alpha * v)
-  codes, counts = np.unique(cat(firsts) * v + cat(seconds), return_counts=True)
-  rows, cols = codes // v, codes % v
-  row_total = np.bincount(rows, weights=counts, minlength=v)
-  # Within each row: most frequent first, ties to the smaller id; keep the first K.
-  order = np.lexsort((cols, -counts, rows))
-  rows, cols, counts = rows[order], cols[order], counts[order]
-  first_of_row = np.searchsorted(rows, rows, side="left")
-  rank = np.arange(rows.size) - first_of_row
-  keep = rank < min(top_k, v)
-  k = min(top_k, v)
-  next_ids = np.zeros((v, k), np.int32)
-  next_counts = np.zeros((v, k), np.float64)
-  next_ids[rows[keep], rank[keep]] = cols[keep]
-  next_counts[rows[keep], rank[keep]] = counts[keep]
-  dropped = row_total - next_counts.sum(axis=1)
-  return {"log_unigram": np.log(u).astype(np.float32), "next_ids": next_ids,
-          "next_counts": next_counts.astype(np.float32),
-          "backoff": (prior + dropped).astype(np.float32),
-          "total": (prior + row_total).astype(np.float32)}
-
-
-def bigram_matrix(tables: dict[str, np.ndarray]) -> np.ndarray:
-  """The dense [V, V] bigram q(x | prev) of `tables` (tests and small vocabularies)."""
-  v = tables["log_unigram"].shape[0]
-  u = np.exp(tables["log_unigram"].astype(np.float64))
-  m = tables["backoff"][:, None].astype(np.float64) * u[None, :]
-  np.add.at(m, (np.arange(v)[:, None], tables["next_ids"]), tables["next_counts"])
-  return m / tables["total"][:, None]
-
-
-def dense_bigram_params(matrix_VxV: np.ndarray) -> dict[str, np.ndarray]:
-  """Tables whose bigram is exactly the row-stochastic `matrix_VxV` (K = V, no smoothing left).
-
-  For small vocabularies: a `BigramDraft` over these params is a context-dependent model whose
-  exact law is known, e.g. a cheap target for distribution tests of the whole loop.
-  """
-  m = np.asarray(matrix_VxV, np.float64)
-  v = m.shape[0]
-  if m.shape != (v, v) or np.any(m < 0) or not np.allclose(m.sum(1), 1.0, atol=1e-6):
-    raise ValueError("need a row-stochastic [V, V] matrix")
-  tiny = 1e-30  # the unigram's weight in each row: numerically nothing
-  return {"log_unigram": np.full(v, -np.log(v), np.float32),
-          "next_ids": np.tile(np.arange(v, dtype=np.int32), (v, 1)),
-          "next_counts": m.astype(np.float32), "backoff": np.full(v, tiny, np.float32),
-          "total": np.full(v, 1.0 + tiny, np.float32)}
-
-
-def save_tables(path, tables: dict[str, np.ndarray]) -> None:
-  """Writes the tables as one .npz (what a gin file points `DRAFT_CHECKPOINT` at)."""
-  np.savez(path, **tables)
-
-
-def load_tables(path) -> dict[str, jax.Array]:
-  with np.load(path) as f:
-    return {name: jnp.asarray(f[name]) for name in f.files}
-
-
-def training_sequences(task: str, vocab, *, encoder_decoder: bool, split: str = "train",
-                       max_examples: int | None = 20000) -> list[list[int]]:
-  """The decoder streams a draft table is estimated from, for a local task name or a JSONL path.
-
-  Encoder-decoder targets emit the reference (`de`, `summary`, ...), so the tables count the
-  tokenized references; a decoder-only target's stream is the prompt and then the reference.
-  Lines without a reference (e.g. `input_ids`-only files) contribute their input ids: that is all
-  the text such a file has. A JSONL path is read as is (`split` only applies to shipped tasks).
-  """
-  from specdec_jax.data import local_tasks  # pylint: disable=import-outside-toplevel
-  examples = local_tasks.load_examples(task, split, max_examples)
-  out = []
-  for ex in examples:
-    if ex.reference is not None and vocab is not None:
-      ref = vocab.encode(ex.reference)
-      if encoder_decoder:
-        out.append(ref)
-      else:
-        prompt = list(ex.input_ids) if ex.input_ids is not None else vocab.encode(ex.inputs)
-        out.append(prompt + ref)
-    elif ex.input_ids is not None:
-      out.append(list(ex.input_ids))
-    elif vocab is not None and ex.inputs:
-      out.append(vocab.encode(ex.inputs))
-  if not out:
-    raise ValueError(f"task {task!r} ({split}) has no usable sequences for n-gram tables")
-  return out
-
-
-def cache_dir() -> str:
-  return os.environ.get("SPECDEC_CACHE_DIR",
-                        os.path.join(os.path.expanduser("~"), ".cache", "specdec_jax"))
-
-
-def tables_for_task(task: str, vocab, *, vocab_size: int, encoder_decoder: bool,
-                    eos_id: int = 1, bos_id: int = 0, split: str = "train",
-                    max_examples: int | None = 20000, top_k: int = 64,
-                    use_cache: bool = True) -> dict[str, np.ndarray]:
-  """Unigram / bigram tables of a task's training split, cached on disk by their inputs."""
-  from specdec_jax.data import local_tasks  # pylint: disable=import-outside-toplevel
-  path = local_tasks.resolve(task, split)
-  st = os.stat(path)
-  key = json.dumps([str(path), st.st_size, int(st.st_mtime), split, max_examples, top_k,
-                    vocab_size, encoder_decoder, eos_id, bos_id,
-                    None if vocab is None else str(getattr(vocab, "model_file", vocab))])
-  fname = os.path.join(cache_dir(), "ngram", hashlib.sha1(key.encode()).hexdigest()[:16] + ".npz")
-  if use_cache and os.path.exists(fname):
-    with np.load(fname) as f:
-      return {name: f[name] for name in f.files}
-  seqs = training_sequences(task, vocab, encoder_decoder=encoder_decoder, split=split,
-                            max_examples=max_examples)
-  seqs = [[t for t in s if t < vocab_size] for s in seqs]
-  tables = build_ngram_tables(seqs, vocab_size, top_k=top_k,
-                              bos_id=bos_id if encoder_decoder else None,
-                              eos_id=eos_id if encoder_decoder else None)
-  if use_cache:
-    try:
-      os.makedirs(os.path.dirname(fname), exist_ok=True)
-      tmp = fname + f".{os.getpid()}.tmp.npz"
-      np.savez(tmp, **tables)
-      os.replace(tmp, fname)
-    except OSError:  # a read-only home is not an error; the tables are just rebuilt next time
-      pass
-  return tables
-
-
-def uniform_tables(vocab_size: int, top_k: int = 1) -> dict[str, np.ndarray]:
-  """Tables with no data: a uniform unigram and bigram (used when no task is given)."""
-  return build_ngram_tables([], vocab_size, top_k=top_k)
-
-
 DRAFT_KINDS = {"unigram": UnigramDraft, "bigram": BigramDraft, "prompt_lookup": PromptLookupDraft}
 
 
-def make_draft(name: str, target_config, **kwargs):
-  """A model-free draft for `target_config`'s kind and vocabulary: unigram, bigram, prompt_lookup."""
+def make_draft(name: str, target, **kwargs):
+  """A model-free draft (unigram, bigram, prompt_lookup) in the coordinates and ids of `target`
+  (a model behind the seam, or a `ModelConfig`: both carry kind, vocab_size, pad_id, eos_id)."""
   if name not in DRAFT_KINDS:
     raise ValueError(f"unknown model-free draft {name!r}; known: {sorted(DRAFT_KINDS)}")
-  return DRAFT_KINDS[name](NgramConfig.for_target(target_config), **kwargs)
+  return DRAFT_KINDS[name](kind=target.kind, vocab_size=target.vocab_size,
+                           pad_id=target.pad_id, eos_id=target.eos_id, **kwargs)
 
 
 def build_draft(name: str, *, target, target_params=None, task: str | None = None, vocabulary=None,
@@ -406,19 +236,17 @@ def build_draft(name: str, *, target, target_params=None, task: str | None = Non
   unused: a model-free draft shares nothing with the target but its vocabulary.
   """
   del target_params
-  cfg = target.config
-  draft = make_draft(name, cfg, **kwargs)
+  draft = make_draft(name, target, **kwargs)
   if isinstance(tables, (str, os.PathLike)):
-    params = load_tables(tables)
+    params = ngram.load_tables(tables)
   elif tables is not None:
     params = {k: jnp.asarray(v) for k, v in tables.items()}
   elif task is not None and (name != "prompt_lookup" or draft.fallback != "uniform"):
-    params = {k: jnp.asarray(v) for k, v in tables_for_task(
-        task, vocabulary, vocab_size=cfg.vocab_size, encoder_decoder=cfg.is_encoder_decoder,
-        eos_id=cfg.eos_id, bos_id=cfg.pad_id, split=split, max_examples=max_examples).items()}
+    params = {k: jnp.asarray(v) for k, v in ngram.tables_for_task(
+        task, vocabulary, target, split=split, max_examples=max_examples).items()}
   else:
-    params = {k: jnp.asarray(v) for k, v in uniform_tables(cfg.vocab_size).items()}
-  if params["log_unigram"].shape[0] != cfg.vocab_size:
+    params = {k: jnp.asarray(v) for k, v in ngram.uniform_tables(target.vocab_size).items()}
+  if params["log_unigram"].shape[0] != target.vocab_size:
     raise ValueError(f"draft tables have vocabulary {params['log_unigram'].shape[0]}, the target "
-                     f"{cfg.vocab_size}")
+                     f"{target.vocab_size}")
   return draft, params

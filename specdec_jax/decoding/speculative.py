@@ -1,10 +1,12 @@
 """Speculative decoding as one jitted `lax.while_loop`: draft -> verify -> accept -> commit.
 
 The host sees only the final tokens and the counters. Each stage is a small pure function:
-- `draft_step`: gamma draft `extend` calls, sampling x_i ~ q_i (processed like p);
+- `draft_step`: gamma draft `extend` calls, sampling x_i ~ q_i (processed like p) -> a `Proposal`;
 - `verify_step`: one target `extend` over [last, x_1..x_gamma] -> p_1..p_{gamma+1};
 - an acceptance rule (`acceptance.tokenwise` by default) -> accepted count and the next token;
 - `commit`: write the accepted tokens and the next token, roll both caches back, count.
+`spec_iteration` composes them; the adaptive loop (decoding/adaptive.py) and the sharded programs
+(decoding/sharded.py) compose the same `commit` with their own draft and verify steps.
 
 When all gamma tokens are accepted the draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
@@ -14,14 +16,32 @@ from __future__ import annotations
 
 import functools
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.autoregressive import cache_len_needed, last_tokens, prepare
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 from specdec_jax.models.kv_cache import DecodeCache, rollback
+
+
+@flax.struct.dataclass
+class Proposal:
+  """What the draft proposed in one iteration, per row; `commit` needs nothing else of it.
+
+  tokens_BxG: x_1..x_G (entries at positions >= proposed_B are junk the rule never keeps).
+  q_BxGxV: the processed q_i (float32); computed for positions < fed_B.
+  proposed_B: tokens proposed (the fixed loop: gamma; the adaptive loop: its g_B <= gamma_max).
+  fed_B: draft calls made this iteration. The draft has fed x_1..x_{fed-1}, so after n accepted
+    tokens it has not yet seen x_n exactly when n == fed_B (it is then fed next iteration).
+  """
+
+  tokens_BxG: jax.Array
+  q_BxGxV: jax.Array
+  proposed_B: jax.Array
+  fed_B: jax.Array
 
 
 def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array,
@@ -43,8 +63,8 @@ def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Ar
 
 def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, num_B: jax.Array,
                pending_B: jax.Array, key: jax.Array, gamma: int, sampling: SamplingConfig
-               ) -> tuple[jax.Array, jax.Array, DecodeCache]:
-  """Proposes gamma tokens per example. Returns (tokens_BxG, q_BxGxV float32, draft cache)."""
+               ) -> tuple[Proposal, DecodeCache]:
+  """Proposes gamma tokens per example with gamma draft calls: (Proposal, draft cache)."""
   logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL, num_B, pending_B)
   keys = jax.random.split(key, gamma)
   q_BxV = process_logits(logits_BxV, sampling)
@@ -60,7 +80,8 @@ def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, n
   (cache, _), (xs_GxB, qs_GxBxV) = jax.lax.scan(one, (cache, x_B), keys[1:])
   tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
   q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
-  return tokens_BxG, q_BxGxV, cache
+  gamma_B = jnp.full(num_B.shape, gamma, jnp.int32)
+  return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B), cache
 
 
 def verify_step(target, target_params, cache: DecodeCache, last_B: jax.Array,
@@ -72,34 +93,25 @@ def verify_step(target, target_params, cache: DecodeCache, last_B: jax.Array,
   return process_logits(logits_BxG1xV, sampling), cache
 
 
-def commit(state: st.DecodeState, draft_tokens_BxG: jax.Array, n_B: jax.Array,
-           next_B: jax.Array, beta_BxG: jax.Array, target_cache: DecodeCache,
-           draft_cache: DecodeCache, eos_id: int, max_decode_len: int) -> st.DecodeState:
-  """Writes x_1..x_n, next for active examples; rolls both caches back; updates counters."""
-  gamma = draft_tokens_BxG.shape[1]
-  active_B = ~state.done_B
+def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: jax.Array,
+           p_BxG1xV: jax.Array, target_cache: DecodeCache, draft_cache: DecodeCache,
+           eos_id: int, max_decode_len: int) -> st.DecodeState:
+  """Writes x_1..x_n, next for active examples; rolls both caches back; counts what was written.
+
+  n_B comes from the acceptance rule (n <= proposed_B). Tokens past EOS or the length limit are
+  not written, and the counters only count written tokens (`kept_B` = accepted and written).
+  """
+  gamma = proposal.tokens_BxG.shape[1]
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
-  padded_BxG1 = jnp.concatenate([draft_tokens_BxG, jnp.zeros_like(next_B)[:, None]], axis=1)
+  padded_BxG1 = jnp.concatenate([proposal.tokens_BxG, jnp.zeros_like(next_B)[:, None]], axis=1)
   new_BxG1 = jnp.where(g_G1[None, :] == n_B[:, None], next_B[:, None], padded_BxG1)
   count_B, done_B = st.emit_count(new_BxG1, n_B + 1, state.num_B, state.done_B, eos_id,
                                   max_decode_len)
   num_B = state.num_B + count_B
-  pending_B = jnp.where(active_B, n_B == gamma, state.draft_pending_B)
-  c = state.counters
-  act = active_B.astype(jnp.int32)
-  beta_mask_BxG = (g_G1[None, :gamma] < jnp.minimum(count_B, gamma)[:, None])
-  counters = c.replace(
-      iterations=c.iterations + 1,
-      target_calls_B=c.target_calls_B + act,
-      drafted_B=c.drafted_B + gamma * act,
-      accepted_B=c.accepted_B + n_B * act,
-      emitted_B=c.emitted_B + count_B,
-      accepts_per_position_G=c.accepts_per_position_G + jnp.sum(
-          (g_G1[None, :gamma] < n_B[:, None]) & active_B[:, None], axis=0, dtype=jnp.int32),
-      accepted_length_hist=c.accepted_length_hist + jnp.sum(
-          (g_G1[None, :] == n_B[:, None]) & active_B[:, None], axis=0, dtype=jnp.int32),
-      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxG, beta_BxG, 0.0), axis=1),
-      beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG, axis=1, dtype=jnp.int32))
+  pending_B = jnp.where(state.done_B, state.draft_pending_B, n_B == proposal.fed_B)
+  beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
+  counters = count(state.counters, ~state.done_B, done_B, proposal, jnp.minimum(n_B, count_B),
+                   count_B, beta_BxG)
   last_slot_B = state.base_B + num_B - 1
   return state.replace(
       tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxG1, count_B),
@@ -108,21 +120,45 @@ def commit(state: st.DecodeState, draft_tokens_BxG: jax.Array, n_B: jax.Array,
       draft_cache=rollback(draft_cache, last_slot_B - pending_B.astype(jnp.int32)))
 
 
+def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, proposal: Proposal,
+          kept_B: jax.Array, count_B: jax.Array, beta_BxG: jax.Array) -> st.Counters:
+  """The counters after one target call, over the tokens of the request only: in the call that
+  ends an example (EOS or the length limit), proposals past its end are neither drafted nor
+  accepted (a draft identical to the target accepts every token it drafted). beta
+  (sum_x min(p, q)) is counted at the positions that were written and whose q was computed."""
+  gamma = beta_BxG.shape[1]
+  g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
+  act_B = active_B.astype(jnp.int32)
+  ends_B = done_B & active_B
+  drafted_B = jnp.where(ends_B, jnp.minimum(proposal.proposed_B, count_B), proposal.proposed_B)
+  beta_mask_BxG = ((g_G1[None, :gamma] < jnp.minimum(count_B, gamma)[:, None])
+                   & (g_G1[None, :gamma] < proposal.fed_B[:, None]))
+  return c.replace(
+      iterations=c.iterations + 1,
+      target_calls_B=c.target_calls_B + act_B,
+      drafted_B=c.drafted_B + drafted_B * act_B,
+      accepted_B=c.accepted_B + kept_B,
+      emitted_B=c.emitted_B + count_B,
+      accepts_per_position_BxG=c.accepts_per_position_BxG + (
+          g_G1[None, :gamma] < kept_B[:, None]).astype(jnp.int32),
+      accepted_length_hist_BxG1=c.accepted_length_hist_BxG1 + (
+          (g_G1[None, :] == kept_B[:, None]) & active_B[:, None]).astype(jnp.int32),
+      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxG, beta_BxG, 0.0), axis=1),
+      beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG, axis=1, dtype=jnp.int32))
+
+
 def spec_iteration(target, target_params, draft, draft_params, state: st.DecodeState, *,
                    gamma: int, sampling: SamplingConfig, rule: str, max_decode_len: int
                    ) -> st.DecodeState:
   """One draft -> verify -> accept -> commit iteration."""
   rng, k_draft, k_accept = jax.random.split(state.rng, 3)
-  x_BxG, q_BxGxV, draft_cache = draft_step(draft, draft_params, state.draft_cache,
-                                           state.tokens_BxL, state.num_B, state.draft_pending_B,
-                                           k_draft, gamma, sampling)
+  proposal, draft_cache = draft_step(draft, draft_params, state.draft_cache, state.tokens_BxL,
+                                     state.num_B, state.draft_pending_B, k_draft, gamma, sampling)
   p_BxG1xV, target_cache = verify_step(target, target_params, state.target_cache,
-                                       last_tokens(state), x_BxG, sampling)
-  n_B, next_B = acc.get_rule(rule)(k_accept, x_BxG, q_BxGxV, p_BxG1xV)
-  beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], q_BxGxV), axis=-1)
-  state = state.replace(rng=rng)
-  return commit(state, x_BxG, n_B, next_B, beta_BxG, target_cache, draft_cache,
-                target.config.eos_id, max_decode_len)
+                                       st.last_tokens(state), proposal.tokens_BxG, sampling)
+  n_B, next_B = acc.get_rule(rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV)
+  return commit(state.replace(rng=rng), proposal, n_B, next_B, p_BxG1xV, target_cache,
+                draft_cache, target.eos_id, max_decode_len)
 
 
 @functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "sampling", "rule",
@@ -132,23 +168,16 @@ def speculative_decode(target, target_params, draft, draft_params, inputs_BxP: j
                        max_decode_len: int, rule: str = "tokenwise",
                        cache_len: int | None = None) -> st.DecodeResult:
   """Speculative decoding of a batch; the whole loop is one compiled program."""
-  slack = gamma + 2
-  state = prepare(target, target_params, inputs_BxP, max_decode_len=max_decode_len, slack=slack,
-                  cache_len=cache_len, rng=rng, gamma=gamma)
-  draft_cache = draft.prefill(draft_params, inputs_BxP,
-                              cache_len or cache_len_needed(draft, inputs_BxP.shape[1],
-                                                            max_decode_len, slack))
-  state = state.replace(draft_cache=draft_cache,
-                        draft_pending_B=jnp.zeros_like(state.done_B))
+  state = start.init_state(target, target_params, inputs_BxP, rng, max_decode_len=max_decode_len,
+                           gamma=gamma, cache_len=cache_len, draft=draft,
+                           draft_params=draft_params)
 
-  def cond(s: st.DecodeState):
-    return jnp.any(~s.done_B)  # each example is done at EOS or max_decode_len; >= 1 token/call
-
-  def body(s: st.DecodeState):
+  def step(s: st.DecodeState, extra):
     return spec_iteration(target, target_params, draft, draft_params, s, gamma=gamma,
-                          sampling=sampling, rule=rule, max_decode_len=max_decode_len)
+                          sampling=sampling, rule=rule, max_decode_len=max_decode_len), extra
 
-  return st.finish(jax.lax.while_loop(cond, body, state), max_decode_len)
+  final, _ = st.run_loop(state, None, step)
+  return st.finish(final, max_decode_len)
 
 
 def generate_speculative(target, target_params, draft, draft_params, inputs_BxP, *, gamma: int,
@@ -156,14 +185,9 @@ def generate_speculative(target, target_params, draft, draft_params, inputs_BxP,
                          rule: str = "tokenwise", cache_len: int | None = None
                          ) -> st.DecodeResult:
   """Validating front door of `speculative_decode`."""
-  inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
-  st.check_decode_args(target_vocab=target.vocab_size, draft_vocab=draft.vocab_size, gamma=gamma,
-                       sampling=sampling, max_decode_len=max_decode_len,
-                       prompt_len=inputs_BxP.shape[1], cache_len=cache_len,
-                       needed_cache_len=cache_len_needed(target, inputs_BxP.shape[1],
-                                                         max_decode_len, gamma + 2))
-  acc.get_rule(rule)
-  rng = jax.random.key(0) if rng is None else rng
+  inputs_BxP, rng = start.front_door(target, inputs_BxP, rng, draft=draft, gamma=gamma,
+                                     sampling=sampling, max_decode_len=max_decode_len,
+                                     cache_len=cache_len, rule=rule)
   return speculative_decode(target, target_params, draft, draft_params, inputs_BxP, rng,
                             gamma=gamma, sampling=sampling, max_decode_len=max_decode_len,
                             rule=rule, cache_len=cache_len)

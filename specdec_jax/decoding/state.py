@@ -11,30 +11,33 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.kv_cache import DecodeCache
 
 
 @flax.struct.dataclass
 class Counters:
-  """On-device statistics, summed over the batch unless the name ends in _B."""
+  """On-device statistics. Per example (`_B...`) so that rows which are not requests (the padding
+  of a short last batch on a data-parallel mesh) can be left out on the host; `iterations` is the
+  loop's own count. Every count describes tokens that were WRITTEN: a draft token accepted by the
+  rule but cut at EOS or the length limit is not counted as accepted.
+  """
 
-  iterations: jax.Array          # [] loop iterations (one target call each)
-  drafted_B: jax.Array           # [B] draft tokens proposed while the example was active
-  accepted_B: jax.Array          # [B] draft tokens accepted
-  emitted_B: jax.Array           # [B] tokens written to the buffer
-  target_calls_B: jax.Array      # [B] target calls while the example was active
-  accepts_per_position_G: jax.Array  # [G] times draft position i was accepted
-  accepted_length_hist: jax.Array    # [G + 1] histogram of accepted counts per target call
-  beta_sum_B: jax.Array          # [B] sum over generated positions of sum_x min(p, q)
-  beta_count_B: jax.Array        # [B] number of positions in beta_sum_B
+  iterations: jax.Array              # [] loop iterations (one target call each)
+  drafted_B: jax.Array               # [B] draft tokens proposed while the example was active
+  accepted_B: jax.Array              # [B] draft tokens accepted and written
+  emitted_B: jax.Array               # [B] tokens written to the buffer
+  target_calls_B: jax.Array          # [B] target calls while the example was active
+  accepts_per_position_BxG: jax.Array  # [B, G] target calls whose draft position i was kept
+  accepted_length_hist_BxG1: jax.Array  # [B, G + 1] target calls that kept exactly n drafts
+  beta_sum_B: jax.Array              # [B] sum over generated positions of sum_x min(p, q)
+  beta_count_B: jax.Array            # [B] number of positions in beta_sum_B
 
   @classmethod
   def zeros(cls, batch: int, gamma: int) -> "Counters":
     zi = jnp.zeros((batch,), jnp.int32)
     return cls(iterations=jnp.zeros((), jnp.int32), drafted_B=zi, accepted_B=zi, emitted_B=zi,
-               target_calls_B=zi, accepts_per_position_G=jnp.zeros((gamma,), jnp.int32),
-               accepted_length_hist=jnp.zeros((gamma + 1,), jnp.int32),
+               target_calls_B=zi, accepts_per_position_BxG=jnp.zeros((batch, gamma), jnp.int32),
+               accepted_length_hist_BxG1=jnp.zeros((batch, gamma + 1), jnp.int32),
                beta_sum_B=jnp.zeros((batch,), jnp.float32), beta_count_B=zi)
 
 
@@ -105,22 +108,22 @@ def emit_count(new_BxT: jax.Array, offered_B: jax.Array, num_B: jax.Array, done_
   return count_B.astype(jnp.int32), done_B
 
 
-def check_decode_args(*, target_vocab: int, draft_vocab: int | None, gamma: int | None,
-                      sampling: SamplingConfig, max_decode_len: int, prompt_len: int,
-                      cache_len: int | None, needed_cache_len: int) -> None:
-  """Raises a ValueError naming the problem, before anything is compiled."""
-  if not isinstance(sampling, SamplingConfig):
-    raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-  if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
-    raise ValueError(f"gamma (draft tokens per iteration) must be an integer >= 1, got {gamma!r}")
-  if draft_vocab is not None and draft_vocab != target_vocab:
-    raise ValueError(
-        f"draft and target vocabularies differ in size: draft {draft_vocab} vs target "
-        f"{target_vocab}; speculative sampling needs both models over the same token ids")
-  if max_decode_len < 1:
-    raise ValueError(f"max_decode_len must be >= 1, got {max_decode_len}")
-  if cache_len is not None and needed_cache_len > cache_len:
-    raise ValueError(
-        f"prompt of length {prompt_len} plus max_decode_len {max_decode_len} (+ gamma + 2 slots "
-        f"of verification slack) needs {needed_cache_len} cache slots, but the cache has "
-        f"{cache_len}; shorten the prompt or raise the cache length")
+def last_tokens(state: DecodeState) -> jax.Array:
+  """[B] the last valid buffer token of each example (not yet fed to the target)."""
+  return jnp.take_along_axis(state.tokens_BxL, (state.num_B - 1)[:, None], axis=1)[:, 0]
+
+
+def run_loop(state: DecodeState, extra, step, constrain=lambda s: s):
+  """The one `lax.while_loop` every decode runs: `step(state, extra) -> (state, extra)` until
+  every example is done. Each iteration writes >= 1 token per active example and an example is
+  done at EOS or at max_decode_len, so the loop ends. `constrain` re-applies a sharded program's
+  layout to the carry (the identity on one device). `extra` is a loop's own carry (None, or the
+  adaptive loop's statistics)."""
+  def cond(c):
+    return jnp.any(~c[0].done_B)
+
+  def body(c):
+    s, e = step(*c)
+    return constrain(s), e
+
+  return jax.lax.while_loop(cond, body, (state, extra))

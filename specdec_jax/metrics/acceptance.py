@@ -21,21 +21,29 @@ VECTORS = ("accepts_per_position", "accepted_length_hist")
 
 
 def counters_to_dict(counters, rows: int | None = None) -> dict[str, Any]:
-  """Batch totals of a `state.Counters` as JSON-able numbers, over the first `rows` examples."""
-  def per_example(x):
+  """Batch totals of a `state.Counters` as JSON-able numbers, over the first `rows` examples
+  (the rest are padding: a short last batch on a data-parallel mesh)."""
+  def rows_of(x):
     x = np.asarray(x)
     return x if rows is None else x[:rows]
   return {
-      "drafted": int(per_example(counters.drafted_B).sum()),
-      "accepted": int(per_example(counters.accepted_B).sum()),
-      "emitted": int(per_example(counters.emitted_B).sum()),
-      "target_calls": int(per_example(counters.target_calls_B).sum()),
-      "beta_sum": float(per_example(counters.beta_sum_B).sum()),
-      "beta_count": int(per_example(counters.beta_count_B).sum()),
+      "drafted": int(rows_of(counters.drafted_B).sum()),
+      "accepted": int(rows_of(counters.accepted_B).sum()),
+      "emitted": int(rows_of(counters.emitted_B).sum()),
+      "target_calls": int(rows_of(counters.target_calls_B).sum()),
+      "beta_sum": float(rows_of(counters.beta_sum_B).sum()),
+      "beta_count": int(rows_of(counters.beta_count_B).sum()),
       "iterations": int(np.asarray(counters.iterations)),
-      "accepts_per_position": np.asarray(counters.accepts_per_position_G).astype(int).tolist(),
-      "accepted_length_hist": np.asarray(counters.accepted_length_hist).astype(int).tolist(),
+      "accepts_per_position": rows_of(counters.accepts_per_position_BxG).sum(0).astype(int).tolist(),
+      "accepted_length_hist": rows_of(counters.accepted_length_hist_BxG1).sum(0).astype(int).tolist(),
   }
+
+
+def alpha_of(counters, rows: int | None = None) -> float:
+  """alpha (sum beta / positions) of one decode's counters over its first `rows` examples; 0.0
+  when nothing was counted."""
+  d = counters_to_dict(counters, rows)
+  return d["beta_sum"] / d["beta_count"] if d["beta_count"] else 0.0
 
 
 def merge(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

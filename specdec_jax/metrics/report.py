@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec_jax.decoding import gamma as gamma_lib
-from specdec_jax.metrics import acceptance, quality
+from specdec_jax.metrics import acceptance, quality, theory
+from specdec_jax.metrics.records import ProgramRecord
 
 CONTRACT_KEYS = ("task", "target", "draft", "temperature", "gamma", "num_examples", "alpha",
                  "acceptance_rate", "tokens_per_target_call", "c", "v", "speedup",
@@ -18,9 +18,9 @@ CONTRACT_KEYS = ("task", "target", "draft", "temperature", "gamma", "num_example
                  "greedy_match_rate", "quality")
 
 
-def wall(records: Sequence[Mapping[str, Any]]) -> tuple[float, int]:
+def wall(records: Sequence[ProgramRecord]) -> tuple[float, int]:
   """(seconds, emitted tokens) summed over batch records of one program."""
-  return (sum(r["seconds"] for r in records), sum(r["emitted"] for r in records))
+  return (sum(r.seconds for r in records), sum(r.emitted for r in records))
 
 
 def ms_per_token(records) -> float | None:
@@ -60,21 +60,29 @@ def quality_block(metric: str, references: Sequence[str | None], ar_texts, spec_
 
 
 def build(*, task: str, target: str, draft: str | None, temperature: float, gamma: int | None,
-          num_examples: int, ar_records, spec_records, costs: gamma_lib.Costs | None,
+          num_examples: int, ar_records, spec_records, costs,
           quality_info: Mapping[str, Any], match_rate: float | None,
-          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-  """One metrics.json object. Keys that a mode does not measure are present with value None."""
-  stats = acceptance.summarize(acceptance.merge(r["counters"] for r in spec_records)) \
+          extra: Mapping[str, Any] | None = None, alpha_if_nothing_drafted: float | None = None,
+          predictable: bool = True) -> dict[str, Any]:
+  """One metrics.json object. Keys that a mode does not measure are present with value None.
+
+  alpha_if_nothing_drafted: alpha measured elsewhere (GAMMA='auto''s calibration decode) for a
+  point whose decode drafted nothing (gamma 0). predictable: False for an adaptive draft length,
+  which the fixed-gamma formula does not predict (speedup_predicted is then None).
+  """
+  stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
       if spec_records else {}
   alpha = stats.get("alpha")
+  if gamma == 0 and alpha_if_nothing_drafted is not None:
+    alpha = alpha_if_nothing_drafted
   v = c = predicted = None
-  if costs is not None and gamma is not None:
+  if costs is not None and gamma is not None and predictable:
     c = costs.c
     v = 1.0 if gamma == 0 else costs.v.get(gamma + 1)
     if gamma == 0:
       predicted = 1.0
     elif alpha is not None and v is not None:
-      predicted = gamma_lib.predicted_speedup(min(max(alpha, 0.0), 1.0), gamma, c, v)
+      predicted = theory.predicted_speedup(min(max(alpha, 0.0), 1.0), gamma, c, v)
   ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
   speedup = None
   if ar_records and spec_records:

@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.decoding.seam import Encoded
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV, rollback
 from specdec_jax.models.transformer import Transformer
@@ -52,6 +53,18 @@ class Model:
   def vocab_size(self) -> int:
     return self.config.vocab_size
 
+  @property
+  def kind(self) -> str:
+    return self.config.kind
+
+  @property
+  def eos_id(self) -> int:
+    return self.config.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.config.pad_id
+
   # ---- parameters -------------------------------------------------------------------------------
   def init(self, rng: jax.Array) -> Params:
     """Random parameters (float32), T5X initialisers (jitted: eager Flax init is slow)."""
@@ -77,16 +90,20 @@ class Model:
     lengths_B = prompt_lengths(inputs_BxP)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
-  def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int) -> DecodeCache:
+  def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int, *,
+              encoded: Optional[Encoded] = None) -> DecodeCache:
     """Encodes (T5: once per request, cross K/V cached) or fills the cache with the prompt.
 
     Args:
       params: model parameters.
       inputs_BxP: int32, right-padded with 0. T5: encoder tokens. Decoder-only: the prompt.
       cache_len: number of decoder self-attention slots (static).
+      encoded: the seam's shared-encoder hook (`decoding.seam.Encoded`); a model with its own
+        encoder encodes `inputs_BxP` itself and ignores it.
     Returns:
       A cache whose `index_B` is the slot of `start_tokens(inputs_BxP)`.
     """
+    del encoded  # this model always reads the source with its own encoder
     batch, plen = inputs_BxP.shape
     mod = self.module
     with self._rules():

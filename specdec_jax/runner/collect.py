@@ -5,6 +5,7 @@ Why from the files: the store's batch records and prediction lines are the singl
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 from specdec_jax.metrics import quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.config import RunConfig, temperatures
-from specdec_jax.runner.pipeline import AR, Loaded, ar_key, group_key
+from specdec_jax.runner import keys
+from specdec_jax.runner.pipeline import Loaded
 from specdec_jax.runner.store import ResultStore
 
 METRICS_FILE = "metrics.json"
@@ -30,10 +32,11 @@ def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool) -> 
 
 
 def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, costs) -> dict:
-  group = group_key(point.temperature)
+  group = keys.group(point.temperature)
   batches = store.group_batches(group)
-  spec_records = [b["points"][point.key] for b in batches if point.key in b["points"]]
-  ar_records = [b[AR] for b in batches if b.get(AR)] if cfg.runs_autoregressive else []
+  spec_records = [b.points[point.key] for b in batches if point.key in b.points]
+  ar_records = ([b.autoregressive for b in batches if b.autoregressive is not None]
+                if cfg.runs_autoregressive else [])
   preds = store.run_predictions(point.key)
   metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
   has_ar = cfg.runs_autoregressive and all("autoregressive_output_ids" in p for p in preds)
@@ -44,26 +47,30 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
-  m = report.build(task=cfg.task, target=loaded.target_name, draft=point.draft.name,
-                   temperature=point.temperature, gamma=point.gamma, num_examples=len(preds),
-                   ar_records=ar_records, spec_records=spec_records, costs=costs.get(point.draft),
-                   quality_info=_quality(metric, preds, has_ar, True), match_rate=match,
-                   extra=extra)
-  if point.gamma == 0 and point.auto:
-    m["alpha"] = point.calibration_alpha  # measured by the calibration decode; nothing drafted
-  return m
+  if point.adaptive is not None:
+    extra["adaptive"] = dataclasses.asdict(point.adaptive)
+  # gamma 0 chosen by 'auto': nothing was drafted; alpha is the calibration decode's.
+  fallback_alpha = point.calibration_alpha if (point.auto and point.gamma == 0) else None
+  return report.build(task=cfg.task, target=loaded.target_name, draft=point.draft.name,
+                      temperature=point.temperature, gamma=point.gamma, num_examples=len(preds),
+                      ar_records=ar_records, spec_records=spec_records,
+                      costs=costs.get(point.draft), quality_info=_quality(metric, preds, has_ar,
+                                                                          True),
+                      match_rate=match, extra=extra, alpha_if_nothing_drafted=fallback_alpha,
+                      predictable=point.adaptive is None)
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:
-  group = group_key(temperature)
-  ar_records = [b[AR] for b in store.group_batches(group) if b.get(AR)]
-  preds = store.run_predictions(ar_key(temperature))
+  group = keys.group(temperature)
+  ar_records = [b.autoregressive for b in store.group_batches(group)
+                if b.autoregressive is not None]
+  preds = store.run_predictions(keys.autoregressive(temperature))
   metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
   return report.build(task=cfg.task, target=loaded.target_name, draft=None,
                       temperature=temperature, gamma=None, num_examples=len(preds),
                       ar_records=ar_records, spec_records=[], costs=None,
                       quality_info=_quality(metric, preds, True, False), match_rate=None,
-                      extra={"mode": cfg.mode, "run": ar_key(temperature), "gamma_auto": False})
+                      extra={"mode": cfg.mode, "run": keys.autoregressive(temperature), "gamma_auto": False})
 
 
 def collect(cfg: RunConfig, loaded: Loaded, store: ResultStore, resolved, costs) -> list[dict]:

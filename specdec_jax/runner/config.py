@@ -16,18 +16,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import identity
+from specdec_jax.runner import keys
 from specdec_jax.runner.inputs import resolve_path
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
+AUTO, ADAPTIVE = "auto", "adaptive"
+GAMMA_WORDS = (AUTO, ADAPTIVE)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """One decoding run. Field names mirror the gin macros (lower case).
 
-  gamma: int >= 1, 'auto' (chosen from measured alpha, c and v; 0 = autoregressive), or a list.
+  gamma: int >= 1, 'auto' (chosen from measured alpha, c and v; 0 = autoregressive), 'adaptive'
+    (a per-example draft length inside the loop, `decoding.adaptive`, up to gamma_max), or a list.
+  adaptive: the `decoding.adaptive.AdaptiveConfig` of GAMMA='adaptive' (gin: `RunConfig.adaptive
+    = @AdaptiveConfig()`); None: `AdaptiveConfig(gamma_max=gamma_max)`.
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them.
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
@@ -60,8 +66,9 @@ class RunConfig:
   plots: bool = True
   # A specdec_jax.sharding.MeshConfig (gin/mesh/*.gin binds it); None: one device, unsharded.
   mesh: Any = None
+  adaptive: Any = None
   # Model-free drafts (unigram, bigram, prompt_lookup fallback): a .npz of tables
-  # (decoding.drafters.save_tables), or None to estimate them on the task's train split.
+  # (decoding.ngram.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None
   ngram_train_examples: int = 20000
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
@@ -72,8 +79,9 @@ class RunConfig:
     if self.mode not in MODES:
       raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
     for g in as_list(self.gamma):
-      if g != "auto" and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
-        raise ValueError(f"GAMMA must be an int >= 0, 'auto', or a list of them; got {g!r}")
+      if g not in GAMMA_WORDS and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
+        raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', or a list of them; got "
+                         f"{g!r}")
     for t in as_list(self.temperature):
       if not isinstance(t, (int, float)) or t < 0:
         raise ValueError(f"TEMPERATURE must be a number >= 0 (0 = greedy), got {t!r}")
@@ -92,6 +100,11 @@ class RunConfig:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:
       raise ValueError(f"TOP_P must be in (0, 1] (1 = off), got {self.top_p!r}")
+
+  def adaptive_config(self):
+    """The AdaptiveConfig of GAMMA='adaptive' (`adaptive`, or the default up to gamma_max)."""
+    from specdec_jax.decoding.adaptive import AdaptiveConfig  # pylint: disable=import-outside-toplevel
+    return self.adaptive if self.adaptive is not None else AdaptiveConfig(gamma_max=self.gamma_max)
 
   @property
   def is_sweep(self) -> bool:
@@ -112,7 +125,7 @@ class RunConfig:
     keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
             "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
             "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
-            "ngram_train_examples")
+            "ngram_train_examples", "adaptive")
     fingerprint = {k: getattr(self, k) for k in keep}
     fingerprint["contents"] = self._contents()
     return json.loads(json.dumps(fingerprint, default=str))
@@ -130,13 +143,20 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DraftSpec:
-  """One draft: kind 'model' with a checkpoint (path or preset), or a non-model drafter."""
+  """One draft: kind 'model' with a checkpoint (path or preset), or a non-model drafter.
+
+  `label`: the name results are filed under when the checkpoint's folder name is not unique in
+  the run (`draft_specs` sets it); otherwise the folder name.
+  """
 
   kind: str
   checkpoint: str | None = None
+  label: str | None = None
 
   @property
   def name(self) -> str:
+    if self.label is not None:
+      return self.label
     if self.kind != MODEL_DRAFT:
       return self.kind
     return os.path.basename(os.path.normpath(self.checkpoint))
@@ -152,7 +172,7 @@ class Point:
 
   @property
   def key(self) -> str:
-    return f"draft={self.draft.name},gamma={self.gamma},temperature={self.temperature:g}"
+    return keys.point(self.draft.name, self.gamma, self.temperature)
 
 
 def as_list(x) -> list:
@@ -160,13 +180,43 @@ def as_list(x) -> list:
 
 
 def draft_specs(cfg: RunConfig) -> list[DraftSpec]:
-  out = []
+  """The run's drafts, each under a name no other draft of the run has.
+
+  Why: results, run keys and TensorBoard runs are filed by draft name, and two checkpoints in
+  folders of the same name (`runs/a/export`, `runs/b/export`) would otherwise share one: one draft
+  decoded, both rows reporting it. Clashing names grow by parent folders until they differ
+  (`a/export`, `b/export`); the same draft named twice is one draft.
+  """
+  specs = []
   for kind in as_list(cfg.draft):
     if kind == MODEL_DRAFT:
-      out.extend(DraftSpec(MODEL_DRAFT, str(c)) for c in as_list(cfg.draft_checkpoint))
+      specs.extend(DraftSpec(MODEL_DRAFT, str(c)) for c in as_list(cfg.draft_checkpoint))
     else:
-      out.append(DraftSpec(kind))
+      specs.append(DraftSpec(kind))
+  specs = unique(specs)
+  names = [s.name for s in specs]
+  out = []
+  for s, name in zip(specs, names):
+    if names.count(name) > 1 and s.kind == MODEL_DRAFT:
+      s = dataclasses.replace(s, label=_distinct_suffix(s, [o for o in specs if o != s]))
+    out.append(s)
+  clash = [n for n in unique(x.name for x in out) if [x.name for x in out].count(n) > 1]
+  if clash:
+    raise ValueError(f"drafts {[x.checkpoint or x.kind for x in out if x.name in clash]} cannot "
+                     f"be told apart by name ({clash[0]!r}); give distinct checkpoint paths")
   return out
+
+
+def _distinct_suffix(spec: DraftSpec, others: Sequence[DraftSpec]) -> str:
+  """The shortest trailing part of `spec`'s checkpoint path that no other draft's path ends with."""
+  parts = os.path.normpath(os.path.abspath(spec.checkpoint)).split(os.sep)
+  other_paths = [os.path.normpath(os.path.abspath(o.checkpoint)).split(os.sep)
+                 for o in others if o.kind == MODEL_DRAFT]
+  for k in range(1, len(parts) + 1):
+    tail = parts[-k:]
+    if all(p[-k:] != tail for p in other_paths):
+      return "/".join(tail)
+  return "/".join(parts)
 
 
 def temperatures(cfg: RunConfig) -> list[float]:

@@ -11,12 +11,14 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import jax
 from absl import logging
 
 from specdec_jax import distributed
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
-from specdec_jax.runner import collect, pipeline
+from specdec_jax.metrics.records import BatchRecord
+from specdec_jax.runner import collect, keys, pipeline
 from specdec_jax.runner.config import RunConfig
 from specdec_jax.runner.store import ResultStore
 
@@ -36,30 +38,30 @@ class Progress:
       self.writers[run] = RunWriter(run_dir(self.output_dir, run))
     return self.writers[run]
 
-  def __call__(self, *, group: str, done: int, total: int, record, resumed: bool) -> None:
+  def __call__(self, *, temperature: float, done: int, total: int,
+               record: BatchRecord | None, resumed: bool) -> None:
+    group = keys.group(temperature)
     if resumed:
       self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
       return
     elapsed = time.perf_counter() - self.t0
     parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s)"]
-    if record.get(pipeline.AR):
-      ar = record[pipeline.AR]
-      parts.append(f"AR {ar['emitted'] / max(ar['seconds'], 1e-9):.0f} tok/s")
-    for key, rec in record["points"].items():
+    ar = record.autoregressive
+    if ar is not None:
+      parts.append(f"AR {ar.emitted / max(ar.seconds, 1e-9):.0f} tok/s")
+    for key, rec in record.points.items():
       hist = self.totals.setdefault(key, [])
-      hist.append(rec["counters"])
+      hist.append(rec.counters)
       running = acceptance.summarize(acceptance.merge(hist))
-      tok_s = rec["emitted"] / max(rec["seconds"], 1e-9)
+      tok_s = rec.emitted / max(rec.seconds, 1e-9)
       parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha "
                    + (f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"))
       self._writer(key).progress(done, {"examples_done": done, "tokens_per_s": tok_s,
                                         "running_alpha": running["alpha"],
                                         "running_acceptance_rate": running["acceptance_rate"]})
-    if not record["points"] and record.get(pipeline.AR):
-      ar = record[pipeline.AR]
-      run = pipeline.ar_key(float(group.split("=", 1)[1]))
-      self._writer(run).progress(done, {"examples_done": done,
-                                        "tokens_per_s": ar["emitted"] / max(ar["seconds"], 1e-9)})
+    if not record.points and ar is not None:
+      self._writer(keys.autoregressive(temperature)).progress(
+          done, {"examples_done": done, "tokens_per_s": ar.emitted / max(ar.seconds, 1e-9)})
     # TensorBoard gets every batch; the log a line every `progress_every_s` (and the last batch).
     if done >= total or elapsed - self.last_log >= self.cfg.progress_every_s:
       self.last_log = elapsed
@@ -75,18 +77,23 @@ def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
             ) -> list[dict]:
   """Runs `cfg`, writing results under `output_dir`; returns the metrics objects.
 
-  With `cfg.mesh` (gin/mesh/*.gin) the whole run happens on that mesh (specdec_jax.sharding).
+  With `cfg.mesh` (gin/mesh/*.gin) the whole run happens on that one mesh, set as the context
+  mesh (`jax.set_mesh`): models that carry rules then constrain activations and caches to it in
+  every jitted program of the run, the cost calibration's included.
   """
+  if cfg.mesh is None:
+    return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo, mesh=None)
   from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
-  with sharding.run_mesh(cfg.mesh):
-    return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo)
+  mesh = sharding.make_mesh(cfg.mesh)
+  with jax.set_mesh(mesh):
+    return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo, mesh=mesh)
 
 
 def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
-             log: Callable[[str], None], echo: Callable[[str], None]) -> list[dict]:
+             log: Callable[[str], None], echo: Callable[[str], None], mesh) -> list[dict]:
   t_start = time.perf_counter()
   if not distributed.is_main_process():
-    return _follow(cfg, output_dir, log)
+    return _follow(cfg, output_dir, log, mesh)
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
   distributed.agree(store.snapshot())  # what a resumed run has done, for the other processes
   if config_text is not None:
@@ -95,8 +102,8 @@ def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     w = RunWriter(run_dir(output_dir, ""))
     w.text("config", "\n".join("    " + line for line in config_text.splitlines()))
     w.close()
-  loaded = pipeline.load(cfg)
-  log(f"target {loaded.target_name} ({loaded.target.config.kind}, vocab "
+  loaded = pipeline.load(cfg, mesh)
+  log(f"target {loaded.target_name} ({loaded.target.kind}, vocab "
       f"{loaded.target.vocab_size}); {len(loaded.prompts.examples)} examples, prompt width "
       f"{loaded.prompts.width}; mode {cfg.mode}")
   resolved, costs = pipeline.resolve_points(cfg, loaded, store, log)
@@ -116,13 +123,13 @@ def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   return metrics
 
 
-def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None]) -> list[dict]:
+def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -> list[dict]:
   """A process other than 0 of a multi-host run: the same programs on its own rows, nothing
   written. Its store lives in a scratch directory and starts from process 0's (resume)."""
   with tempfile.TemporaryDirectory(prefix="specdec_follower_") as scratch:
     store = ResultStore(scratch, cfg.fingerprint(), resume=False)
     store.restore(distributed.agree(None))
-    loaded = pipeline.load(cfg)
+    loaded = pipeline.load(cfg, mesh)
     resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
     pipeline.decode_all(cfg, loaded, resolved, store, lambda **_: None)
   log(f"process {distributed.process_index()}: done; process 0 writes {output_dir}")

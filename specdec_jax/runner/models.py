@@ -72,12 +72,18 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
 
   Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
   them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
-  needs none (its fallback is uniform).
+  needs none (its fallback is uniform). A draft that cannot serve this target (another kind,
+  another vocabulary) is refused here, before anything is compiled.
   """
+  from specdec_jax.decoding import drafters, seam  # pylint: disable=import-outside-toplevel
   if spec.kind == MODEL_DRAFT:
-    return load_model(spec.checkpoint, vocab_size=vocab_size, dtype=dtype, seed=seed + 1)
-  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
-  draft = drafters.make_draft(spec.kind, target.config)
+    draft, params = load_model(spec.checkpoint, vocab_size=vocab_size, dtype=dtype, seed=seed + 1)
+    try:
+      seam.check_pair(target, draft)
+    except ValueError as e:
+      raise ValueError(f"draft {spec.checkpoint!r}: {e}") from None
+    return draft, params
+  draft = drafters.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":
     return draft, {}
   if tables_fn is None:
@@ -85,37 +91,17 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   return draft, tables_fn()
 
 
-def ngram_sequences(examples, vocab, *, encoder_decoder: bool) -> list[list[int]]:
-  """Token streams the n-gram tables are estimated on: what the target's decoder emits.
-
-  T5: the references (the decode loop adds BOS/EOS around them, as `build_ngram_tables` is told);
-  decoder-only: prompt followed by reference. Examples without text fall back to their ids.
-  """
-  out = []
-  for ex in examples:
-    if vocab is not None and ex.reference is not None:
-      if encoder_decoder:
-        out.append(vocab.encode(ex.reference))
-      else:
-        out.append(vocab.encode((ex.inputs or "") + ex.reference))
-    elif ex.input_ids is not None:
-      out.append(list(ex.input_ids))
-  return [s for s in out if s]
-
-
 def ngram_tables(path: str | None, examples_fn, vocab, target: Model, log=None):
-  """Tables from a .npz (`drafters.save_tables`), else estimated on `examples_fn()`."""
-  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
+  """Tables from a .npz (`ngram.save_tables`), else estimated on `examples_fn()` through the one
+  path the scripts use too (`ngram.tables_for_examples`)."""
+  from specdec_jax.decoding import ngram  # pylint: disable=import-outside-toplevel
   if path:
-    return drafters.load_tables(resolve_path(path))
+    return ngram.load_tables(resolve_path(path))
   examples, source = examples_fn()
-  cfg = target.config
-  seqs = ngram_sequences(examples, vocab, encoder_decoder=cfg.is_encoder_decoder)
-  if not seqs:
-    raise ValueError(f"no token streams to estimate n-gram tables on ({source}); give "
-                     "RunConfig.ngram_tables")
-  kw = dict(bos_id=0, eos_id=cfg.eos_id) if cfg.is_encoder_decoder else {}
-  tables = drafters.build_ngram_tables(seqs, target.vocab_size, **kw)
+  try:
+    tables = ngram.tables_for_examples(examples, vocab, target)
+  except ValueError as e:
+    raise ValueError(f"{e} ({source})") from None
   if log is not None:
-    log(f"n-gram tables estimated on {len(seqs)} sequences of {source}")
+    log(f"n-gram tables estimated on {len(examples)} examples of {source}")
   return jax.tree.map(jax.numpy.asarray, tables)

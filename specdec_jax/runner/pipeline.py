@@ -1,7 +1,7 @@
 """The run pipeline: load, measure, calibrate, decode batch by batch (written as it goes), report.
 
 Why this shape: for each temperature the autoregressive baseline and every speculative point of
-that temperature decode the same batch in the same process, timed interleaved (runner/timing.py),
+that temperature decode the same batch in the same process, timed interleaved (specdec_jax/timing.py),
 and the batch is appended to the result files before the next one starts (runner/store.py). The
 published metrics are then computed from those files alone (runner/collect.py), so a killed and
 resumed run reports exactly what an uninterrupted one would, up to timing noise.
@@ -20,17 +20,17 @@ import jax
 import numpy as np
 from absl import logging
 
-from specdec_jax import distributed
+from specdec_jax import distributed, timing
+from specdec_jax.decoding.adaptive import generate_adaptive
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
 from specdec_jax.metrics import acceptance
-from specdec_jax.runner import calibrate, inputs as inputs_lib, models as models_lib
+from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
+from specdec_jax.runner import calibrate, inputs as inputs_lib, keys, models as models_lib
 from specdec_jax.runner.config import DraftSpec, RunConfig, draft_specs, points, temperatures
 from specdec_jax.runner.store import ResultStore
-from specdec_jax.runner.timing import run_interleaved
 
-AR = "ar"
 
 
 @dataclasses.dataclass
@@ -52,15 +52,9 @@ class Loaded:
     return sharding.data_parallel_size(self.mesh, self.target.axis_rules)
 
 
-def group_key(temperature: float) -> str:
-  return f"temperature={temperature:g}"
-
-
-def ar_key(temperature: float) -> str:
-  return f"autoregressive,temperature={temperature:g}"
-
-
-def load(cfg: RunConfig) -> Loaded:
+def load(cfg: RunConfig, mesh=None) -> Loaded:
+  """The prompts, the target and every draft of the run, placed on `mesh` (a sharded run) with
+  the target and draft rules of `cfg.mesh`."""
   examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples,
                                       max_input_length=cfg.max_input_length,
                                       tfds_data_dir=cfg.tfds_data_dir)
@@ -93,11 +87,10 @@ def load(cfg: RunConfig) -> Loaded:
                             max_input_length=cfg.max_input_length)
   prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
                                width=max(len(r) for r in ids))
-  mesh = None
-  if cfg.mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
-    from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
-    mesh, target, tparams, drafts = sharding.shard_for_run(cfg.mesh, target, tparams, drafts,
-                                                           batch_size=cfg.batch_size)
+  if mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
+    from specdec_jax.decoding import sharded  # pylint: disable=import-outside-toplevel
+    target, tparams, drafts = sharded.place_models(mesh, cfg.mesh, target, tparams, drafts,
+                                                   batch_size=cfg.batch_size)
   name = DraftSpec("model", cfg.target_checkpoint).name
   return Loaded(target, tparams, name, drafts, prompts, mesh)
 
@@ -139,9 +132,10 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
     draft, dparams = loaded.drafts[p.draft]
     alpha_fn = lambda p=p, draft=draft, dparams=dparams: calibrate.calibration_alpha(  # noqa: E731
         loaded.target, loaded.target_params, draft, dparams, global_batch(loaded, cal_rows)[0],
-        gamma=cfg.auto_calibration_gamma, sampling=sampling_of(cfg, p.temperature),
+        rows=len(cal_rows), gamma=cfg.auto_calibration_gamma, sampling=sampling_of(cfg, p.temperature),
         max_decode_len=cfg.max_decode_length, seed=cfg.seed, rule=cfg.rule)
     r = calibrate.resolve(p, costs[p.draft], store, alpha_fn, gamma_max=cfg.gamma_max,
+                          adaptive=cfg.adaptive_config(),
                           min_speedup=cfg.auto_min_speedup)
     if r.auto:
       log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
@@ -157,7 +151,7 @@ def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
 
 
 def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: float, positions
-                 ) -> tuple[dict, list]:
+                 ) -> tuple[BatchRecord, list]:
   """Decodes and times one batch for the AR baseline and the group's points; record + lines."""
   rows = len(positions)
   examples = [loaded.prompts.examples[p] for p in positions]
@@ -171,28 +165,25 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     programs[AR] = decoders(None, 0)
   for p in group_points:
     if p.gamma > 0:
-      programs[p.key] = decoders(p.draft, p.gamma, cfg.rule)
-  results, seconds = run_interleaved(programs, cfg.repeats, agree=distributed.agree)
+      programs[p.key] = decoders(p.draft, p.gamma, cfg.rule, p.adaptive)
+  results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
+  results = {k: r[0] if isinstance(r, tuple) else r for k, r in results.items()}  # adaptive: stats
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
   counters = {k: acceptance.counters_to_dict(r.counters, rows) for k, r in results.items()}
-  record = {"group": group_key(temperature), "indices": [ex.index for ex in examples],
-            "points": {}, AR: None}
-  if AR in programs:
-    record[AR] = {"seconds": seconds[AR], "emitted": counters[AR]["emitted"],
-                  "counters": counters[AR]}
-  for p in group_points:
-    k = p.key if p.gamma > 0 else AR
-    record["points"][p.key] = {"seconds": seconds[k], "emitted": counters[k]["emitted"],
-                               "gamma": p.gamma, "counters": counters[k]}
+  record = BatchRecord(
+      group=keys.group(temperature), indices=tuple(ex.index for ex in examples),
+      points={p.key: ProgramRecord(seconds[k], counters[k], gamma=p.gamma)
+              for p in group_points for k in [p.key if p.gamma > 0 else AR]},
+      autoregressive=ProgramRecord(seconds[AR], counters[AR]) if AR in programs else None)
   lines = []
   ar_out = outputs.get(AR)
   runs = [(p.key, outputs[p.key if p.gamma > 0 else AR]) for p in group_points]
   if not group_points:
-    runs = [(ar_key(temperature), ar_out)]
+    runs = [(keys.autoregressive(temperature), ar_out)]
   for run, out in runs:
     for i, ex in enumerate(examples):
-      line = {"run": run, "group": record["group"], "index": ex.index,
+      line = {"run": run, "group": record.group, "index": ex.index,
               "output_ids": out[i], "text": loaded.prompts.decode(out[i]),
               "reference": ex.reference}
       if ar_out is not None and group_points:
@@ -204,14 +195,18 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
 
 
 def _local_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
-  """decoders(draft spec or None, gamma, rule) -> a program decoding the batch on one device."""
+  """decoders(draft spec or None, gamma, rule, adaptive) -> a program decoding the batch on one
+  device (adaptive: an AdaptiveConfig for GAMMA='adaptive', else None)."""
   inputs = jax.device_put(loaded.prompts.batch(positions))
 
-  def decoder(spec, gamma, rule="tokenwise"):
+  def decoder(spec, gamma, rule="tokenwise", adaptive=None):
     if spec is None:
       return lambda: generate_autoregressive(loaded.target, loaded.target_params, inputs, rng=rng,
                                              **common)
     draft, dparams = loaded.drafts[spec]
+    if adaptive is not None:
+      return lambda: generate_adaptive(loaded.target, loaded.target_params, draft, dparams,
+                                       inputs, cfg=adaptive, rule=rule, rng=rng, **common)
     return lambda: generate_speculative(loaded.target, loaded.target_params, draft, dparams,
                                         inputs, gamma=gamma, rule=rule, rng=rng, **common)
   return decoder
@@ -227,12 +222,15 @@ def _sharded_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
                                 batch.shape[0])
   local = batch[rows]  # this process's rows only
 
-  def decoder(spec, gamma, rule="tokenwise"):
+  def decoder(spec, gamma, rule="tokenwise", adaptive=None):
     if spec is None:
       sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params)
       return lambda: sm.autoregressive(local, rng, process_local=True, **common)
     draft, dparams = loaded.drafts[spec]
     sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params, draft, dparams)
+    if adaptive is not None:
+      return lambda: sm.adaptive(local, rng, cfg=adaptive, rule=rule, process_local=True,
+                                 **common)
     return lambda: sm.speculative(local, rng, gamma=gamma, rule=rule, process_local=True, **common)
   return decoder
 
@@ -249,13 +247,13 @@ def decode_all(cfg: RunConfig, loaded: Loaded, resolved, store: ResultStore, pro
   total = len(loaded.prompts.examples)
   for t in temperatures(cfg):
     group_points = [p for p in resolved if p.temperature == t]
-    done = store.done_indices(group_key(t))
+    done = store.done_indices(keys.group(t))
     todo = [pos for pos, ex in enumerate(loaded.prompts.examples) if ex.index not in done]
     if done:
-      progress(group=group_key(t), done=len(done), total=total, record=None, resumed=True)
+      progress(temperature=t, done=len(done), total=total, record=None, resumed=True)
     for start in range(0, len(todo), cfg.batch_size):
       positions = todo[start:start + cfg.batch_size]
       record, lines = decode_batch(cfg, loaded, group_points, t, positions)
       store.add_batch(record, lines)
-      progress(group=group_key(t), done=len(store.done_indices(group_key(t))), total=total,
+      progress(temperature=t, done=len(store.done_indices(keys.group(t))), total=total,
                record=record, resumed=False)

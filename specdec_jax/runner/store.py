@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from specdec_jax.metrics.records import BatchRecord
+
 PREDICTIONS = "predictions.jsonl"
 BATCHES = "batches.jsonl"
 STATE = "run_state.json"
@@ -119,9 +121,10 @@ class ResultStore:
   def done_indices(self, group: str) -> set[int]:
     return {i for b in self.batches if b["group"] == group for i in b["indices"]}
 
-  def add_batch(self, record: Mapping[str, Any], predictions: Iterable[Mapping[str, Any]]) -> None:
+  def add_batch(self, record: BatchRecord, predictions: Iterable[Mapping[str, Any]]) -> None:
     """Appends the batch's predictions, then (durably) its record, which marks it done."""
     predictions = list(predictions)
+    record = record.to_json()
     with open(self._paths[PREDICTIONS], "a") as f:
       for p in predictions:
         f.write(json.dumps(p) + "\n")
@@ -133,8 +136,8 @@ class ResultStore:
     self.predictions.extend(predictions)
     self.batches.append(dict(record))
 
-  def group_batches(self, group: str) -> list[dict[str, Any]]:
-    return [b for b in self.batches if b["group"] == group]
+  def group_batches(self, group: str) -> list[BatchRecord]:
+    return [BatchRecord.from_json(b) for b in self.batches if b["group"] == group]
 
   def run_predictions(self, run: str) -> list[dict[str, Any]]:
     return sorted((p for p in self.predictions if p.get("run") == run), key=lambda p: p["index"])

@@ -14,6 +14,7 @@ import pytest
 
 from specdec_jax.decoding import adaptive as ad
 from specdec_jax.decoding import drafters as dr
+from specdec_jax.decoding import ngram
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.testing import chi_square_gof, tiny_pair
@@ -28,10 +29,10 @@ PROMPT = np.array([3, 5, 2], np.int32)
 def bigram_pair(v=V, seed=0):
   """Target and draft as dense random bigram tables behind the seam (cheap, exact law known)."""
   rng = np.random.default_rng(seed)
-  cfg = dr.NgramConfig(kind="decoder", vocab_size=v, eos_id=-1)
+  cfg = dict(kind="decoder", vocab_size=v, eos_id=-1)
   mats = [rng.dirichlet(np.full(v, 0.4), size=v) for _ in range(2)]
-  params = [{k: jnp.asarray(x) for k, x in dr.dense_bigram_params(m).items()} for m in mats]
-  return dr.BigramDraft(cfg), params[0], dr.BigramDraft(cfg), params[1], mats[0]
+  params = [{k: jnp.asarray(x) for k, x in ngram.dense_bigram_params(m).items()} for m in mats]
+  return dr.BigramDraft(**cfg), params[0], dr.BigramDraft(**cfg), params[1], mats[0]
 
 
 def exact_bigram_joint(matrix, last_token, num_tokens, sampling):

@@ -204,11 +204,12 @@ def bigram_pair(v=V, seed=0):
   """A context-dependent target and draft through the same seam at almost no cost: dense bigram
   tables (random sharp rows), so the exact law of any continuation is a product of table rows."""
   from specdec_jax.decoding import drafters as dr
+  from specdec_jax.decoding import ngram
   rng = np.random.default_rng(seed)
-  cfg = dr.NgramConfig(kind="decoder", vocab_size=v, eos_id=-1)
+  cfg = dict(kind="decoder", vocab_size=v, eos_id=-1)
   mats = [rng.dirichlet(np.full(v, 0.4), size=v) for _ in range(2)]
-  params = [{k: jnp.asarray(x) for k, x in dr.dense_bigram_params(m).items()} for m in mats]
-  return dr.BigramDraft(cfg), params[0], dr.BigramDraft(cfg), params[1], mats[0]
+  params = [{k: jnp.asarray(x) for k, x in ngram.dense_bigram_params(m).items()} for m in mats]
+  return dr.BigramDraft(**cfg), params[0], dr.BigramDraft(**cfg), params[1], mats[0]
 
 
 def exact_bigram_joint(matrix, last_token, num_tokens, sampling):

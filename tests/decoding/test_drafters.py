@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding import drafters as dr
+from specdec_jax.decoding import ngram
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
@@ -34,7 +35,7 @@ def test_tables_equal_direct_counts():
   rng = np.random.default_rng(0)
   v = 9
   seqs = [rng.integers(2, v, size=rng.integers(1, 12)).tolist() for _ in range(40)]
-  t = dr.build_ngram_tables(seqs, v, top_k=v, add_alpha=0.5, prior=2.0, bos_id=0, eos_id=1)
+  t = ngram.build_ngram_tables(seqs, v, top_k=v, add_alpha=0.5, prior=2.0, bos_id=0, eos_id=1)
   streams = [[0] + s + [1] for s in seqs]
   uni = np.zeros(v)
   big = np.zeros((v, v))
@@ -46,29 +47,29 @@ def test_tables_equal_direct_counts():
   u = (uni + 0.5) / (uni.sum() + 0.5 * v)
   np.testing.assert_allclose(np.exp(t["log_unigram"]), u, rtol=1e-6)
   want = (big + 2.0 * u[None, :]) / (big.sum(1, keepdims=True) + 2.0)
-  np.testing.assert_allclose(dr.bigram_matrix(t), want, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(ngram.bigram_matrix(t), want, rtol=1e-5, atol=1e-7)
   # Truncated rows (top 2 continuations kept) still sum to one and keep the two most frequent.
-  t2 = dr.build_ngram_tables(seqs, v, top_k=2, bos_id=0, eos_id=1)
-  np.testing.assert_allclose(dr.bigram_matrix(t2).sum(1), 1.0, rtol=1e-5)
+  t2 = ngram.build_ngram_tables(seqs, v, top_k=2, bos_id=0, eos_id=1)
+  np.testing.assert_allclose(ngram.bigram_matrix(t2).sum(1), 1.0, rtol=1e-5)
   for a in range(v):
     if big[a].sum():
       assert big[a, t2["next_ids"][a, 0]] == big[a].max()
 
 
 def test_draft_logits_are_the_tables():
-  cfg = dr.NgramConfig(kind="decoder", vocab_size=64)
+  cfg = dict(kind="decoder", vocab_size=64)
   rng = np.random.default_rng(1)
-  tables = dr.build_ngram_tables([rng.integers(1, 64, 30).tolist() for _ in range(20)], 64,
+  tables = ngram.build_ngram_tables([rng.integers(1, 64, 30).tolist() for _ in range(20)], 64,
                                  top_k=4)
   params = {k: jnp.asarray(x) for k, x in tables.items()}
   inputs = jnp.asarray(INPUTS["decoder"], jnp.int32)
   for name in ("unigram", "bigram"):
-    draft = dr.make_draft(name, cfg)
+    draft = dr.make_draft(name, Model(get_preset("decoder_test_draft", vocab_size=64)))
     cache = draft.prefill(params, inputs, 16)
     logits, _ = jax.jit(draft.extend)(params, cache, jnp.asarray([[3, 4]] * 4, jnp.int32))
     probs = np.asarray(jax.nn.softmax(logits, axis=-1))
     want = (np.exp(tables["log_unigram"])[None, None] if name == "unigram"
-            else dr.bigram_matrix(tables)[np.array([[3, 4]] * 4)])
+            else ngram.bigram_matrix(tables)[np.array([[3, 4]] * 4)])
     np.testing.assert_allclose(probs, np.broadcast_to(want, probs.shape), rtol=1e-4, atol=1e-7)
 
 
@@ -78,7 +79,7 @@ def test_build_draft_from_a_task_file(tmp_path, monkeypatch):
   path.write_text('{"input_ids": [5, 6, 7, 5, 6]}\n{"input_ids": [5, 6, 9]}\n')
   target, _, _, _ = tiny_pair("decoder")
   draft, params = dr.build_draft("bigram", target=target, task=str(path))
-  m = dr.bigram_matrix({k: np.asarray(x) for k, x in params.items()})
+  m = ngram.bigram_matrix({k: np.asarray(x) for k, x in params.items()})
   assert np.argmax(m[5]) == 6 and np.argmax(m[6]) == 7
   assert list((tmp_path / "cache" / "ngram").glob("*.npz"))  # cached for the next run
   _, again = dr.build_draft("bigram", target=target, task=str(path))
@@ -130,7 +131,7 @@ def test_lookup_matches_reference(with_context):
 # ---- the loop ------------------------------------------------------------------------------------
 def _tables(vocab=64, seed=0):
   rng = np.random.default_rng(seed)
-  t = dr.build_ngram_tables([rng.integers(2, vocab, size=30).tolist() for _ in range(50)], vocab,
+  t = ngram.build_ngram_tables([rng.integers(2, vocab, size=30).tolist() for _ in range(50)], vocab,
                             top_k=8)
   return {k: jnp.asarray(x) for k, x in t.items()}
 

@@ -37,9 +37,12 @@ def test_counters_to_dict_counts_real_rows_only():
       drafted_B=np.array([4, 4, 4]), accepted_B=np.array([1, 2, 3]),
       emitted_B=np.array([3, 4, 5]), target_calls_B=np.array([2, 2, 2]),
       beta_sum_B=np.array([0.5, 1.0, 9.0], np.float32), beta_count_B=np.array([2, 2, 2]),
-      iterations=np.array(2), accepts_per_position_G=np.array([3, 1]),
-      accepted_length_hist=np.array([1, 2, 3]))
+      iterations=np.array(2),
+      accepts_per_position_BxG=np.array([[1, 0], [2, 1], [7, 7]]),
+      accepted_length_hist_BxG1=np.array([[1, 1, 0], [0, 1, 1], [5, 5, 5]]))
   d = acceptance.counters_to_dict(c, rows=2)
   assert (d["drafted"], d["accepted"], d["emitted"], d["beta_count"]) == (8, 3, 7, 4)
   assert d["beta_sum"] == pytest.approx(1.5)
-  assert d["accepts_per_position"] == [3, 1] and d["accepted_length_hist"] == [1, 2, 3]
+  # The third row (padding of a short last batch on a mesh) enters no counter, vectors included.
+  assert d["accepts_per_position"] == [3, 1] and d["accepted_length_hist"] == [1, 2, 1]
+  assert acceptance.alpha_of(c, rows=2) == pytest.approx(1.5 / 4)

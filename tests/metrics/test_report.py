@@ -5,21 +5,27 @@ mode measures nothing), and speedup / predicted speedup must be the documented r
 """
 import pytest
 
-from specdec_jax.decoding.gamma import Costs, predicted_speedup
+from specdec_jax.metrics.theory import predicted_speedup
+from specdec_jax.timing import Costs
 from specdec_jax.metrics import report
+from specdec_jax.metrics.records import BatchRecord, ProgramRecord
 
 
 def _spec_record(seconds, emitted):
   counters = dict(drafted=30, accepted=20, emitted=emitted, target_calls=10, beta_sum=16.0,
                   beta_count=20, iterations=10, accepts_per_position=[8, 7, 5],
                   accepted_length_hist=[1, 1, 3, 5])
-  return {"seconds": seconds, "emitted": emitted, "counters": counters}
+  return ProgramRecord(seconds, counters, gamma=3)
+
+
+def _ar_record(seconds, emitted):
+  return ProgramRecord(seconds, {"emitted": emitted})
 
 
 def test_build_benchmark_point():
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
   m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
-                   ar_records=[{"seconds": 2.0, "emitted": 40}],
+                   ar_records=[_ar_record(2.0, 40)],
                    spec_records=[_spec_record(1.0, 40)], costs=costs,
                    quality_info={"metric": "bleu"}, match_rate=1.0)
   assert set(report.CONTRACT_KEYS) <= set(m)
@@ -33,7 +39,7 @@ def test_build_benchmark_point():
 
 def test_build_autoregressive_only_has_all_keys():
   m = report.build(task="t", target="tgt", draft=None, temperature=1.0, gamma=None,
-                   num_examples=1, ar_records=[{"seconds": 1.0, "emitted": 10}], spec_records=[],
+                   num_examples=1, ar_records=[_ar_record(1.0, 10)], spec_records=[],
                    costs=None, quality_info={"metric": "exact_match"}, match_rate=0.5)
   assert set(report.CONTRACT_KEYS) <= set(m)
   assert m["speedup"] is None and m["alpha"] is None and m["greedy_match_rate"] is None
@@ -55,3 +61,17 @@ def test_quality_block_bootstrap_interval():
   assert lo <= 0.5 <= hi and q["speculative_within_interval"]
   q = report.quality_block("exact_match", refs, ar, ["z"] * 4, bootstrap_samples=50)
   assert q["autoregressive_interval95"][0] > 0.0 or not q["speculative_within_interval"]
+
+
+def test_batch_record_json_round_trip_keeps_the_disk_format():
+  """The typed records write what the untyped ones wrote, so older runs still resume."""
+  rec = BatchRecord(group="temperature=0", indices=(3, 4),
+                    points={"draft=d,gamma=3,temperature=0": _spec_record(1.0, 40)},
+                    autoregressive=_ar_record(2.0, 40))
+  d = rec.to_json()
+  assert d["ar"] == {"seconds": 2.0, "emitted": 40, "counters": {"emitted": 40}}
+  assert d["points"]["draft=d,gamma=3,temperature=0"]["gamma"] == 3
+  assert BatchRecord.from_json(d) == rec
+  old = {"group": "g", "indices": [1], "points": {}, "ar": {"seconds": 1.0, "emitted": 5,
+                                                           "counters": {"emitted": 5}}}
+  assert BatchRecord.from_json(old).autoregressive.emitted == 5

@@ -1,4 +1,4 @@
-"""Speedup theory and the choice of gamma (specdec_jax/decoding/gamma.py).
+"""Speedup theory and the choice of gamma (specdec_jax/metrics/theory.py) and the cost measurement (specdec_jax/timing.py).
 
 Why: GAMMA='auto' is what keeps a run from being slower than autoregressive decoding, so the
 formula must reproduce the paper's own numbers, and the choice must fall back to 0 when the
@@ -6,7 +6,8 @@ measured verify cost eats the gain.
 """
 import pytest
 
-from specdec_jax.decoding import gamma as g
+from specdec_jax import timing
+from specdec_jax.metrics import theory as g
 
 # Leviathan et al. Table 1 (c = 0, v = 1): (alpha, gamma) -> (operations, speed).
 TABLE_1 = [((0.6, 2), (1.53, 1.96)), ((0.7, 3), (1.58, 2.53)), ((0.8, 2), (1.23, 2.44)),
@@ -68,7 +69,7 @@ def test_measure_costs_on_tiny_models():
   import jax.numpy as jnp
   from specdec_jax import testing
   target, tp, draft, dp = testing.tiny_pair("decoder")
-  costs = g.measure_costs(target, tp, draft, dp, jnp.ones((1, 4), jnp.int32) * 5, max_tokens=3,
+  costs = timing.measure_costs(target, tp, draft, dp, jnp.ones((1, 4), jnp.int32) * 5, max_tokens=3,
                           repeats=3)
   assert costs.v[1] == 1.0 and sorted(costs.v) == [1, 2, 3]
   assert costs.c > 0 and costs.target_ms > 0 and costs.draft_ms > 0

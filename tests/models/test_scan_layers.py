@@ -76,5 +76,16 @@ def test_valid_prefix_equal_reads_both_cache_layouts():
   unrolled, params, scanned, stacked = _pair("decoder", "target")
   inputs = jnp.asarray(INPUTS["decoder"], jnp.int32)
   c_u, c_s = unrolled.prefill(params, inputs, 10), scanned.prefill(stacked, inputs, 10)
-  assert valid_prefix_equal(c_s, c_s)
-  assert valid_prefix_equal(c_u, c_u)
+  # Across layouts: the same weights give the same valid prefix ...
+  assert valid_prefix_equal(c_s, c_u, atol=1e-5) and valid_prefix_equal(c_u, c_s, atol=1e-5)
+  # ... and a change in one valid slot of one layer of either layout is seen.
+  k = c_s.self_kv.k_BxSxHxK
+  bad_s = c_s.replace(self_kv=c_s.self_kv.replace(k_BxSxHxK=k.at[1, 1, 0, 0].add(1.0)))  # layer 1
+  assert not valid_prefix_equal(bad_s, c_u, atol=1e-5)
+  first = c_u.self_kv[0]
+  bad_u = c_u.replace(self_kv=(first.replace(v_BxSxHxK=first.v_BxSxHxK.at[0, 2, 1, 3].add(1.0)),)
+                      + tuple(c_u.self_kv[1:]))
+  assert not valid_prefix_equal(c_s, bad_u, atol=1e-5)
+  # Slots past an example's index are stale by design and never compared.
+  past = c_s.replace(self_kv=c_s.self_kv.replace(k_BxSxHxK=k.at[:, :, 9].add(1.0)))  # [L, B, S..]
+  assert valid_prefix_equal(past, c_u, atol=1e-5)

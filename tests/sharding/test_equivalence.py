@@ -54,3 +54,22 @@ def test_autoregressive_sharded_equals_unsharded(runs):
   got = jax.device_get(sm.autoregressive(runs.inputs, **kw))
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_adaptive_sharded_equals_unsharded(runs, temperature):
+  """The adaptive loop on a mesh (`ShardedModels.adaptive`, the same iteration function inside
+  the donated-state program) gives the unsharded tokens and statistics."""
+  from specdec_jax.decoding import adaptive
+  t, tp, d, dp = runs.models
+  cfg = adaptive.AdaptiveConfig(gamma_max=4, gamma_init=2)
+  kw = dict(cfg=cfg, sampling=sampling_for(temperature), max_decode_len=MAX_LEN, rng=runs.rng)
+  ref, ref_stats = jax.device_get(adaptive.generate_adaptive(t, tp, d, dp, runs.inputs, **kw))
+  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS["dp2_target4_draft2"]),
+                            batch_size=len(runs.inputs))
+  got, stats = jax.device_get(sm.adaptive(runs.inputs, **kw))
+  np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
+  np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
+  np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)
+  np.testing.assert_array_equal(stats.proposed_hist, ref_stats.proposed_hist)
+  assert int(stats.draft_calls) == int(ref_stats.draft_calls)

@@ -6,7 +6,6 @@ slice after minutes of start-up. These checks need no TPU: `validate` reads shap
 """
 import os
 
-import gin
 import pytest
 from jax.sharding import AbstractMesh
 
@@ -17,11 +16,7 @@ from specdec_jax.models.model import Model
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _parse(*files, bindings=()):

@@ -8,7 +8,6 @@ recipe is checked against T5X's values, and every mesh against its model on shap
 import glob
 import os
 
-import gin
 import pytest
 from jax.sharding import AbstractMesh
 
@@ -23,11 +22,7 @@ TASKS = {"ende": "wmt_t2t_ende_v003", "cnndm": "cnn_dailymail"}
 SIZES = ("small", "base", "large", "xxl")
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _parse(*files):

@@ -1,0 +1,149 @@
+"""The decoding seam, typed: what every loop needs of a target or a draft, and nothing more.
+
+Why a Protocol: the loops are written once and drive very different things through it: the T5 v1.1
+encoder-decoder and the decoder-only LM (`models.model.Model`), the model-free n-gram and prompt
+lookup drafts (`decoding.drafters`), and the test wrappers (`specdec_jax.testing`). None of them
+inherits from anything; each just has these members, and `typing.runtime_checkable` lets the
+front door say which member is missing instead of failing deep inside a trace.
+
+Coordinates (DESIGN.md, "The decoding seam"): the loops keep a token buffer whose slot 0 holds the
+start token, the last context token not yet fed (T5: BOS with an empty decoder cache; decoder-only:
+the last prompt token, the rest of the prompt already in the cache). After `prefill`,
+`cache.index_B` is the cache slot of that start token, so buffer slot j lives at cache slot
+`index_B + j`. Rolling back is setting `index_B` lower; writes replace slots, never add into them.
+
+Two extension points are part of the contract already, so that the drafts issue can add them
+without touching the loops:
+- `prefill(..., encoded=...)`: a draft may take the TARGET's encoder output (a shared-encoder draft
+  decodes on top of the target's reading of the source); a draft that does not use it ignores it.
+  `encoded` is `Encoded` (the target's encoder states and their mask) or None.
+- `extend` returns `(logits_BxTxV, cache)` today; a feature-level draft will need the target's
+  hidden states too. That will be a separate optional member (`extend_with_hidden`), so the
+  two-tuple every loop unpacks stays as it is.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Optional, Protocol, runtime_checkable
+
+import flax.struct
+import jax
+
+Kind = Literal["t5", "decoder"]
+KINDS = ("t5", "decoder")
+
+
+@flax.struct.dataclass
+class Encoded:
+  """A request's encoder output, as the target computed it (shared with an encoder-less draft)."""
+
+  states_BxExD: jax.Array
+  mask_BxE: jax.Array
+
+
+@runtime_checkable
+class Decodable(Protocol):
+  """A target or a draft as the decoding loops see it.
+
+  kind: 't5' (encoder-decoder: the prompt is encoded, the decoder stream starts at BOS) or
+    'decoder' (the prompt is the start of the decoder stream). A draft must be of its target's
+    kind: the loops keep one buffer and one coordinate system for both.
+  vocab_size / eos_id / pad_id: token ids the loops and the acceptance rules rely on.
+  """
+
+  @property
+  def kind(self) -> Kind: ...
+
+  @property
+  def vocab_size(self) -> int: ...
+
+  @property
+  def eos_id(self) -> int: ...
+
+  @property
+  def pad_id(self) -> int: ...
+
+  def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
+    """[B] int32: the token in buffer slot 0 (BOS, or the last real prompt token)."""
+
+  def prefill(self, params: Any, inputs_BxP: jax.Array, cache_len: int, *,
+              encoded: Optional[Encoded] = None) -> Any:
+    """A cache with `cache_len` decoder slots whose `index_B` is the start token's slot."""
+
+  def extend(self, params: Any, cache: Any, tokens_BxT: jax.Array) -> tuple[jax.Array, Any]:
+    """Feeds T tokens per example at `cache.index_B`: (float logits [B, T, V], the new cache)."""
+
+
+def is_encoder_decoder(model: Decodable) -> bool:
+  return model.kind == "t5"
+
+
+def check(model: Any, role: str) -> None:
+  """Raises a TypeError naming the members `model` lacks (before anything is traced)."""
+  missing = [m for m in ("kind", "vocab_size", "eos_id", "pad_id", "start_tokens", "prefill",
+                         "extend") if not hasattr(model, m)]
+  if missing:
+    raise TypeError(f"the {role} ({type(model).__name__}) does not implement the decoding seam: "
+                    f"missing {', '.join(missing)} (see specdec_jax.decoding.seam.Decodable)")
+  if model.kind not in KINDS:
+    raise ValueError(f"the {role}'s kind must be one of {KINDS}, got {model.kind!r}")
+
+
+def check_pair(target: Decodable, draft: Decodable) -> None:
+  """A draft must speak its target's token ids in its target's coordinates; refuse otherwise.
+
+  Why before anything is compiled: a T5 target with a decoder-only draft (or the reverse) runs to
+  the end without error, every proposal rejected (alpha 0.000), which looks like a bad draft
+  rather than a wrong configuration.
+  """
+  check(target, "target")
+  check(draft, "draft")
+  if draft.kind != target.kind:
+    names = {"t5": "an encoder-decoder (T5)", "decoder": "a decoder-only"}
+    raise ValueError(
+        f"the draft is {names[draft.kind]} model (kind {draft.kind!r}) but the target is "
+        f"{names[target.kind]} model (kind {target.kind!r}); speculative decoding needs a draft "
+        "of the target's kind (same prompt handling and decoder coordinates): choose a draft "
+        "trained for this target")
+  if draft.vocab_size != target.vocab_size:
+    raise ValueError(
+        f"draft and target vocabularies differ in size: draft {draft.vocab_size} vs target "
+        f"{target.vocab_size}; speculative sampling needs both models over the same token ids")
+
+
+@dataclasses.dataclass(frozen=True)
+class Delegate:
+  """A seam implementation that forwards every member to `base` (frozen, so hashable: a static
+  jit argument). Subclasses override what they change, usually `extend`: the exactness checker's
+  fault injection (`check_exactness`) and the test wrappers (`specdec_jax.testing`)."""
+
+  base: Any
+
+  @property
+  def config(self):
+    return self.base.config
+
+  @property
+  def kind(self) -> Kind:
+    return self.base.kind
+
+  @property
+  def vocab_size(self) -> int:
+    return self.base.vocab_size
+
+  @property
+  def eos_id(self) -> int:
+    return self.base.eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self.base.pad_id
+
+  def start_tokens(self, inputs_BxP):
+    return self.base.start_tokens(inputs_BxP)
+
+  def prefill(self, params, inputs_BxP, cache_len, *, encoded=None):
+    return self.base.prefill(params, inputs_BxP, cache_len, encoded=encoded)
+
+  def extend(self, params, cache, tokens_BxT):
+    return self.base.extend(params, cache, tokens_BxT)

@@ -1,0 +1,136 @@
+"""The one timer: whole decoding programs, single `extend` calls and the costs GAMMA='auto' needs.
+
+Everything that reports a time (the run's interleaved AR / speculative timing, the cost
+calibration behind 'auto', the benchmark scripts) goes through `interleaved`, so they share one
+definition of a sample:
+- the first call of each program is its warm-up (jit compilation, first-touch allocation) and
+  provides the result; it is not timed;
+- a sample shorter than `min_sample_s` is dominated by scheduler noise (a tiny model decodes a
+  batch in a few milliseconds), so such a program is called several times per sample and the mean
+  taken, as `timeit` does; every call is blocked on, one at a time, as a user's request would run;
+- programs are timed in alternation, rotating the order every round, and the median over rounds is
+  reported: on a shared 2-core machine the speed drifts by tens of percent over seconds, and
+  alternation exposes every program (a ratio's numerator and denominator alike) to the same drift.
+
+A lone `extend` is timed as the loops run it (`extend_program`): the updated cache is an output
+(so XLA cannot drop the cache writes), its buffers are donated back in (fresh-page writes are ~10x
+slower), and each call rolls back to the starting index (the slots are re-written, as after a
+rejection).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+
+def _once(fn: Callable[[], object]) -> float:
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  return time.perf_counter() - t0
+
+
+def interleaved(programs: Mapping[Hashable, Callable[[], object]], repeats: int, *,
+                min_sample_s: float = 0.02, max_calls: int = 50,
+                agree: Callable[[dict], dict] = lambda calls: calls
+                ) -> tuple[dict, dict]:
+  """Runs each program once untimed (result kept), then `repeats` rounds, rotating the order.
+
+  Returns (results of the warm-up calls, median seconds per call). `agree` makes the calls per
+  sample, chosen from this process's timings, the same on every process of a multi-host run
+  (`distributed.agree`), where each call is a collective.
+  """
+  names = list(programs)
+  results = {n: jax.block_until_ready(programs[n]()) for n in names}
+  calls = {n: min(max_calls, max(1, math.ceil(min_sample_s / max(_once(programs[n]), 1e-6))))
+           for n in names}
+  calls = agree(calls)
+  times: dict = {n: [] for n in names}
+  for r in range(repeats):
+    shift = r % len(names) if names else 0
+    for n in names[shift:] + names[:shift]:
+      t0 = time.perf_counter()
+      for _ in range(calls[n]):
+        jax.block_until_ready(programs[n]())
+      times[n].append((time.perf_counter() - t0) / calls[n])
+  return results, {n: statistics.median(t) for n, t in times.items()}
+
+
+def time_call(fn: Callable[[], object], repeats: int = 10) -> float:
+  """Median seconds of one call of `fn` (`interleaved` with one program)."""
+  return interleaved({0: fn}, repeats)[1][0]
+
+
+def extend_program(model, params, cache, tokens: int) -> Callable[[], object]:
+  """A jitted `extend` over `tokens` tokens per example from `cache`, as the loops run it (see the
+  module docstring); the caller's cache stays valid. Compiles on the first call."""
+  block_BxT = jnp.full((cache.index_B.shape[0], tokens), 3, jnp.int32)
+
+  def one(p, c, t):
+    logits, new = model.extend(p, c, t)
+    return logits, new.replace(index_B=c.index_B)
+  step = jax.jit(one, donate_argnums=1)
+  state = {"cache": jax.tree.map(jnp.copy, cache)}
+
+  def call():
+    logits, state["cache"] = step(params, state["cache"], block_BxT)
+    return logits, state["cache"]
+  return call
+
+
+# ---- the costs behind GAMMA='auto' ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Costs:
+  """Measured per-call times (ms, median) and the ratios the speedup formula needs.
+
+  c = draft extend(T=1) / target extend(T=1); v[T] = target extend(T) / target extend(T=1).
+  """
+
+  target_ms: float
+  draft_ms: float
+  c: float
+  v: dict[int, float]
+
+
+def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
+                       tokens: Iterable[int], repeats: int = 10) -> dict:
+  """{key: Costs} for drafts {key: (model, params)}; v(T) for T in `tokens` (1 always added).
+
+  Each model is prefilled once; one `extend` per distinct T (target) and T = 1 (each draft) is
+  compiled, then all are timed together by `interleaved`.
+  """
+  from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
+  inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
+  tokens = sorted(set(tokens) | {1})
+  plen = inputs_BxP.shape[1]
+
+  def prefilled(model, params):
+    n = start.cache_len_needed(model, plen, max(tokens), 0)
+    return jax.jit(model.prefill, static_argnums=2)(params, inputs_BxP, n)
+
+  cache = prefilled(target, target_params)
+  programs = {("target", n): extend_program(target, target_params, cache, n) for n in tokens}
+  for key, (draft, draft_params) in drafts.items():
+    programs[("draft", key)] = extend_program(draft, draft_params,
+                                              prefilled(draft, draft_params), 1)
+  _, med = interleaved(programs, repeats)
+  t = {n: med[("target", n)] for n in tokens}
+  # Verifying more tokens never costs less: a dip (v(3) < v(2)) is timing noise on a shared
+  # machine, and taking it at face value would make 'auto' favour that gamma. Running maximum.
+  for prev, n in zip(tokens, tokens[1:]):
+    t[n] = max(t[n], t[prev])
+  return {key: Costs(target_ms=1e3 * t[1], draft_ms=1e3 * med[("draft", key)],
+                     c=med[("draft", key)] / t[1], v={n: t[n] / t[1] for n in t})
+          for key in drafts}
+
+
+def measure_costs(target, target_params, draft, draft_params, inputs_BxP, max_tokens: int,
+                  repeats: int = 10) -> Costs:
+  """Times target extend for T = 1..max_tokens and draft extend for T = 1 on `inputs_BxP`."""
+  return measure_costs_many(target, target_params, {0: (draft, draft_params)}, inputs_BxP,
+                            range(1, max_tokens + 1), repeats)[0]
