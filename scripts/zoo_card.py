@@ -105,26 +105,24 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
           temperature: float, *, decoder_only: bool = False) -> dict:
   """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts."""
   import jax
-  import numpy as np
   from specdec_jax.data import local_tasks
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.metrics import acceptance
   examples = local_tasks.load_examples(task, "valid", n)
   ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True,
                                       add_eos=not decoder_only)
-  beta_sum, count, accepted, drafted = 0.0, 0, 0, 0
+  totals = []
   for b, rows in enumerate(_batches(len(examples), batch)):
     inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
     res = generate_speculative(target, tparams, draft, dparams, inputs, gamma=4,
                                sampling=SamplingConfig(temperature), rng=jax.random.key(b),
                                max_decode_len=spec["max_decode"])
-    c = res.counters
-    beta_sum += float(np.asarray(c.beta_sum_B).sum())
-    count += int(np.asarray(c.beta_count_B).sum())
-    accepted += int(np.asarray(c.accepted_B).sum())
-    drafted += int(np.asarray(c.drafted_B).sum())
-  return {"alpha": beta_sum / max(count, 1), "positions": count,
-          "acceptance_rate": accepted / max(drafted, 1)}
+    totals.append(acceptance.counters_to_dict(res.counters))
+  merged = acceptance.merge(totals)
+  s = acceptance.summarize(merged)
+  return {"alpha": s["alpha"] or 0.0, "positions": merged["beta_count"],
+          "acceptance_rate": s["acceptance_rate"] or 0.0}
 
 
 def main(argv=None) -> int:

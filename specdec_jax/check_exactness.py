@@ -144,6 +144,7 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sam
   from specdec_jax.decoding import adaptive  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding.autoregressive import generate_autoregressive  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding.speculative import generate_speculative  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import acceptance  # pylint: disable=import-outside-toplevel
   prompt = loaded.prompts.batch([opts.example])
   k = opts.num_tokens
   key = jax.random.key(cfg.seed)
@@ -166,8 +167,8 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sam
                                 sampling=sampling, max_decode_len=k, rng=k_sp, rule=rule)
     ar_rows.append(_first_tokens(ar, k))
     sp_rows.append(_first_tokens(sp, k))
-    accepted += int(np.asarray(sp.counters.accepted_B).sum())
-    drafted += int(np.asarray(sp.counters.drafted_B).sum())
+    totals = acceptance.counters_to_dict(sp.counters)
+    accepted, drafted = accepted + totals["accepted"], drafted + totals["drafted"]
   return (np.concatenate(ar_rows), np.concatenate(sp_rows), (accepted, drafted),
           time.perf_counter() - t0)
 
