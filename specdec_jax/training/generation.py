@@ -34,10 +34,11 @@ import jax
 import numpy as np
 from absl import logging
 
-from specdec_jax.checkpoints import identity, load_checkpoint
+from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.models.config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import seqdata
@@ -122,11 +123,29 @@ def _check_key(cfg: GenerateConfig, output_dir: str) -> None:
   os.replace(tmp, path)
 
 
-def _load(path: str) -> tuple[Model, Any]:
-  cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
+def peek_config(path_or_preset: str) -> ModelConfig | None:
+  """A preset's or a specdec checkpoint's config without reading weights; None for other formats
+  (checked once they are loaded)."""
+  fmt = detect_format(path_or_preset)
+  if fmt == "preset":
+    return get_preset(path_or_preset)
+  return orbax_io.read_config(path_or_preset) if fmt == "specdec" else None
+
+
+def _check_generator(path: str, cfg: ModelConfig | None, vocab) -> None:
+  if cfg is None:
+    return
   if not cfg.is_encoder_decoder:
     raise ValueError(f"{path} is a decoder-only model ({cfg.kind}); sequence generation for "
                      "distillation supports encoder-decoder (T5) models only")
+  if cfg.vocab_size < vocab.vocab_size:
+    raise ValueError(f"generator {path} has vocab_size {cfg.vocab_size}, smaller than the "
+                     f"vocabulary's {vocab.vocab_size}")
+
+
+def _load(path: str, vocab) -> tuple[Model, Any]:
+  cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
+  _check_generator(path, cfg, vocab)
   return Model(cfg.replace(dtype="float32")), jax.tree.map(jax.numpy.asarray, params)
 
 
@@ -149,30 +168,26 @@ def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int |
   simulating a kill (tests).
   """
   output_dir = os.path.abspath(output_dir)
-  _check_key(cfg, output_dir)  # before any weights load: a refused resume costs nothing
   vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary
            else vocab_lib.default_vocabulary())
-  generators = {cfg.model: _load(cfg.model)}
-  if cfg.mix_model:
-    generators[cfg.mix_model] = _load(cfg.mix_model)
-  for path, (model, _) in generators.items():
-    if model.vocab_size < vocab.vocab_size:
-      raise ValueError(f"generator {path} has vocab_size {model.vocab_size}, smaller than the "
-                       f"vocabulary's {vocab.vocab_size}")
+  for path in filter(None, (cfg.model, cfg.mix_model)):
+    _check_generator(path, peek_config(path), vocab)
+  tasks = [data_lib.tokenize_task(spec, vocab, True, "train") for spec in cfg.tasks]
+  _check_key(cfg, output_dir)  # bad input has raised by now, having written nothing
+  generators = {path: _load(path, vocab) for path in filter(None, (cfg.model, cfg.mix_model))}
   sampling = SamplingConfig(temperature=cfg.temperature)
   summary, budget = {}, [crash_after_batches]
-  for task_idx, spec in enumerate(cfg.tasks):
-    summary[spec.name] = _generate_task(cfg, spec, task_idx, vocab, generators, sampling,
+  for task_idx, (spec, task) in enumerate(zip(cfg.tasks, tasks)):
+    summary[spec.name] = _generate_task(cfg, spec, task_idx, task, generators, sampling,
                                         os.path.join(output_dir, task_dir_name(spec)), budget)
   with open(os.path.join(output_dir, "generation_summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)
   return summary
 
 
-def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int, vocab,
-                   generators: dict, sampling: SamplingConfig, out: str, budget: list
-                   ) -> dict[str, Any]:
-  task = data_lib.tokenize_task(spec, vocab, True, "train")
+def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
+                   task: data_lib.TokenizedTask, generators: dict, sampling: SamplingConfig,
+                   out: str, budget: list) -> dict[str, Any]:
   n, b = task.size, cfg.batch_size
   num_batches = math.ceil(n / b)
   os.makedirs(out, exist_ok=True)

@@ -52,6 +52,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences
 from specdec_jax.training import evaluation
+from specdec_jax.training import generation
 from specdec_jax.training import losses
 from specdec_jax.training import onpolicy
 from specdec_jax.training import run_key
@@ -285,6 +286,17 @@ def _check_vocab(model_cfg: ModelConfig, vocab, what: str) -> None:
                      f"vocabulary's {vocab.vocab_size} ids ({source})")
 
 
+def _check_on_policy_model(cfg: TrainConfig, model_cfg: ModelConfig | None = None) -> None:
+  """On-policy distillation needs an encoder-decoder student (its prompt is the encoder input);
+  refused before anything is written when the config can be read without the weights."""
+  if cfg.on_policy_fraction <= 0.0:
+    return
+  model_cfg = model_cfg or generation.peek_config(cfg.model)
+  if model_cfg is not None and not model_cfg.is_encoder_decoder:
+    raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
+                     "decoder-only; on-policy distillation supports encoder-decoder models only")
+
+
 def _has_checkpoint(output_dir: str) -> bool:
   """Whether `output_dir` holds a committed train-state checkpoint (Orbax names a committed step's
   directory by the step; unfinished ones carry a temporary suffix)."""
@@ -310,10 +322,12 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   """
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
+  _check_on_policy_model(cfg)
   # Before any weights are loaded: a refused resume should cost nothing.
   run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
                          write=jax.process_index() == 0)
   model_cfg, params = _load_model(cfg.model, cfg.seed, cfg.dtype)
+  _check_on_policy_model(cfg, model_cfg)
   model = Model(model_cfg)
   teacher, teacher_params = None, None
   if cfg.teacher:
@@ -323,9 +337,6 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
                        f"{teacher_cfg.vocab_size}) cannot teach model {cfg.model} (kind "
                        f"{model_cfg.kind}, vocab_size {model_cfg.vocab_size})")
     teacher = Model(teacher_cfg)
-  if cfg.on_policy_fraction > 0.0 and not model_cfg.is_encoder_decoder:
-    raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
-                     "decoder-only; on-policy distillation supports encoder-decoder models only")
   tm = None
   if cfg.mesh is not None:
     tm, model, teacher = sharded_lib.setup(

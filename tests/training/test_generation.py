@@ -134,6 +134,17 @@ def test_bad_configs_name_the_problem(setup):
     _config(task, models, temperature=-1.0)
 
 
+def test_bad_input_writes_nothing(setup, tmp_path):
+  root, task, models = setup
+  with pytest.raises(ValueError, match="decoder-only"):
+    generation.generate(_config(task, models, model="decoder_test_target"), str(tmp_path / "a"))
+  with pytest.raises(ValueError, match="vocab_size 64"):
+    generation.generate(_config(task, models, model="t5_test_target"), str(tmp_path / "b"))
+  with pytest.raises(Exception):
+    generation.generate(_config(str(tmp_path / "missing.jsonl"), models), str(tmp_path / "c"))
+  assert not list(tmp_path.iterdir())
+
+
 def test_the_trainer_distils_on_generated_sequences(setup, tmp_path):
   """A finished directory is a task: inputs are the prompts, targets the generated tokens (no EOS
   added to a cut one), validation reads the source task's references."""
