@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -37,13 +38,16 @@ constexpr int kMaxChunkRows = 6;  // rows per pass over a panel (register budget
 constexpr int64_t kMinParallelFloats = 64 * 1024;
 constexpr int64_t kPrefetchBytes = 2048;
 
+// How a pass over a panel prefetches: one core alone keeps too few cache misses in flight to read
+// DRAM at full speed while it also does the arithmetic (measured on the 2-core EPYC: 64 MB at
+// T = 6 in 8.9 ms without, 5.8 ms with kAhead). With rows beyond 6 (two or more passes over each
+// panel), the last pass is arithmetic on a panel already in cache; it fetches the next panel
+// (kNextPanel, one line per d: a panel is D lines), so that stream overlaps that arithmetic.
+enum Prefetch { kNone, kAhead, kNextPanel };
+
 // Rows [0, R) of x (row stride D) times one panel w_Dx16 -> out (row stride ldo), first `cols`
-// columns. R is a template parameter so the accumulators stay in registers. The first pass over
-// a panel (kPrefetch) prefetches the weight stream kPrefetchBytes ahead: one core alone keeps too
-// few cache misses in flight to read DRAM at full speed while it also does the arithmetic
-// (measured on the 2-core EPYC: 64 MB at T = 6 in 8.9 ms without, 5.8 ms with, 2 KB ahead).
-// Later passes over the same panel (rows beyond 6) read it from cache and do not prefetch.
-template <int R, bool kPrefetch>
+// columns. R is a template parameter so the accumulators stay in registers.
+template <int R, Prefetch kPrefetch>
 void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int64_t ldo,
                 int64_t cols) {
 #if SPECDEC_AVX2
@@ -55,9 +59,11 @@ void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int6
     acc1[r] = _mm256_setzero_ps();
   }
   for (int64_t d = 0; d < D; ++d) {
-    if (kPrefetch) {
+    if (kPrefetch == kAhead) {
       _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + d * kPanel) + kPrefetchBytes,
                    _MM_HINT_T0);
+    } else if (kPrefetch == kNextPanel) {
+      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (D + d) * kPanel), _MM_HINT_T1);
     }
     const __m256 w0 = _mm256_loadu_ps(w_Dx16 + d * kPanel);
     const __m256 w1 = _mm256_loadu_ps(w_Dx16 + d * kPanel + 8);
@@ -99,12 +105,20 @@ void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int6
 }
 
 using ChunkFn = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t);
-constexpr ChunkFn kFirstChunk[kMaxChunkRows + 1] = {
-    nullptr, PanelChunk<1, true>, PanelChunk<2, true>, PanelChunk<3, true>,
-    PanelChunk<4, true>, PanelChunk<5, true>, PanelChunk<6, true>};
-constexpr ChunkFn kLaterChunk[kMaxChunkRows + 1] = {
-    nullptr, PanelChunk<1, false>, PanelChunk<2, false>, PanelChunk<3, false>,
-    PanelChunk<4, false>, PanelChunk<5, false>, PanelChunk<6, false>};
+template <Prefetch kPrefetch>
+constexpr ChunkFn kChunks[kMaxChunkRows + 1] = {
+    nullptr, PanelChunk<1, kPrefetch>, PanelChunk<2, kPrefetch>, PanelChunk<3, kPrefetch>,
+    PanelChunk<4, kPrefetch>, PanelChunk<5, kPrefetch>, PanelChunk<6, kPrefetch>};
+
+// $SPECDEC_KERNEL_THREADS caps the threads one call uses (read once; unset: XLA's pool size).
+int64_t MaxThreads() {
+  static const int64_t cap = [] {
+    const char* env = std::getenv("SPECDEC_KERNEL_THREADS");
+    const long v = env == nullptr ? 0 : std::strtol(env, nullptr, 10);
+    return v > 0 ? static_cast<int64_t>(v) : INT64_MAX;
+  }();
+  return cap;
+}
 
 struct Job {
   const float* x;
@@ -126,7 +140,9 @@ void RunPanels(const Job& job, int64_t p0, int64_t p1) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t rows = (job.n - row) / (chunks - c);  // ceil-balanced remaining split
       const int64_t r = rows + ((job.n - row) % (chunks - c) != 0);
-      (c == 0 ? kFirstChunk : kLaterChunk)[r](job.x + row * job.d, job.d, w, job.y + row * job.f + p * kPanel, job.f, cols);
+      const ChunkFn* fns = c == 0 ? kChunks<kAhead>
+                           : c + 1 == chunks ? kChunks<kNextPanel> : kChunks<kNone>;
+      fns[r](job.x + row * job.d, job.d, w, job.y + row * job.f + p * kPanel, job.f, cols);
       row += r;
     }
   }
@@ -179,9 +195,10 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   job->f = f;
   job->panels = panels;
   const int64_t threads = panels * d * kPanel < kMinParallelFloats
-                              ? 1 : std::max<int64_t>(1, pool.num_threads());
-  // About four claims per thread: even shares when one thread is slowed by another process.
-  job->grain = std::max<int64_t>(1, panels / (4 * threads));
+                              ? 1 : std::max<int64_t>(1, std::min(pool.num_threads(), MaxThreads()));
+  // About eight claims per thread: even shares when one thread is slowed by another process, and
+  // little left to wait for when a thread is preempted holding a claim.
+  job->grain = std::max<int64_t>(1, panels / (8 * threads));
   const int64_t blocks = (panels + job->grain - 1) / job->grain;
   for (int64_t t = 1; t < std::min(threads, blocks); ++t) {
     pool.Schedule([job] { Claim(*job); });
