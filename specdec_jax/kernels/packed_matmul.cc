@@ -37,6 +37,7 @@ constexpr int kMaxChunkRows = 6;  // rows per pass over a panel (register budget
 // more than streaming a panel or two (the test models, the zoo drafts' small matrices).
 constexpr int64_t kMinParallelFloats = 64 * 1024;
 constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kClaimFloats = 64 * 1024;  // 256 KB of weights per claim at most
 
 // How a pass over a panel prefetches: one core alone keeps too few cache misses in flight to read
 // DRAM at full speed while it also does the arithmetic (measured on the 2-core EPYC: 64 MB at
@@ -196,9 +197,11 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   job->panels = panels;
   const int64_t threads = panels * d * kPanel < kMinParallelFloats
                               ? 1 : std::max<int64_t>(1, std::min(pool.num_threads(), MaxThreads()));
-  // About eight claims per thread: even shares when one thread is slowed by another process, and
-  // little left to wait for when a thread is preempted holding a claim.
-  job->grain = std::max<int64_t>(1, panels / (8 * threads));
+  // At least eight claims per thread and at most kClaimFloats of weights per claim: even shares
+  // when one thread is slowed by another process, and little left to wait for at the end (claims
+  // of 8 MB left the caller waiting 5 ms of a 20 ms call on a 128 MB matrix).
+  job->grain = std::max<int64_t>(
+      1, std::min(panels / (8 * threads), kClaimFloats / (d * kPanel)));
   const int64_t blocks = (panels + job->grain - 1) / job->grain;
   for (int64_t t = 1; t < std::min(threads, blocks); ++t) {
     pool.Schedule([job] { Claim(*job); });
