@@ -38,6 +38,10 @@ flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e
 flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "
                   "predict c, v(T) and the Table-2 speedups from the chip's roofline.")
 flags.DEFINE_integer("roofline_tokens", 8, "Largest verify block T of the roofline.")
+flags.DEFINE_list("only", [], "Compile only programs of these kinds (spec_prefill, spec_loop, "
+                  "ar_prefill, ar_loop, train_step, target_step, verify, draft_step), e.g. "
+                  "--only=spec_prefill,target_step,verify,draft_step for the roofline alone; "
+                  "a program whose state comes from a prefill brings that prefill along.")
 
 _MACRO = re.compile(r"^([A-Z0-9_]+)_(CHECKPOINT|PRESET)\s*=\s*'([^']*)'\s*$", re.M)
 
@@ -75,12 +79,14 @@ def checkpoint_presets(config_text: str) -> dict[str, str]:
 
 
 def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: Sequence[str] = (),
-        search_paths: Sequence[str] = (), roofline_tokens: int = 0, log=print) -> int:
+        search_paths: Sequence[str] = (), roofline_tokens: int = 0, only: Sequence[str] = (),
+        log=print) -> int:
   """The whole job; returns the exit status (0 all fit, 1 a failure)."""
   from specdec_jax.aot import job as job_lib, report, roofline, topologies  # after flag errors
   topo = topologies.parse(topology)
   cfg, presets = parse(gin_files, gin_bindings, search_paths)
-  job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, log=log)
+  job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, only=only,
+                        log=log)
   recs = report.records(job, gin_files)
   path = report.write(output_dir, recs, job.roofline)
   log(report.table(job))
@@ -103,7 +109,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--output_dir is required")
   try:
     status = run(FLAGS.gin_file, FLAGS.output_dir, FLAGS.topology, FLAGS.gin_bindings,
-                 FLAGS.gin_search_paths, FLAGS.roofline_tokens if FLAGS.roofline else 0)
+                 FLAGS.gin_search_paths, FLAGS.roofline_tokens if FLAGS.roofline else 0,
+                 FLAGS.only)
   except ValueError as e:  # a config that cannot be laid out on this slice: say why, no traceback
     print(f"error: {e}", file=sys.stderr)
     status = 2

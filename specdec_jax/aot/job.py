@@ -46,8 +46,10 @@ def build_mesh(mesh_config: Optional[sh.MeshConfig], devices) -> tuple[Mesh, sh.
 
 
 def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = (),
-            roofline_tokens: int = 0, log: Callable[[str], None] = print) -> JobResult:
-  """Compiles every program of `cfg` (a RunConfig or a TrainConfig) for `topology`."""
+            roofline_tokens: int = 0, only: Sequence[str] = (),
+            log: Callable[[str], None] = print) -> JobResult:
+  """Compiles every program of `cfg` (a RunConfig or a TrainConfig) for `topology` (`only`:
+  just the programs of these kinds, and the prefills they need)."""
   devices = topologies.devices(topology)
   hbm = memory.usable_hbm_bytes(devices)
   mesh, mesh_config = build_mesh(cfg.mesh, devices)
@@ -68,8 +70,9 @@ def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = 
   else:
     progs, extra, draft_presets = _decode_programs(cfg, mesh, mesh_config, presets, models,
                                                    roofline_tokens)
+  progs = select(progs + extra, only)
   with jax.set_mesh(mesh):
-    results = _compile_all(progs + extra, hbm, log)
+    results = _compile_all(progs, hbm, log)
   roof = None
   if extra:
     roof = roofline_lib.from_results([r for r in results if r.kind in (
@@ -103,13 +106,28 @@ def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
   progs = programs_lib.decode_programs(setup, mesh)
   extra = []
   if roofline_tokens:
-    model_drafts = {n: (d, p, f"{programs_lib.SPEC_PREFILL}[draft={n},gamma={setup.gammas[n]}]")
-                    for n, (d, p) in setup.drafts.items() if n in draft_presets}
+    model_drafts = {n: dp for n, dp in setup.drafts.items() if n in draft_presets}
     if not model_drafts:
       raise ValueError("--roofline needs a model draft (c is a draft step / a target step)")
-    extra = roofline_lib.step_programs(setup.target, setup.target_params, model_drafts,
-                                       roofline_tokens, mesh)
+    extra = roofline_lib.step_programs(
+        setup.target, setup.target_params, model_drafts, batch=setup.batch,
+        prompt_len=setup.prompt_len, max_decode_len=setup.max_decode_len,
+        gamma=max(roofline_tokens - 1, 1), max_tokens=roofline_tokens, mesh=mesh)
   return progs, extra, draft_presets
+
+
+def select(progs: Sequence[programs_lib.Program], kinds: Sequence[str]) -> list:
+  """The programs of `kinds` and the ones they need (a loop's or a step's prefill), in order."""
+  if not kinds:
+    return list(progs)
+  known = {p.kind for p in progs}
+  unknown = sorted(set(kinds) - known)
+  if unknown:
+    raise ValueError(f"--only names kinds {unknown} this config has no program of; it has "
+                     f"{sorted(known)}")
+  keep = {p.name for p in progs if p.kind in kinds}
+  keep |= {p.needs for p in progs if p.name in keep and p.needs}
+  return [p for p in progs if p.name in keep]
 
 
 def preset_vocab_size(cfg) -> Optional[int]:

@@ -67,6 +67,7 @@ class Result:
   available_bytes: Optional[int] = None
   flops: Optional[float] = None
   bytes_accessed: Optional[float] = None
+  optimal_seconds: Optional[float] = None  # the TPU cost model's own estimate, where it gives one
   host_transfers: list = dataclasses.field(default_factory=list)
   compile_seconds: Optional[float] = None
   error: Optional[str] = None
@@ -140,6 +141,8 @@ def compile_program(name: str, kind: str, call, available: Optional[int], *,
   cost = cost[0] if isinstance(cost, (list, tuple)) else (cost or {})
   res.flops = float(cost.get("flops", 0.0))
   res.bytes_accessed = float(cost.get("bytes accessed", 0.0))
+  if "optimal_seconds" in cost:
+    res.optimal_seconds = float(cost["optimal_seconds"])
   text = compiled.as_text()
   if has_loop and hlo.count_whiles(text) == 0:
     raise RuntimeError(f"{name}: the compiled program holds no while loop; expected the decode "

@@ -20,7 +20,7 @@ def records(job, config_files=()) -> list[dict]:
                topology_name=job.topology.topology_name, num_chips=job.topology.num_chips,
                mesh=job.mesh_shape, per_chip_bytes=r.per_chip_bytes or None,
                hbm_bytes_per_chip=job.hbm_bytes_per_chip, fits=r.fits, flops=r.flops,
-               bytes_accessed=r.bytes_accessed,
+               bytes_accessed=r.bytes_accessed, xla_optimal_seconds=r.optimal_seconds,
                host_transfers_in_loop=None if r.fits is None and not r.per_chip_bytes
                else len(r.host_transfers),
                compile_seconds=r.compile_seconds, kind=r.kind, config=list(config_files),

@@ -5,8 +5,8 @@ v(G+1)))) needs c (one draft step / one target step) and v(T) (a verify over T t
 step). On TPU those times are not measured here, but the TPU compiler reports each step's flops
 and bytes accessed per chip (`cost_analysis`), and a batch-1 decode step is bound by whichever of
 compute (flops / peak) and HBM traffic (bytes / bandwidth) takes longer. So each step is compiled
-on the configured mesh, exactly as the loop calls it (`Model.extend` on the prefilled caches), and
-timed by that bound.
+on the configured mesh, exactly as the loop calls it (`Model.extend` on a cache laid out as the
+prefill leaves it), and timed by that bound.
 
 What the roofline leaves out: collectives (the all-reduces of a model-parallel layer and the
 vocabulary gather cost ICI latency, several microseconds each, per layer, which for a 77M draft can
@@ -50,37 +50,49 @@ def _extend(model, params, cache, tokens_BxT):
   return model.extend(params, cache, tokens_BxT)
 
 
-def step_programs(target, target_params, drafts: Mapping[str, tuple], max_tokens: int, mesh
+def abstract_cache(model, params, batch: int, prompt_len: int, cache_len: int, mesh):
+  """The cache `model.prefill` leaves, as sharded ShapeDtypeStructs, without compiling a prefill:
+  shapes from `jax.eval_shape`, shardings from the model's rules as `Model.prefill` constrains
+  them (K/V [B, S, H, K] by batch and heads, the per-example index and encoder mask by batch)."""
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+  inputs = abstract.abstract_batch((batch, prompt_len), np.int32, mesh, model.axis_rules)
+  shapes = jax.eval_shape(lambda p, x: model.prefill(p, x, cache_len), params, inputs)
+  logical = {1: ("batch",), 2: ("batch", None), 4: ("batch", "length", "heads", "kv"),
+             5: ("layers", "batch", "length", "heads", "kv")}
+
+  def one(x):
+    spec = P(*logical.get(x.ndim, (None,) * x.ndim))
+    sharding = nn.logical_to_mesh_sharding(spec, mesh, list(model.axis_rules))
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+  return jax.tree.map(one, shapes)
+
+
+def step_programs(target, target_params, drafts: Mapping[str, tuple], *, batch: int,
+                  prompt_len: int, max_decode_len: int, gamma: int, max_tokens: int, mesh
                   ) -> list[Program]:
-  """target_step (T = 1), verify[T] for T = 2..max_tokens, and draft_step per model draft, each
-  on the cache a spec_prefill program leaves.
+  """target_step (T = 1), verify[T] for T = 2..max_tokens and draft_step per model draft, each
+  an `extend` on the cache its prefill leaves (slots for `max_decode_len` and gamma's slack).
 
-  drafts: name -> (draft Model, its abstract params, the name of its spec_prefill program); the
-  target's steps use the first draft's prefill.
+  drafts: name -> (draft Model, its abstract params).
   """
-  prefill = next(iter(drafts.values()))[2]
+  from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
 
-  def cache_of(compiled, which, prefill):
-    return getattr(abstract.like_outputs(compiled[prefill]), which)
+  def lower_for(model, params, t):
+    def call(_):
+      cache_len = start.cache_len_needed(model, prompt_len, max_decode_len, gamma)
+      cache = abstract_cache(model, params, batch, prompt_len, cache_len, mesh)
+      tokens = abstract.abstract_batch((batch, t), np.int32, mesh, model.axis_rules)
+      return _extend, (model, params, cache, tokens), {}
+    return call
 
-  def tokens(batch, t):
-    return abstract.abstract_batch((batch, t), np.int32, mesh, target.axis_rules)
-
-  def lower_for(model, params, which, t, prefill=prefill):
-    def lower(compiled):
-      cache = cache_of(compiled, which, prefill)
-      return _extend, (model, params, cache, tokens(cache.index_B.shape[0], t)), {}
-    return lower
-
-  progs = [Program(f"{TARGET_STEP}[T=1]", TARGET_STEP,
-                   lower_for(target, target_params, "target_cache", 1), needs=prefill,
+  progs = [Program(f"{TARGET_STEP}[T=1]", TARGET_STEP, lower_for(target, target_params, 1),
                    info=dict(tokens=1))]
-  progs += [Program(f"{VERIFY}[T={t}]", VERIFY, lower_for(target, target_params, "target_cache", t),
-                    needs=prefill, info=dict(tokens=t)) for t in range(2, max_tokens + 1)]
-  for name, (draft, dparams, own_prefill) in drafts.items():
-    progs.append(Program(f"{DRAFT_STEP}[draft={name}]", DRAFT_STEP,
-                         lower_for(draft, dparams, "draft_cache", 1, own_prefill),
-                         needs=own_prefill, info=dict(draft=name, tokens=1)))
+  progs += [Program(f"{VERIFY}[T={t}]", VERIFY, lower_for(target, target_params, t),
+                    info=dict(tokens=t)) for t in range(2, max_tokens + 1)]
+  for name, (draft, dparams) in drafts.items():
+    progs.append(Program(f"{DRAFT_STEP}[draft={name}]", DRAFT_STEP, lower_for(draft, dparams, 1),
+                         info=dict(draft=name, tokens=1)))
   return progs
 
 
