@@ -43,6 +43,19 @@ class AlwaysWrong(WrappedModel):
 
 
 @dataclasses.dataclass(frozen=True)
+class WrongOnRows(WrappedModel):
+  """The base model on every row but `rows`, where its logits are negated: as a draft of its own
+  base it agrees everywhere on the other rows and is always rejected (greedy) on these."""
+
+  rows: tuple[int, ...] = (1,)
+
+  def extend(self, params, cache, tokens_BxT):
+    logits, cache = self.base.extend(params, cache, tokens_BxT)
+    wrong_B = jnp.isin(jnp.arange(logits.shape[0]), jnp.asarray(self.rows))
+    return jnp.where(wrong_B[:, None, None], -logits, logits), cache
+
+
+@dataclasses.dataclass(frozen=True)
 class EosAt(WrappedModel):
   """EOS is the argmax exactly when the token fed sits at cache slot `slots[b]`, never elsewhere."""
 

@@ -98,11 +98,14 @@ class Costs:
 
 
 def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
-                       tokens: Iterable[int], repeats: int = 10) -> dict:
+                       tokens: Iterable[int], repeats: int = 10, *,
+                       max_decode_len: int | None = None) -> dict:
   """{key: Costs} for drafts {key: (model, params)}; v(T) for T in `tokens` (1 always added).
 
   Each model is prefilled once; one `extend` per distinct T (target) and T = 1 (each draft) is
-  compiled, then all are timed together by `interleaved`.
+  compiled, then all are timed together by `interleaved`. The caches have the slots the decode
+  loop gives them for `max_decode_len` tokens at the largest gamma (attention reads every slot,
+  so a shorter cache would time a cheaper step); None sizes them for the largest T only.
   """
   from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
   inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
@@ -110,7 +113,8 @@ def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
   plen = inputs_BxP.shape[1]
 
   def prefilled(model, params):
-    n = start.cache_len_needed(model, plen, max(tokens), 0)
+    n = (start.cache_len_needed(model, plen, max(tokens), 0) if max_decode_len is None else
+         start.cache_len_needed(model, plen, max_decode_len, max(tokens) - 1))
     return jax.jit(model.prefill, static_argnums=2)(params, inputs_BxP, n)
 
   cache = prefilled(target, target_params)

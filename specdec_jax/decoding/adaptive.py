@@ -109,8 +109,8 @@ def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B
   """
   gmax = cfg.gamma_max
   batch = num_B.shape[0]
-  logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL, num_B,
-                                      pending_B)
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, cache,
+                                                         tokens_BxL, num_B, pending_B)
   keys = jax.random.split(key, gmax)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
@@ -138,7 +138,8 @@ def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B
   calls, cache, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
       cond, body, (jnp.ones((), jnp.int32), cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B))
   fed_B = jnp.full((batch,), calls, jnp.int32)
-  return Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B), calls, cache
+  return (Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B,
+                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), calls, cache)
 
 
 def _unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:

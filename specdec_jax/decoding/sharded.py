@@ -149,7 +149,9 @@ def _constrain_state(state: st.DecodeState, model: Model) -> st.DecodeState:
     return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B), counters=counters,
                          done_B=b(state.done_B), base_B=b(state.base_B),
                          draft_pending_B=(None if state.draft_pending_B is None
-                                          else b(state.draft_pending_B)))
+                                          else b(state.draft_pending_B)),
+                         bonus_p_BxV=(None if state.bonus_p_BxV is None
+                                      else b(state.bonus_p_BxV)))
 
 
 @functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "max_decode_len",

@@ -36,20 +36,26 @@ class Proposal:
   proposed_B: tokens proposed (the fixed loop: gamma; the adaptive loop: its g_B <= gamma_max).
   fed_B: draft calls made this iteration. The draft has fed x_1..x_{fed-1}, so after n accepted
     tokens it has not yet seen x_n exactly when n == fed_B (it is then fed next iteration).
+  bonus_q_BxV: the processed q at the previous iteration's bonus position, from this iteration's
+    first draft call (meaningful where the state's draft_pending_B).
   """
 
   tokens_BxG: jax.Array
   q_BxGxV: jax.Array
   proposed_B: jax.Array
   fed_B: jax.Array
+  bonus_q_BxV: jax.Array
 
 
 def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array,
-                     num_B: jax.Array, pending_B: jax.Array) -> tuple[jax.Array, DecodeCache]:
-  """The draft's first call of an iteration: logits for x_1 [B, V] and the cache after it.
+                     num_B: jax.Array, pending_B: jax.Array
+                     ) -> tuple[jax.Array, jax.Array, DecodeCache]:
+  """The draft's first call of an iteration: (logits for x_1 [B, V], logits at the previous
+  bonus position [B, V] (meaningful where pending), the cache after it).
 
   It feeds [x_gamma, next] where the draft has not seen x_gamma yet (all were accepted last
   time: `pending_B`), else [next, pad]; one static shape either way, then rolls back past the pad.
+  Fed x_gamma, the draft's first output is its q for `next`, the bonus token: kept for alpha.
   """
   last_B = jnp.take_along_axis(tokens_BxL, (num_B - 1)[:, None], axis=1)[:, 0]
   prev_B = jnp.take_along_axis(tokens_BxL, jnp.maximum(num_B - 2, 0)[:, None], axis=1)[:, 0]
@@ -58,14 +64,16 @@ def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Ar
   index_B = cache.index_B
   logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
   cache = rollback(cache, index_B + 1 + pending_B.astype(jnp.int32))
-  return jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]), cache
+  return (jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]),
+          logits_Bx2xV[:, 0], cache)
 
 
 def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, num_B: jax.Array,
                pending_B: jax.Array, key: jax.Array, gamma: int, sampling: SamplingConfig
                ) -> tuple[Proposal, DecodeCache]:
   """Proposes gamma tokens per example with gamma draft calls: (Proposal, draft cache)."""
-  logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL, num_B, pending_B)
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL,
+                                                         num_B, pending_B)
   keys = jax.random.split(key, gamma)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
@@ -81,7 +89,8 @@ def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, n
   tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
   q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
   gamma_B = jnp.full(num_B.shape, gamma, jnp.int32)
-  return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B), cache
+  return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B,
+                  bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), cache
 
 
 def verify_step(target, target_params, cache: DecodeCache, last_B: jax.Array,
@@ -112,10 +121,18 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
   beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
   counters = count(state.counters, ~state.done_B, done_B, proposal, jnp.minimum(n_B, count_B),
                    count_B, beta_BxG)
+  # The previous iteration's bonus position (pending rows): its p was kept, its q just computed.
+  bonus_B = state.draft_pending_B & ~state.done_B
+  bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, proposal.bonus_q_BxV), axis=-1)
+  counters = counters.replace(
+      beta_sum_B=counters.beta_sum_B + jnp.where(bonus_B, bonus_beta_B, 0.0),
+      beta_count_B=counters.beta_count_B + bonus_B.astype(jnp.int32))
+  p_n_BxV = jnp.take_along_axis(p_BxG1xV, n_B[:, None, None], axis=1)[:, 0]
   last_slot_B = state.base_B + num_B - 1
   return state.replace(
       tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxG1, count_B),
       num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
+      bonus_p_BxV=jnp.where(pending_B[:, None], p_n_BxV, 0.0),
       target_cache=rollback(target_cache, last_slot_B),
       draft_cache=rollback(draft_cache, last_slot_B - pending_B.astype(jnp.int32)))
 

@@ -121,4 +121,5 @@ def init_state(target: seam.Decodable, target_params, inputs_BxP: jax.Array, rng
     return state
   draft_cache = draft.prefill(draft_params, inputs_BxP,
                               cache_len or cache_len_needed(draft, plen, max_decode_len, gamma))
-  return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool))
+  return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool),
+                       bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32))

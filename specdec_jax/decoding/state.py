@@ -49,6 +49,9 @@ class DecodeState:
   num_B: valid slots per example. done_B: EOS emitted or length reached; done rows never write.
   base_B: cache slot of buffer slot 0. target_cache / draft_cache: the models' caches.
   draft_pending_B: the draft has not yet seen buffer slot num_B - 2 (all gamma accepted last time).
+  bonus_p_BxV: where draft_pending_B, the target's processed p at the bonus position (the token
+    after the fully accepted block); the draft's q there comes with its next first call, and the
+    pair is that position's beta (alpha counts every generated position).
   """
 
   tokens_BxL: jax.Array
@@ -60,6 +63,7 @@ class DecodeState:
   counters: Counters
   draft_cache: DecodeCache | None = None
   draft_pending_B: jax.Array | None = None
+  bonus_p_BxV: jax.Array | None = None
 
 
 @flax.struct.dataclass

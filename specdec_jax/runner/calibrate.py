@@ -49,10 +49,12 @@ def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
   return sorted(needed)
 
 
-def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10
-            ) -> dict[DraftSpec, timing.Costs]:
-  """Costs per draft spec; the target curve is measured once and shared."""
-  return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats)
+def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
+            max_decode_len: int | None = None) -> dict[DraftSpec, timing.Costs]:
+  """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
+  once and shared."""
+  return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,
+                                   max_decode_len=max_decode_len)
 
 
 def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]:

@@ -121,7 +121,8 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   first, _ = global_batch(loaded, range(min(cfg.batch_size, len(loaded.prompts.ids))))
   tokens = calibrate.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
   t0 = time.perf_counter()
-  costs = calibrate.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens)
+  costs = calibrate.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens,
+                            max_decode_len=cfg.max_decode_length)
   costs = calibrate.agree(costs)  # every process resolves 'auto' from process 0's timings
   log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +

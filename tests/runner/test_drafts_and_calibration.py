@@ -10,7 +10,7 @@ import pytest
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.runner import calibrate, config as config_lib, pipeline
 from specdec_jax.runner.config import DraftSpec, RunConfig
-from specdec_jax.testing import tiny_pair
+from specdec_jax.testing import WrongOnRows, tiny_pair
 
 
 def test_drafts_in_same_named_folders_get_distinct_names():
@@ -37,13 +37,14 @@ def test_draft_of_the_other_kind_is_refused_at_load():
 
 def test_calibration_alpha_counts_real_rows_only():
   """Defect 5: rows that pad a batch to a data-parallel mesh entered the calibration alpha."""
-  target, tp, draft, dp = tiny_pair("decoder", seed=5)
+  target, tp, _, _ = tiny_pair("decoder", seed=5)
+  draft = WrongOnRows(target, rows=(1,))  # agrees on row 0, never on row 1 (the padding row)
   a = np.array([[5, 6, 7, 2]], np.int32)
   b = np.array([[9, 3, 0, 0]], np.int32)
   kw = dict(gamma=3, sampling=SamplingConfig(), max_decode_len=8, seed=0, rule="tokenwise")
-  alone = calibrate.calibration_alpha(target, tp, draft, dp, a, rows=1, **kw)
-  padded = calibrate.calibration_alpha(target, tp, draft, dp, np.concatenate([a, b]), rows=1,
+  alone = calibrate.calibration_alpha(target, tp, draft, tp, a, rows=1, **kw)
+  padded = calibrate.calibration_alpha(target, tp, draft, tp, np.concatenate([a, b]), rows=1,
                                        **kw)
-  both = calibrate.calibration_alpha(target, tp, draft, dp, np.concatenate([a, b]), rows=2, **kw)
-  assert padded == pytest.approx(alone, abs=1e-6)
-  assert both != pytest.approx(alone, abs=1e-6)  # the second row would have changed it
+  both = calibrate.calibration_alpha(target, tp, draft, tp, np.concatenate([a, b]), rows=2, **kw)
+  assert alone == pytest.approx(1.0) and padded == pytest.approx(1.0)
+  assert both < 0.9  # the padding row would have pulled it down
