@@ -21,6 +21,7 @@ sequence, which `training.data` does not keep apart yet.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -34,6 +35,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from specdec_jax import sharding
 from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.autoregressive import generate_autoregressive
@@ -42,6 +44,7 @@ from specdec_jax.models.config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import seqdata
+from specdec_jax.training import sharded as sharded_lib
 
 KEY_FILE = "generation_key.json"
 
@@ -60,6 +63,9 @@ class GenerateConfig:
     batch_size: prompts per decode call.
     seed: batch-to-generator choice and sampling keys.
     vocabulary: SentencePiece model for local tasks; None for the shipped 8k vocabulary.
+    mesh: a `sharding.MeshConfig`: each generator is sharded with the target rules on that mesh
+      (prompts over the data axis), as in training; None decodes on one device. Not part of the
+      generation key: a job may resume on another mesh.
   """
   model: str
   tasks: Sequence[data_lib.TaskSpec]
@@ -69,6 +75,7 @@ class GenerateConfig:
   batch_size: int = 64
   seed: int = 0
   vocabulary: str | None = None
+  mesh: Any = None
 
   def __post_init__(self):
     if not self.tasks:
@@ -94,7 +101,8 @@ def task_dir_name(spec: data_lib.TaskSpec) -> str:
 
 def generation_key(cfg: GenerateConfig) -> dict[str, Any]:
   """Everything an example depends on (JSON-able); a resumed job must match it exactly."""
-  key = dataclasses.asdict(cfg)
+  key = dataclasses.asdict(dataclasses.replace(cfg, mesh=None))
+  del key["mesh"]
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   key["model_contents"] = identity.content_digest(cfg.model)
   key["mix_model_contents"] = identity.content_digest(cfg.mix_model)
@@ -143,10 +151,16 @@ def _check_generator(path: str, cfg: ModelConfig | None, vocab) -> None:
                      f"vocabulary's {vocab.vocab_size}")
 
 
-def _load(path: str, vocab) -> tuple[Model, Any]:
+def _load(path: str, vocab, mesh, batch_size: int):
+  """(model, params, placement of a prompt batch): on one device, or sharded over `mesh`."""
   cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
   _check_generator(path, cfg, vocab)
-  return Model(cfg.replace(dtype="float32")), jax.tree.map(jax.numpy.asarray, params)
+  model = Model(cfg.replace(dtype="float32"))
+  if mesh is None:
+    return model, jax.tree.map(jax.numpy.asarray, params), lambda x: x
+  tm, model, _ = sharded_lib.setup(mesh, model, batch_size=batch_size, name=f"generator {path}")
+  params = tm.place(params, tm.param_shardings(model))
+  return model, params, lambda x: tm.batch({"x": x})["x"]
 
 
 def uses_mix(cfg: GenerateConfig, task_idx: int, batch: int) -> bool:
@@ -168,18 +182,24 @@ def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int |
   simulating a kill (tests).
   """
   output_dir = os.path.abspath(output_dir)
+  if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
+    sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary
            else vocab_lib.default_vocabulary())
   for path in filter(None, (cfg.model, cfg.mix_model)):
     _check_generator(path, peek_config(path), vocab)
   tasks = [data_lib.tokenize_task(spec, vocab, True, "train") for spec in cfg.tasks]
   _check_key(cfg, output_dir)  # bad input has raised by now, having written nothing
-  generators = {path: _load(path, vocab) for path in filter(None, (cfg.model, cfg.mix_model))}
+  generators = {path: _load(path, vocab, cfg.mesh, cfg.batch_size)
+                for path in filter(None, (cfg.model, cfg.mix_model))}
   sampling = SamplingConfig(temperature=cfg.temperature)
   summary, budget = {}, [crash_after_batches]
-  for task_idx, (spec, task) in enumerate(zip(cfg.tasks, tasks)):
-    summary[spec.name] = _generate_task(cfg, spec, task_idx, task, generators, sampling,
-                                        os.path.join(output_dir, task_dir_name(spec)), budget)
+  with contextlib.ExitStack() as stack:
+    if cfg.mesh is not None:
+      stack.enter_context(jax.set_mesh(sharding.make_mesh(cfg.mesh)))
+    for task_idx, (spec, task) in enumerate(zip(cfg.tasks, tasks)):
+      summary[spec.name] = _generate_task(cfg, spec, task_idx, task, generators, sampling,
+                                          os.path.join(output_dir, task_dir_name(spec)), budget)
   with open(os.path.join(output_dir, "generation_summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)
   return summary
@@ -215,8 +235,9 @@ def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
       rows = np.arange(k * b, min((k + 1) * b, n))
       take = np.concatenate([rows, np.full(b - len(rows), rows[-1])])  # a fixed shape
       name = cfg.mix_model if uses_mix(cfg, task_idx, k) else cfg.model
-      model, params = generators[name]
-      result = generate_autoregressive(model, params, task.inputs_NxP[take], sampling=sampling,
+      model, params, place = generators[name]
+      result = generate_autoregressive(model, params, place(task.inputs_NxP[take]),
+                                       sampling=sampling,
                                        max_decode_len=spec.target_len,
                                        rng=_batch_rng(cfg.seed, task_idx, k))
       tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))

@@ -1,5 +1,6 @@
 """The sequence-level distillation data job: resumes after a kill with every example exactly once,
 refuses to mix settings, and its output trains a draft against the teacher."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -167,3 +168,19 @@ def test_the_trainer_distils_on_generated_sequences(setup, tmp_path):
   assert set(summary["valid_cross_entropy"]) == {str(gen)}
   key = json.loads((tmp_path / "train" / "run_key.json").read_text())
   assert key["tasks_contents"] == [seqdata.content_digest(str(gen))]
+
+
+@pytest.mark.slow
+def test_sharded_generation_writes_what_one_device_does(setup, tmp_path):
+  """On the 8 forced CPU devices (data 2 x model 2 x 2) the generator is sharded as in training:
+  the same greedy sequences, and the mesh is not part of the key (a job may resume on another)."""
+  from specdec_jax import sharding
+  root, task, models = setup
+  mesh = sharding.MeshConfig(data=2, model_outer=2, model_inner=2)
+  cfg = _config(task, models, temperature=0.0)
+  with pytest.raises(RuntimeError):
+    generation.generate(dataclasses.replace(cfg, mesh=mesh), str(tmp_path / "a"),
+                        crash_after_batches=2)
+  generation.generate(cfg, str(tmp_path / "a"))  # resumed on one device
+  generation.generate(cfg, str(tmp_path / "b"))
+  assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
