@@ -4,7 +4,10 @@ r"""Entry point: train from scratch, fine-tune a checkpoint, or distil a draft.
       --output_dir=/tmp/train/t5_draft_small
 
 Re-running the same command resumes from the last checkpoint in OUTPUT_DIR/checkpoints with the
-same data order. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
+same data order. Distilling a draft (DistillSpec): `TrainConfig.teacher`, `divergence`
+('fkl' | 'rkl' | 'jsd' | 'tvd'), `on_policy_fraction`; a task may be a directory that
+`python -m specdec_jax.generate` wrote (the target's own continuations), e.g.
+configs/local/train/t5_draft_small_seqkd_fkl.gin. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
 `--gin_search_paths`, and the multi-host `--distributed=auto` / `--coordinator_address`...).
 Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl, train_summary.json and, with
 `TrainConfig.export_dir`, the trained weights.
