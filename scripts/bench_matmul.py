@@ -3,7 +3,9 @@
 Prints (and with --output writes as JSON):
 1. per matrix shape of the target's decode step (its own weights, every matrix of that shape
    multiplied in sequence, as a step streams them): ms per matrix, kernel vs XLA, T = 1..9 rows;
-2. the target's `extend` over T = 1..9 tokens with each, and v(T) = time(T) / time(1);
+2. the target's `extend` over T = 1..9 tokens, and v(T) = time(T) / time(1), with XLA's dot, the
+   kernel ("kernel": every row count) and "hybrid" (XLA's dot for one row, the kernel from two;
+   what matmul='auto' chooses on CPU, see specdec_jax/models/packed.py);
 3. autoregressive ms/token with each (`generate_autoregressive`, greedy, batch 1, en-de prompts);
 4. the floor: weight bytes one step reads / measured read bandwidth (a jitted sum over 256 MB and
    the kernel's own T = 1 stream over 128 MB; the larger), and AR ms/token over that floor.
@@ -223,19 +225,20 @@ def main(argv=None) -> int:
     print("the kernel needs a CPU backend and a C++ compiler (see the log line)", file=sys.stderr)
     return 1
   model, params = load_model(args.target, dtype="float32")
-  pmodel, pparams = packed.pack(model, params)
-  variants = {"xla": (model, params), "kernel": (pmodel, pparams)}
+  kmodel, kparams = packed.pack(model, params, "kernel")
+  hmodel, hparams = packed.pack(model, params, "hybrid")
+  variants = {"xla": (model, params), "kernel": (kmodel, kparams), "hybrid": (hmodel, hparams)}
   prompts = en_de_prompts(args.prompts, 48)
   report = {"target": args.target, "device": str(jax.devices()[0]), "rounds": args.rounds}
   if "shapes" not in skip:
     print("per matrix shape of the decode step:", flush=True)
-    report["shapes"] = bench_shapes(params, pparams, args.rounds)
+    report["shapes"] = bench_shapes(params, kparams, args.rounds)
   if "extend" not in skip:
     print("target extend (batch 1, encoder prompt of 48):", flush=True)
     report["extend"] = bench_extend(variants, jnp.asarray(prompts[:1]), args.rounds,
                                     cache_len=args.max_decode_len + 11)
   bw = read_bandwidth_gbs(args.rounds)
-  wbytes = step_weight_bytes(pparams)
+  wbytes = step_weight_bytes(kparams)
   best = max(bw.values())
   report["floor"] = {"weight_mb_per_step": wbytes / 2 ** 20, "read_gb_s": bw,
                      "floor_ms": wbytes / best / 1e6}

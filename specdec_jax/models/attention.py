@@ -17,23 +17,23 @@ from specdec_jax.models.layers import Dense
 class MultiHeadAttention(nn.Module):
   """Parameters `query`, `key`, `value` (embed, joined_kv) and `out` (joined_kv, embed).
 
-  `packed`: the projections a decode step runs use the CPU kernel's layout (see `layers.Dense`).
+  `matmul`: the layout and product of the projections a decode step runs (see `layers.Dense`).
   `kv_from_encoder` (cross-attention): keys and values project the encoder output once per request,
-  many rows at once, where XLA's GEMM is the right tool; they stay unpacked.
+  many rows at once, where XLA's GEMM is the right tool; they stay "xla".
   """
 
   config: ModelConfig
-  packed: bool = False
+  matmul: str = "xla"
   kv_from_encoder: bool = False
 
   def setup(self):
     cfg = self.config
     inner, dt = cfg.num_heads * cfg.head_dim, jnp.dtype(cfg.dtype)
-    pk, pkv = self.packed, self.packed and not self.kv_from_encoder
-    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim, packed=pk)
-    self.key = Dense(inner, ("embed", "joined_kv"), dt, packed=pkv)
-    self.value = Dense(inner, ("embed", "joined_kv"), dt, packed=pkv)
-    self.out = Dense(cfg.emb_dim, ("joined_kv", "embed"), dt, packed=pk)
+    mm, mkv = self.matmul, "xla" if self.kv_from_encoder else self.matmul
+    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim, matmul=mm)
+    self.key = Dense(inner, ("embed", "joined_kv"), dt, matmul=mkv)
+    self.value = Dense(inner, ("embed", "joined_kv"), dt, matmul=mkv)
+    self.out = Dense(cfg.emb_dim, ("joined_kv", "embed"), dt, matmul=mm)
 
   def _heads(self, x_BxTxI: jax.Array) -> jax.Array:
     b, t, _ = x_BxTxI.shape

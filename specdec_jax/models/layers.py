@@ -31,34 +31,54 @@ def _kernel_init(scale: float = 1.0):
   return nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal")
 
 
+MATMULS = ("xla", "kernel", "hybrid")
+# Above this many rows (a decoder-only prefill, a teacher-forced forward) a GEMM has arithmetic to
+# amortise its packing, and XLA's is the better one; "hybrid" then uses XLA's dot.
+HYBRID_MAX_KERNEL_ROWS = 64
+
+
 class Dense(nn.Module):
   """A bias-free projection with a 2-D (in, out) kernel, as T5X's DenseGeneral stores it.
 
-  `packed`: the weight is the CPU kernel's compute layout instead, a parameter `kernel_panels`
-  [ceil(out / 16), in, 16] multiplied by `specdec_jax.kernels.matmul.packed_matmul` (one pass over
-  the weights for any number of rows). Only `specdec_jax.models.packed` builds such modules, from a
-  T5X-layout tree; checkpoints, training and sharding always see `kernel`.
+  `matmul` chooses the weight layout and the product (see `specdec_jax.models.packed`, the only
+  place that builds the non-default trees; checkpoints, training and sharding see only "xla"):
+  - "xla": parameter `kernel` [in, out], XLA's dot;
+  - "kernel": parameter `kernel_panels` [ceil(out / 16), in, 16], the CPU kernel
+    (`specdec_jax.kernels.matmul.packed_matmul`: one pass over the weights for any row count);
+  - "hybrid": both parameters; XLA's dot for one row (its matrix-vector product streams the
+    weights as fast as the kernel or faster) and for more than HYBRID_MAX_KERNEL_ROWS rows, the
+    kernel in between (verification blocks, where XLA's dot re-reads the weights).
   """
 
   features: int
   kernel_axes: tuple[str, str]
   dtype: jnp.dtype = jnp.float32
   init_scale: float = 1.0
-  packed: bool = False
+  matmul: str = "xla"
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    if self.packed:
-      init = _kernel_init(self.init_scale)
-      panels = self.param(
-          "kernel_panels", lambda key, shape: kmatmul.pack_panels(init(key, shape, jnp.float32)),
-          (x.shape[-1], self.features))
-      return kmatmul.packed_matmul(x, panels, self.features).astype(self.dtype)
-    kernel = self.param(
-        "kernel", nn.with_logical_partitioning(_kernel_init(self.init_scale), self.kernel_axes),
-        (x.shape[-1], self.features), jnp.float32)
-    kernel = jnp.asarray(kernel, self.dtype)
-    return jnp.einsum("...i,io->...o", x.astype(self.dtype), kernel)
+    if self.matmul not in MATMULS:
+      raise ValueError(f"Dense.matmul must be one of {MATMULS}, got {self.matmul!r}")
+    init = _kernel_init(self.init_scale)
+    shape = (x.shape[-1], self.features)
+    if self.matmul == "xla":
+      kernel = self.param("kernel", nn.with_logical_partitioning(init, self.kernel_axes), shape,
+                          jnp.float32)
+      return _xla_dot(x, kernel, self.dtype)
+    panels = self.param("kernel_panels",
+                        lambda key, shape: kmatmul.pack_panels(init(key, shape, jnp.float32)),
+                        shape)
+    if self.matmul == "hybrid":
+      kernel = self.param("kernel", init, shape, jnp.float32)
+      rows = math.prod(x.shape[:-1])
+      if rows == 1 or rows > HYBRID_MAX_KERNEL_ROWS:
+        return _xla_dot(x, kernel, self.dtype)
+    return kmatmul.packed_matmul(x, panels, self.features).astype(self.dtype)
+
+
+def _xla_dot(x: jax.Array, kernel: jax.Array, dtype) -> jax.Array:
+  return jnp.einsum("...i,io->...o", x.astype(dtype), jnp.asarray(kernel, dtype))
 
 
 class LayerNorm(nn.Module):
@@ -80,19 +100,19 @@ class LayerNorm(nn.Module):
 class MlpBlock(nn.Module):
   """Gated GELU (tanh approximation, flax's default): gelu(x wi_0) * (x wi_1), then wo.
 
-  `packed`: the three projections use the CPU kernel's layout (see `Dense`)."""
+  `matmul`: the three projections' layout and product (see `Dense`)."""
 
   config: ModelConfig
-  packed: bool = False
+  matmul: str = "xla"
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    cfg, dt, pk = self.config, _dtype(self.config), self.packed
-    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, packed=pk, name="wi_0")(x)
-    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, packed=pk, name="wi_1")(x)
+    cfg, dt, mm = self.config, _dtype(self.config), self.matmul
+    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_0")(x)
+    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_1")(x)
     h = nn.gelu(gate, approximate=True) * lin
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
-    return Dense(cfg.emb_dim, ("mlp", "embed"), dt, packed=pk, name="wo")(h)
+    return Dense(cfg.emb_dim, ("mlp", "embed"), dt, matmul=mm, name="wo")(h)
 
 
 def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,

@@ -5,18 +5,22 @@ at half speed or worse from two rows on, so verifying gamma + 1 tokens cost 2-3x
 kernel streams each weight once for any number of rows, but it needs the weights in its own layout
 (panels [ceil(F / 16), D, 16]). That layout is a compute layout only:
 
-- `pack(model, params)` returns `(PackedModel, packed_params)`: the same seam (`prefill`, `extend`,
-  `forward`, `start_tokens`, same signatures), over a tree where every projection a decode step
-  multiplies (decoder attention and MLP, the output head) holds `kernel_panels` instead of
-  `kernel`. Everything else (embeddings, norms, relative position tables, the encoder, the
-  cross-attention keys/values computed once per request) is the same array, not a copy.
+- `pack(model, params, matmul)` returns `(PackedModel, packed_params)`: the same seam (`prefill`,
+  `extend`, `forward`, `start_tokens`, same signatures), over a tree where every projection a
+  decode step multiplies (decoder attention and MLP, the output head) holds `kernel_panels`.
+  "hybrid" (the default) keeps `kernel` beside the panels: XLA's matrix-vector product for one row
+  (a draft step, an autoregressive step: measured as fast as the kernel or faster, see
+  `layers.Dense`) and the kernel for a verification block; the decode projections then take twice
+  their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
+  position tables, the encoder, the cross-attention keys/values) is the same array, not a copy.
 - `unpack(packed_model, packed_params)` gives the T5X-layout tree back.
 - Checkpoints, training and sharding see only unpacked trees: a packed tree has no logical-axis
   metadata (`PackedModel.logical_axes` raises) and the kernel has no gradient.
-- `for_backend(model, params, matmul)` is what a runner calls after loading: 'auto' packs on a
-  single-device CPU run and keeps XLA's dot elsewhere; 'xla' never packs; 'kernel' always packs.
-  On a mesh (more than one device) the models keep XLA's dot: the kernel is a per-device CPU op and
-  the sharded programs partition XLA's dots themselves; 'kernel' with a mesh is an error.
+- `for_backend(model, params, matmul)` is what a runner calls after loading: 'auto' packs
+  ("hybrid") on a single-device CPU run and keeps XLA's dot elsewhere; 'xla' never packs;
+  'kernel' and 'hybrid' always pack. On a mesh (more than one device) the models keep XLA's dot:
+  the kernel is a per-device CPU op and the sharded programs partition XLA's dots themselves;
+  'kernel'/'hybrid' with a mesh is an error.
 """
 from __future__ import annotations
 
@@ -32,23 +36,33 @@ from specdec_jax.models.model import Model
 from specdec_jax.models.transformer import Transformer
 
 Params = Any
-MATMULS = ("auto", "xla", "kernel")
+MATMULS = ("auto", "xla", "kernel", "hybrid")
+PACKED_MATMULS = ("kernel", "hybrid")
 PACKED_NAME = "kernel_panels"
 
 
 @dataclasses.dataclass(frozen=True)
 class PackedModel(Model):
-  """`Model` over packed params (see the module docstring); build it with `pack`."""
+  """`Model` over packed params (see the module docstring); build it with `pack`.
+
+  `matmul`: "hybrid" or "kernel" (`layers.Dense`)."""
+
+  matmul: str = "hybrid"
+
+  def __post_init__(self):
+    if self.matmul not in PACKED_MATMULS:
+      raise ValueError(f"PackedModel.matmul must be one of {PACKED_MATMULS}, got {self.matmul!r}")
 
   @property
   def module(self) -> Transformer:
-    return Transformer(self.config, packed=True)
+    return Transformer(self.config, matmul=self.matmul)
 
   def logical_axes(self) -> Params:
     raise ValueError("packed params are a single-device CPU compute layout with no sharding; "
                      "shard the unpacked model (specdec_jax.models.packed.unpack) instead")
 
   def unpacked(self) -> Model:
+    """The T5X-layout model these params came from."""
     return Model(self.config, self.axis_rules)
 
 
@@ -58,6 +72,11 @@ def is_packed(model) -> bool:
 
 def _packed_shapes(model: PackedModel) -> Params:
   return jax.eval_shape(model.init, jax.random.key(0))
+
+
+# Per leaf, so the leaves that are not packed stay the very same arrays (no copy).
+_pack_jit = jax.jit(kmatmul.pack_panels)
+_unpack_jit = jax.jit(kmatmul.unpack_panels, static_argnums=1)
 
 
 def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
@@ -74,18 +93,18 @@ def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
   return out
 
 
-def pack(model: Model, params: Params) -> tuple[PackedModel, Params]:
+def pack(model: Model, params: Params, matmul: str = "hybrid") -> tuple[PackedModel, Params]:
   """(PackedModel, packed params) from a model and its T5X-layout params (float32 panels)."""
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
-  packed_model = PackedModel(model.config, model.axis_rules)
+  packed_model = PackedModel(model.config, model.axis_rules, matmul)
   template = _packed_shapes(packed_model)
 
   def convert(tree, name, shape, here):
     if name == PACKED_NAME:
       if "kernel" not in tree:
         raise ValueError(f"pack: params have no {'/'.join(here[:-1] + ('kernel',))}")
-      panels = kmatmul.pack_panels(tree["kernel"])
+      panels = _pack_jit(tree["kernel"])
       if panels.shape != shape.shape:
         raise ValueError(f"pack: {'/'.join(here)} packs to {panels.shape}, the model expects "
                          f"{shape.shape}")
@@ -94,7 +113,7 @@ def pack(model: Model, params: Params) -> tuple[PackedModel, Params]:
       raise ValueError(f"pack: params have no {'/'.join(here)}")
     return tree[name]
 
-  return packed_model, jax.jit(lambda p: _rebuild(template, p, convert))(params)
+  return packed_model, _rebuild(template, params, convert)
 
 
 def unpack(model: PackedModel, params: Params) -> tuple[Model, Params]:
@@ -105,11 +124,11 @@ def unpack(model: PackedModel, params: Params) -> tuple[Model, Params]:
   template = base.param_shapes()
 
   def convert(tree, name, shape, here):
-    if name == "kernel" and PACKED_NAME in tree:
-      return kmatmul.unpack_panels(tree[PACKED_NAME], shape.shape[-1])
+    if name == "kernel" and name not in tree:  # "kernel": panels only
+      return _unpack_jit(tree[PACKED_NAME], shape.shape[-1])
     return tree[name]
 
-  return base, jax.jit(lambda p: _rebuild(template, p, convert))(params)
+  return base, _rebuild(template, params, convert)
 
 
 def kernel_available() -> bool:
@@ -118,20 +137,20 @@ def kernel_available() -> bool:
 
 
 def resolve_matmul(matmul: str, mesh: Optional[jax.sharding.Mesh] = None) -> str:
-  """'xla' or 'kernel' for a config value (see the module docstring)."""
+  """'xla', 'kernel' or 'hybrid' for a config value (see the module docstring)."""
   if matmul not in MATMULS:
     raise ValueError(f"matmul must be one of {MATMULS}, got {matmul!r}")
   on_mesh = mesh is not None and mesh.size > 1
-  if matmul == "kernel":
+  if matmul in PACKED_MATMULS:
     if jax.default_backend() != "cpu":
-      raise ValueError(f"matmul='kernel' is a CPU kernel; the backend is {jax.default_backend()!r}"
-                       " (use 'auto' or 'xla')")
+      raise ValueError(f"matmul={matmul!r} uses a CPU kernel; the backend is "
+                       f"{jax.default_backend()!r} (use 'auto' or 'xla')")
     if on_mesh:
-      raise ValueError("matmul='kernel' runs on one device; on a mesh use 'auto' or 'xla' "
+      raise ValueError(f"matmul={matmul!r} runs on one device; on a mesh use 'auto' or 'xla' "
                        "(XLA's dot, partitioned with the model)")
-    return "kernel"
+    return matmul
   if matmul == "auto" and not on_mesh and kernel_available():
-    return "kernel"
+    return "hybrid"
   return "xla"
 
 
@@ -143,8 +162,9 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
   """
   if is_packed(model):
     return model, params
-  if resolve_matmul(matmul, mesh) == "kernel":
-    if not build.load():  # 'kernel' asked for explicitly: the packed tree still computes (XLA)
-      logging.warning("matmul='kernel' without a kernel library: packed weights use XLA's dot")
-    return pack(model, params)
+  chosen = resolve_matmul(matmul, mesh)
+  if chosen in PACKED_MATMULS:
+    if not build.load():  # asked for explicitly: the packed tree still computes (XLA's dot)
+      logging.warning("matmul=%r without a kernel library: packed weights use XLA's dot", chosen)
+    return pack(model, params, chosen)
   return model, params

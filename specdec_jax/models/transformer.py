@@ -72,20 +72,20 @@ class Encoder(nn.Module):
 class DecoderLayer(nn.Module):
   """Pre-norm self-attention (cached), cross-attention (T5 only), gated-GELU MLP.
 
-  `packed`: the projections a decode step runs use the CPU kernel's layout (`layers.Dense`)."""
+  `matmul`: layout and product of the projections a decode step runs (`layers.Dense`)."""
 
   config: ModelConfig
-  packed: bool = False
+  matmul: str = "xla"
 
   def setup(self):
-    cfg, pk = self.config, self.packed
+    cfg, mm = self.config, self.matmul
     self.pre_self_attention_layer_norm = _norm(cfg, "pre_self_attention_layer_norm")
-    self.self_attention = MultiHeadAttention(cfg, packed=pk)
+    self.self_attention = MultiHeadAttention(cfg, matmul=mm)
     if cfg.is_encoder_decoder:
       self.pre_cross_attention_layer_norm = _norm(cfg, "pre_cross_attention_layer_norm")
-      self.encoder_decoder_attention = MultiHeadAttention(cfg, packed=pk, kv_from_encoder=True)
+      self.encoder_decoder_attention = MultiHeadAttention(cfg, matmul=mm, kv_from_encoder=True)
     self.pre_mlp_layer_norm = _norm(cfg, "pre_mlp_layer_norm")
-    self.mlp = MlpBlock(cfg, packed=pk)
+    self.mlp = MlpBlock(cfg, matmul=mm)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> LayerKV:
     return LayerKV(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
@@ -111,22 +111,22 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-  """The decoder stack and the output head. `packed`: see `Transformer`."""
+  """The decoder stack and the output head. `matmul`: see `Transformer`."""
 
   config: ModelConfig
-  packed: bool = False
+  matmul: str = "xla"
 
   def setup(self):
-    cfg, pk = self.config, self.packed
+    cfg, mm = self.config, self.matmul
     self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
     if cfg.scan_layers:  # one module, parameters stacked on a leading axis: decoder/layers/...
       self.layers = _scan(DecoderLayer, cfg.num_decoder_layers,
                           __call__={"in_axes": (0, nn.broadcast, nn.broadcast, 0, nn.broadcast)},
-                          cross_kv_step={"in_axes": ()})(cfg, pk)
+                          cross_kv_step={"in_axes": ()})(cfg, mm)
     else:
-      self.layers = [DecoderLayer(cfg, pk) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
+      self.layers = [DecoderLayer(cfg, mm) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
     self.decoder_norm = _norm(cfg, "decoder_norm")
-    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32, packed=pk)
+    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32, matmul=mm)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...] | LayerKV:
     """Per-layer cross-attention K/V: a tuple, or one LayerKV stacked [L, ...] when scanned."""
@@ -165,21 +165,21 @@ class Decoder(nn.Module):
 class Transformer(nn.Module):
   """T5 v1.1 (kind 't5') or decoder-only LM (kind 'decoder'); methods are the model's entry points.
 
-  `packed`: the decoder's projections and the output head (what one decode step multiplies) take
-  their weights in the CPU kernel's panel layout (`kernel_panels` instead of `kernel`; see
-  `specdec_jax.models.packed`, the only place that builds such trees). The encoder and the
-  cross-attention keys/values (run once per request over many rows) keep XLA's dot.
+  `matmul` ("xla", "kernel" or "hybrid"; `layers.Dense`): the layout and product of the decoder's
+  projections and the output head (what one decode step multiplies). "kernel"/"hybrid" trees hold
+  the CPU kernel's panels (`kernel_panels`) and are built only by `specdec_jax.models.packed`. The
+  encoder and the cross-attention keys/values (run once per request over many rows) keep XLA's dot.
   """
 
   config: ModelConfig
-  packed: bool = False
+  matmul: str = "xla"
 
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg)
     if cfg.is_encoder_decoder:
       self.encoder = Encoder(cfg)
-    self.decoder = Decoder(cfg, self.packed)
+    self.decoder = Decoder(cfg, self.matmul)
 
   def encode(self, inputs_BxE: jax.Array) -> jax.Array:
     mask_BxE = inputs_BxE > 0

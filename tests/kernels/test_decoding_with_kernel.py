@@ -28,9 +28,10 @@ INPUTS = {
 CUSTOM_CALL = f'custom_call_target="{build.TARGET_NAME}"'
 
 
-def _packed_pair(kind):
+def _packed_pair(kind, matmul="kernel"):
+  """Packed tiny pair. "kernel" by default: every extend, T = 1 included, runs the kernel."""
   target, tp, draft, dp = tiny_pair(kind)
-  return (*packed.pack(target, tp), *packed.pack(draft, dp))
+  return (*packed.pack(target, tp, matmul), *packed.pack(draft, dp, matmul))
 
 
 @pytest.mark.parametrize("kind", ["t5", "decoder"])
@@ -54,9 +55,10 @@ def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
   assert not HOST_OPS.search(hlo)
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
-def test_greedy_speculative_equals_autoregressive_with_kernel(kind):
-  target, tp, draft, dp = _packed_pair(kind)
+@pytest.mark.parametrize("kind,matmul", [("t5", "kernel"), ("decoder", "kernel"),
+                                         ("decoder", "hybrid")])
+def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul):
+  target, tp, draft, dp = _packed_pair(kind, matmul)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)
   ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
   spec = generate_speculative(target, tp, draft, dp, inputs, gamma=3, sampling=GREEDY,
@@ -69,7 +71,7 @@ def test_greedy_speculative_equals_autoregressive_with_kernel(kind):
 def dist_models():
   """tests/decoding/test_distribution's pair, packed; the truth stays the unpacked target's."""
   target, tp, draft, dp = dist.models.__wrapped__()
-  return (target, tp), (*packed.pack(target, tp), *packed.pack(draft, dp))
+  return (target, tp), (*packed.pack(target, tp, "kernel"), *packed.pack(draft, dp, "kernel"))
 
 
 @pytest.mark.slow  # 100k samples per configuration: ~45 s each on the 2-core machine

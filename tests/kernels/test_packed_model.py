@@ -25,10 +25,10 @@ def _same_tree(a, b):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
-def test_pack_round_trip_and_which_weights_are_packed(kind):
+@pytest.mark.parametrize("kind,matmul", [("t5", "hybrid"), ("decoder", "kernel")])
+def test_pack_round_trip_and_which_weights_are_packed(kind, matmul):
   model, params, _, _ = tiny_pair(kind)
-  pmodel, pparams = packed.pack(model, params)
+  pmodel, pparams = packed.pack(model, params, matmul)
   assert packed.is_packed(pmodel) and not packed.is_packed(model)
   flat = {"/".join(k.key for k in path): leaf
           for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
@@ -41,6 +41,12 @@ def test_pack_round_trip_and_which_weights_are_packed(kind):
   if kind == "t5":
     assert "decoder/layers_0/encoder_decoder_attention/key/kernel" in flat
     assert "decoder/layers_0/encoder_decoder_attention/out/kernel_panels" in panels
+  # "hybrid" keeps the T5X kernel beside the panels (the very same array); "kernel" drops it.
+  head = pparams["decoder"]["logits_dense"]
+  assert ("kernel" in head) == (matmul == "hybrid")
+  if matmul == "hybrid":
+    assert head["kernel"] is params["decoder"]["logits_dense"]["kernel"]
+  assert pparams["token_embedder"]["embedding"] is params["token_embedder"]["embedding"]
   back_model, back = packed.unpack(pmodel, pparams)
   assert back_model == model
   _same_tree(back, params)
@@ -49,7 +55,7 @@ def test_pack_round_trip_and_which_weights_are_packed(kind):
 def test_scanned_layers_pack_and_compute():
   model = Model(get_preset("decoder_test_target", scan_layers=True))
   params = model.init(jax.random.key(0))
-  pmodel, pparams = packed.pack(model, params)
+  pmodel, pparams = packed.pack(model, params, "kernel")
   assert pparams["decoder"]["layers"]["mlp"]["wi_0"]["kernel_panels"].shape == (2, 4, 32, 16)
   tokens = jnp.asarray([[5, 6, 7, 8, 9]], jnp.int32)
   np.testing.assert_allclose(np.asarray(pmodel.forward(pparams, tokens, tokens)),
@@ -58,11 +64,11 @@ def test_scanned_layers_pack_and_compute():
   _same_tree(packed.unpack(pmodel, pparams)[1], params)
 
 
-@pytest.mark.parametrize("block", [1, 4])
-def test_t5_cached_decode_with_kernel_matches_full_forward(block):
+@pytest.mark.parametrize("block,matmul", [(1, "kernel"), (4, "kernel"), (4, "hybrid")])
+def test_t5_cached_decode_with_kernel_matches_full_forward(block, matmul):
   """Decode with packed weights at per-example offsets == the unpacked model's full forward."""
   model, params, _, _ = tiny_pair("t5")
-  pmodel, pparams = packed.pack(model, params)
+  pmodel, pparams = packed.pack(model, params, matmul)
   rng = np.random.default_rng(0)
   seq_BxT = jnp.asarray(np.concatenate([np.zeros((4, 1), int), rng.integers(2, 64, (4, 12))],
                                        axis=1), jnp.int32)
@@ -83,7 +89,7 @@ def test_t5_cached_decode_with_kernel_matches_full_forward(block):
 
 def test_decoder_prefill_and_extend_with_kernel_match_full_forward():
   model, params, _, _ = tiny_pair("decoder")
-  pmodel, pparams = packed.pack(model, params)
+  pmodel, pparams = packed.pack(model, params, "kernel")
   rng = np.random.default_rng(1)
   lengths = [6, 3, 1, 5]
   seqs = [rng.integers(2, 64, n + 8) for n in lengths]
@@ -104,10 +110,11 @@ def test_decoder_prefill_and_extend_with_kernel_match_full_forward():
 def test_matmul_choice():
   model, params, _, _ = tiny_pair("decoder")
   assert packed.resolve_matmul("xla") == "xla"
-  assert packed.resolve_matmul("auto") == "kernel"  # the tests run on a CPU backend
+  assert packed.resolve_matmul("auto") == "hybrid"  # the tests run on a CPU backend
+  assert packed.resolve_matmul("kernel") == "kernel"
   assert packed.for_backend(model, params, "xla") == (model, params)
   pmodel, _ = packed.for_backend(model, params, "auto")
-  assert packed.is_packed(pmodel)
+  assert packed.is_packed(pmodel) and pmodel.matmul == "hybrid"
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("model",))
   assert packed.resolve_matmul("auto", mesh) == "xla"
   with pytest.raises(ValueError, match="on a mesh"):
