@@ -18,11 +18,11 @@ Warm-up (jit compilation, first torch call) is excluded.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
 
@@ -112,6 +112,7 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
   from specdec_jax.decoding.autoregressive import generate_autoregressive
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax import timing
   from specdec_jax.data.local_tasks import batch_inputs
 
   if torch_threads:
@@ -162,22 +163,19 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
 
     systems = {"ours_ar": ours(ours_ar), "ours_spec": ours(ours_spec), "hf_plain": hf({}),
                "hf_assisted": hf(assist_kw)}
-    for fn in systems.values():  # warm-up: compile (ours), first call (torch); not timed
-      fn(0, 0)
     secs = {k: 0.0 for k in systems}
     toks = {k: 0 for k in systems}
     outputs = {k: [] for k in systems}
-    names = list(systems)
-    for r in range(repeats):
-      for i in range(len(ids)):
-        shift = (i + r) % len(names)
-        for k in names[shift:] + names[:shift]:  # rotate the order: drift hits all alike
-          t0 = time.perf_counter()
-          out = systems[k](i, r)
-          secs[k] += time.perf_counter() - t0
-          toks[k] += len(out)
-          if r == 0:
-            outputs[k].append(out)
+    for i in range(len(ids)):
+      # The one timer: warm-up call (compile / first torch call) kept as the output, then the
+      # four systems timed in rotating order, median per system (drift hits all alike).
+      first, med = timing.interleaved(
+          {k: functools.partial(fn, i, 0) for k, fn in systems.items()}, max(repeats, 1),
+          min_sample_s=0.0, max_calls=1)
+      for k, out in first.items():
+        secs[k] += med[k]
+        toks[k] += len(out)
+        outputs[k].append(out)
     tps = {k: toks[k] / secs[k] if secs[k] > 0 else None for k in systems}
     row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
            "spec_vs_hf_assisted": tps["ours_spec"] / tps["hf_assisted"],
