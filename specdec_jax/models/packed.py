@@ -63,7 +63,12 @@ class PackedModel(Model):
 
   def unpacked(self) -> Model:
     """The T5X-layout model these params came from."""
-    return Model(self.config, self.axis_rules)
+    return Model(**_model_fields(self))
+
+
+def _model_fields(model: Model) -> dict:
+  """`Model`'s own fields (config, axis rules, whatever it gains), to carry across the variants."""
+  return {f.name: getattr(model, f.name) for f in dataclasses.fields(Model)}
 
 
 def is_packed(model) -> bool:
@@ -97,7 +102,7 @@ def pack(model: Model, params: Params, matmul: str = "hybrid") -> tuple[PackedMo
   """(PackedModel, packed params) from a model and its T5X-layout params (float32 panels)."""
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
-  packed_model = PackedModel(model.config, model.axis_rules, matmul)
+  packed_model = PackedModel(**_model_fields(model), matmul=matmul)
   template = _packed_shapes(packed_model)
 
   def convert(tree, name, shape, here):
@@ -158,7 +163,8 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
                 mesh: Optional[jax.sharding.Mesh] = None) -> tuple[Model, Params]:
   """(model, params) to decode with: packed for the kernel, or unchanged for XLA's dot.
 
-  Call once after loading (packing reads every projection once: ~0.1 s for the zoo target).
+  Call once after loading (packing reads every projection once: 0.8-2.5 s for the zoo target on
+  the 2-core machine, the first call compiling the packing).
   """
   if is_packed(model):
     return model, params
