@@ -114,6 +114,7 @@ class Roofline:
   verify_s: dict          # T -> seconds (T = 1 is the target step)
   draft_s: dict           # draft name -> seconds
   draft_presets: dict     # draft name -> preset name (matches PAPER_TABLE2), if known
+  basis: str = "cost_analysis"
 
   @property
   def v(self) -> dict:
@@ -137,33 +138,58 @@ class Roofline:
     return rows
 
   def to_json(self) -> dict:
-    return dict(chip=self.chip.name, target_step_us=self.target_s * 1e6,
+    return dict(chip=self.chip.name, basis=self.basis, target_step_us=self.target_s * 1e6,
                 verify_us={str(t): s * 1e6 for t, s in sorted(self.verify_s.items())},
                 v={str(t): x for t, x in self.v.items()},
                 draft_step_us={k: s * 1e6 for k, s in self.draft_s.items()},
                 c={k: self.c(k) for k in self.draft_s}, table2=self.table2())
 
 
-def from_results(results: Sequence[Any], chip: Chip, draft_presets: Mapping[str, str]
-                 ) -> Optional[Roofline]:
-  """A Roofline from compiled step programs (`memory.Result`s); None if the target step is missing."""
+BASES = ("cost_analysis", "arguments")
+
+
+def from_results(results: Sequence[Any], chip: Chip, draft_presets: Mapping[str, str],
+                 basis: str = "cost_analysis") -> Optional[Roofline]:
+  """A Roofline from compiled step programs (`memory.Result`s); None if the target step is missing.
+
+  basis: which HBM traffic a step is charged: 'cost_analysis' (XLA's bytes accessed, every
+  fusion's operands and results: several times the weights) or 'arguments' (the program's
+  arguments, i.e. the weights and caches it reads once: the least traffic a step can have).
+  """
+  if basis not in BASES:
+    raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
   verify, drafts = {}, {}
   for r in results:
     if r.flops is None:
       continue
-    s = step_seconds(r.flops, r.bytes_accessed, chip)
+    traffic = r.bytes_accessed if basis == "cost_analysis" else r.per_chip_bytes["arguments"]
+    s = step_seconds(r.flops, traffic, chip)
     if r.kind in (TARGET_STEP, VERIFY):
       verify[r.info["tokens"]] = s
     elif r.kind == DRAFT_STEP:
       drafts[r.info["draft"]] = s
   if 1 not in verify:
     return None
-  return Roofline(chip, verify[1], verify, drafts, dict(draft_presets))
+  return Roofline(chip, verify[1], verify, drafts, dict(draft_presets), basis)
+
+
+def from_records(records: Sequence[Mapping[str, Any]], chip: Chip,
+                 basis: str = "cost_analysis") -> Optional[Roofline]:
+  """The same from aot.json records (several jobs' records may be merged: the target's steps
+  from one, the drafts' from another, on the same slice and mesh)."""
+  results = [dataclasses.make_dataclass(
+      "R", ["kind", "flops", "bytes_accessed", "per_chip_bytes", "info"])(
+          r["kind"], r.get("flops"), r.get("bytes_accessed"), r.get("per_chip_bytes") or {},
+          {k: r[k] for k in ("tokens", "draft") if k in r}) for r in records]
+  from specdec_jax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
+  presets = {r["draft"]: r["draft"] for r in records
+             if r.get("kind") == DRAFT_STEP and r.get("draft") in PRESETS}
+  return from_results(results, chip, presets, basis)
 
 
 def markdown(roof: Roofline, where: str) -> str:
   """The README table: per Table-2 row, c, v(G+1), predicted speedups and the paper's."""
-  lines = [f"Roofline on {where} ({roof.chip.name}: {roof.chip.peak_flops_bf16 / 1e12:g} TFLOP/s "
+  lines = [f"Roofline ({roof.basis}) on {where} ({roof.chip.name}: {roof.chip.peak_flops_bf16 / 1e12:g} TFLOP/s "
            f"bf16, {roof.chip.hbm_bytes_per_s / 1e12:g} TB/s HBM per chip): target step "
            f"{roof.target_s * 1e6:.0f} us; v(T) = " +
            ", ".join(f"{x:.3f}" for _, x in sorted(roof.v.items())) + " for T = 1.." +
