@@ -120,7 +120,7 @@ def compile_program(name: str, kind: str, call, available: Optional[int], *,
     if m:
       res.needed_bytes = parse_size(m.group(2), m.group(3))
       res.available_bytes = parse_size(m.group(4), m.group(5))
-      res.error = f"{m.group(1).strip()} need more than the available HBM"
+      res.error = f"compiler: {m.group(0)}"
     else:
       res.error = text.splitlines()[0][:300]
     return res

@@ -76,7 +76,7 @@ def failure_lines(job) -> list[str]:
   out = []
   for r in job.failures:
     if r.fits is False:
-      what = f" ({r.error})" if r.error else ""
+      what = f" [{r.error}]" if r.error else ""
       out.append(f"{r.program} does not fit on {job.topology.name}: needs "
                  f"{_gib(r.needed_bytes)} GiB per chip{what}, {_gib(r.available_bytes)} GiB "
                  f"available ({r.needed_bytes} > {r.available_bytes} bytes)")
