@@ -163,10 +163,12 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
                 mesh: Optional[jax.sharding.Mesh] = None) -> tuple[Model, Params]:
   """(model, params) to decode with: packed for the kernel, or unchanged for XLA's dot.
 
+  Anything that is not a `Model` (the n-gram and prompt-lookup drafts) comes back unchanged.
+
   Call once after loading (packing reads every projection once: 0.8-2.5 s for the zoo target on
   the 2-core machine, the first call compiling the packing).
   """
-  if is_packed(model):
+  if is_packed(model) or not isinstance(model, Model):  # model-free drafts have no projections
     return model, params
   chosen = resolve_matmul(matmul, mesh)
   if chosen in PACKED_MATMULS:

@@ -115,6 +115,9 @@ def test_matmul_choice():
   assert packed.for_backend(model, params, "xla") == (model, params)
   pmodel, _ = packed.for_backend(model, params, "auto")
   assert packed.is_packed(pmodel) and pmodel.matmul == "hybrid"
+  assert packed.for_backend(pmodel, params) == (pmodel, params)  # already packed
+  drafter = object()  # a model-free draft: nothing to pack
+  assert packed.for_backend(drafter, {}) == (drafter, {})
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("model",))
   assert packed.resolve_matmul("auto", mesh) == "xla"
   with pytest.raises(ValueError, match="on a mesh"):
