@@ -23,6 +23,7 @@ MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
 AUTO, ADAPTIVE = "auto", "adaptive"
+MATMULS = ("auto", "xla", "kernel", "hybrid")
 GAMMA_WORDS = (AUTO, ADAPTIVE)
 
 
@@ -67,6 +68,9 @@ class RunConfig:
   # A specdec_jax.sharding.MeshConfig (gin/mesh/*.gin binds it); None: one device, unsharded.
   mesh: Any = None
   adaptive: Any = None
+  # Dense layers' matmul while decoding (models/packed.py): 'auto' (the packed CPU kernel on one
+  # CPU device, XLA's dot elsewhere), 'xla', 'kernel', 'hybrid' (kernel from 2 rows).
+  matmul: str = "auto"
   # Model-free drafts (unigram, bigram, prompt_lookup fallback): a .npz of tables
   # (decoding.ngram.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None
@@ -96,6 +100,8 @@ class RunConfig:
     for name, value in positive.items():
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name.upper()} must be an integer >= 1, got {value!r}")
+    if self.matmul not in MATMULS:
+      raise ValueError(f"RunConfig.matmul must be one of {MATMULS}, got {self.matmul!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:
@@ -125,8 +131,13 @@ class RunConfig:
     keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
             "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
             "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
-            "ngram_train_examples", "adaptive")
+            "ngram_train_examples")
     fingerprint = {k: getattr(self, k) for k in keep}
+    # Later knobs enter only when set, so run directories written before them still resume.
+    if self.adaptive is not None:
+      fingerprint["adaptive"] = self.adaptive
+    if self.matmul != "auto":
+      fingerprint["matmul"] = self.matmul
     fingerprint["contents"] = self._contents()
     return json.loads(json.dumps(fingerprint, default=str))
 

@@ -26,6 +26,7 @@ from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
 from specdec_jax.metrics import acceptance
+from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import calibrate, inputs as inputs_lib, keys, models as models_lib
 from specdec_jax.runner.config import DraftSpec, RunConfig, draft_specs, points, temperatures
@@ -91,6 +92,11 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
     from specdec_jax.decoding import sharded  # pylint: disable=import-outside-toplevel
     target, tparams, drafts = sharded.place_models(mesh, cfg.mesh, target, tparams, drafts,
                                                    batch_size=cfg.batch_size)
+  # The weights in the layout the decode's matmul reads (packed once for the CPU kernel; on a
+  # mesh XLA's dot, unchanged); everything below decodes, calibrates and times these.
+  target, tparams = packed.for_backend(target, tparams, matmul=cfg.matmul, mesh=mesh)
+  drafts = {k: packed.for_backend(d, dp, matmul=cfg.matmul, mesh=mesh)
+            for k, (d, dp) in drafts.items()}
   name = DraftSpec("model", cfg.target_checkpoint).name
   return Loaded(target, tparams, name, drafts, prompts, mesh)
 
