@@ -22,6 +22,7 @@ def test_sweep_smoke(tmp_path, capsys):
   assert set(auto["auto_predicted_speedup"]) == {"0", "1", "2", "3"}
   if auto["gamma"] == 0:  # nothing predicted to help: the "speculative" run is the AR loop
     assert auto["speedup_predicted"] == 1.0
+    assert auto["speedup"] is None and auto["speedup_not_measured"]  # not a 1.00 "measured"
   with open(os.path.join(out, "metrics.json")) as f:
     assert isinstance(json.load(f), list)
   for name in ("speedup_vs_gamma", "alpha_vs_gamma", "predicted_vs_measured"):

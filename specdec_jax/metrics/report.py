@@ -63,12 +63,14 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
           num_examples: int, ar_records, spec_records, costs,
           quality_info: Mapping[str, Any], match_rate: float | None,
           extra: Mapping[str, Any] | None = None, alpha_if_nothing_drafted: float | None = None,
-          predictable: bool = True) -> dict[str, Any]:
+          predictable: bool = True, speedup_measured: bool = True) -> dict[str, Any]:
   """One metrics.json object. Keys that a mode does not measure are present with value None.
 
   alpha_if_nothing_drafted: alpha measured elsewhere (GAMMA='auto''s calibration decode) for a
   point whose decode drafted nothing (gamma 0). predictable: False for an adaptive draft length,
   which the fixed-gamma formula does not predict (speedup_predicted is then None).
+  speedup_measured: False where the "speculative" program is the baseline itself (gamma 0 chosen
+  by 'auto'): speedup is then None rather than a 1.00 that would read as measured.
   """
   stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
       if spec_records else {}
@@ -85,7 +87,7 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
       predicted = theory.predicted_speedup(min(max(alpha, 0.0), 1.0), gamma, c, v)
   ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
   speedup = None
-  if ar_records and spec_records:
+  if ar_records and spec_records and speedup_measured:
     ar_s, spec_s = wall(ar_records)[0], wall(spec_records)[0]
     speedup = ar_s / spec_s if spec_s > 0 else None
   out = {

@@ -49,15 +49,20 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
-  # gamma 0 chosen by 'auto': nothing was drafted; alpha is the calibration decode's.
+  # gamma 0 chosen by 'auto': nothing was drafted (alpha is the calibration decode's) and the
+  # decode IS the baseline program, so there is no speedup to measure (None, not a 1.00 that
+  # would read as measured).
   fallback_alpha = point.calibration_alpha if (point.auto and point.gamma == 0) else None
+  if fallback_alpha is not None:
+    extra["speedup_not_measured"] = "GAMMA='auto' chose 0: the baseline program itself"
   return report.build(task=cfg.task, target=loaded.target_name, draft=point.draft.name,
                       temperature=point.temperature, gamma=point.gamma, num_examples=len(preds),
                       ar_records=ar_records, spec_records=spec_records,
                       costs=costs.get(point.draft), quality_info=_quality(metric, preds, has_ar,
                                                                           True),
                       match_rate=match, extra=extra, alpha_if_nothing_drafted=fallback_alpha,
-                      predictable=point.adaptive is None)
+                      predictable=point.adaptive is None,
+                      speedup_measured=fallback_alpha is None)
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:
@@ -110,8 +115,10 @@ def sweep_notes(metrics: list[dict]) -> list[str]:
         text += f"swept optimum gamma {best['gamma']} ({best['speedup']:.2f}x measured)"
       if auto:
         a = auto[0]
+        measured_text = ("plain autoregressive decoding, no speedup to measure"
+                         if a["speedup"] is None else f"{a['speedup']:.2f}x measured")
         text += (f"{'; ' if best else ''}GAMMA='auto' chose {a['gamma']} "
                  f"(calibration alpha {a.get('auto_calibration_alpha') or 0:.3f}, "
-                 f"{a['speedup'] or 0:.2f}x measured)")
+                 f"{measured_text})")
       notes.append(text)
   return notes

@@ -75,3 +75,14 @@ def test_batch_record_json_round_trip_keeps_the_disk_format():
   old = {"group": "g", "indices": [1], "points": {}, "ar": {"seconds": 1.0, "emitted": 5,
                                                            "counters": {"emitted": 5}}}
   assert BatchRecord.from_json(old).autoregressive.emitted == 5
+
+
+def test_speedup_of_the_baseline_itself_is_not_reported_as_measured():
+  """GAMMA='auto' choosing 0 decodes with the baseline program: its "speedup" is None."""
+  costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0})
+  ar = [_ar_record(2.0, 40)]
+  m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=0, num_examples=2,
+                   ar_records=ar, spec_records=[ProgramRecord(2.0, {"emitted": 40}, gamma=0)],
+                   costs=costs, quality_info={"metric": "bleu"}, match_rate=1.0,
+                   alpha_if_nothing_drafted=0.27, speedup_measured=False)
+  assert m["speedup"] is None and m["speedup_predicted"] == 1.0 and m["alpha"] == 0.27
