@@ -90,7 +90,6 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   'prompt_lookup') for model-free ones.
   """
   from specdec_jax.decoding import drafters, ngram  # pylint: disable=import-outside-toplevel
-  dp = 1
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
   target = sh.with_rules(Model(target_cfg), t_rules)
   dp = sh.data_parallel_size(mesh, t_rules)

@@ -21,8 +21,8 @@ def records(job, config_files=()) -> list[dict]:
                mesh=job.mesh_shape, per_chip_bytes=r.per_chip_bytes or None,
                hbm_bytes_per_chip=job.hbm_bytes_per_chip, fits=r.fits, flops=r.flops,
                bytes_accessed=r.bytes_accessed, xla_optimal_seconds=r.optimal_seconds,
-               host_transfers_in_loop=None if r.fits is None and not r.per_chip_bytes
-               else len(r.host_transfers),
+               # None: not compiled (or out of memory), so nothing to inspect
+               host_transfers_in_loop=len(r.host_transfers) if r.per_chip_bytes else None,
                compile_seconds=r.compile_seconds, kind=r.kind, config=list(config_files),
                models=job.models, **r.info)
     if r.fits is False:
