@@ -81,7 +81,7 @@ def test_draft_of_the_other_kind_is_refused():
 
 
 # ---- 5. counters count written tokens only -----------------------------------------------------
-@pytest.mark.parametrize("kind", ["decoder", "t5"])
+@pytest.mark.parametrize("kind", ["decoder", pytest.param("t5", marks=pytest.mark.slow)])
 def test_counters_count_only_written_tokens(kind):
   """Draft = target, max_decode_len 7, gamma 4: the second call's block is cut by the length
   limit. Before the fix: accepted 8, emitted 7."""

@@ -28,6 +28,7 @@ def test_one_binding_selects_adaptive(tmp_path):
     assert json.load(f)["run"] == m["run"]
 
 
+@pytest.mark.slow
 def test_gin_module_binds_its_knobs(tmp_path):
   metrics = run.run(["configs/local/smoke.gin", "gin/decoding/adaptive.gin"], str(tmp_path), [
       "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",

@@ -56,7 +56,7 @@ def test_autoregressive_sharded_equals_unsharded(runs):
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_adaptive_sharded_equals_unsharded(runs, temperature):
   """The adaptive loop on a mesh (`ShardedModels.adaptive`, the same iteration function inside
   the donated-state program) gives the unsharded tokens and statistics."""
