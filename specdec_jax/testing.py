@@ -70,6 +70,17 @@ class EosAt(WrappedModel):
     return logits.at[..., self.eos_id].set(eos_logit_BxT), cache
 
 
+def ragged_prompts(lengths, extra: int, vocab_size: int = 64, seed: int = 1):
+  """(sequences, prompts_BxP): random token sequences of `lengths[b] + extra` ids (no pad id) and
+  their first `lengths[b]` ids right-padded into one batch, for cached-vs-full-forward tests."""
+  rng = np.random.default_rng(seed)
+  seqs = [rng.integers(2, vocab_size, n + extra) for n in lengths]
+  prompts = np.zeros((len(lengths), max(lengths)), np.int32)
+  for b, n in enumerate(lengths):
+    prompts[b, :n] = seqs[b][:n]
+  return seqs, prompts
+
+
 def exact_joint(model: Model, params, prompt_P: np.ndarray, num_tokens: int,
                 sampling: SamplingConfig) -> np.ndarray:
   """Exact probability of every continuation of `num_tokens` tokens under the processed target.

@@ -14,7 +14,7 @@ from specdec_jax.models import packed
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.kv_cache import rollback
 from specdec_jax.models.model import Model
-from specdec_jax.testing import tiny_pair
+from specdec_jax.testing import ragged_prompts, tiny_pair
 
 T5_INPUTS = np.array([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0], [3, 1, 0, 0, 0], [11, 12, 13, 1, 0]])
 
@@ -90,12 +90,8 @@ def test_t5_cached_decode_with_kernel_matches_full_forward(block, matmul):
 def test_decoder_prefill_and_extend_with_kernel_match_full_forward():
   model, params, _, _ = tiny_pair("decoder")
   pmodel, pparams = packed.pack(model, params, "kernel")
-  rng = np.random.default_rng(1)
   lengths = [6, 3, 1, 5]
-  seqs = [rng.integers(2, 64, n + 8) for n in lengths]
-  prompts = np.zeros((4, max(lengths)), np.int32)
-  for b, n in enumerate(lengths):
-    prompts[b, :n] = seqs[b][:n]
+  seqs, prompts = ragged_prompts(lengths, extra=8)
   cache = jax.jit(pmodel.prefill, static_argnums=2)(pparams, jnp.asarray(prompts), 32)
   feed = np.stack([s[n - 1:n + 7] for s, n in zip(seqs, lengths)])
   got, _ = jax.jit(pmodel.extend)(pparams, cache, jnp.asarray(feed))

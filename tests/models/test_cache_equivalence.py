@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.models.kv_cache import rollback
-from specdec_jax.testing import tiny_pair
+from specdec_jax.testing import ragged_prompts, tiny_pair
 
 BLOCKS = (1, 4)  # a draft step (T = 1) and a verification block (T = gamma + 1 with gamma 3)
 
@@ -46,12 +46,8 @@ def test_t5_extend_matches_full_forward_at_ragged_offsets(block):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_decoder_extend_matches_full_forward_with_ragged_prompts(block):
   model, params, _, _ = tiny_pair("decoder")
-  rng = np.random.default_rng(1)
   lengths = [6, 3, 1, 5]
-  seqs = [rng.integers(2, 64, n + 8) for n in lengths]
-  prompts = np.zeros((4, max(lengths)), np.int32)
-  for b, n in enumerate(lengths):
-    prompts[b, :n] = seqs[b][:n]
+  seqs, prompts = ragged_prompts(lengths, extra=8)
   cache = jax.jit(model.prefill, static_argnums=2)(params, jnp.asarray(prompts), 32)
   np.testing.assert_array_equal(np.asarray(cache.index_B), np.array(lengths) - 1)
   # From the start token (last prompt token) on, feed 8 tokens per example.
