@@ -20,11 +20,7 @@ from absl import flags, logging
 from specdec_jax import gin_utils
 
 FLAGS = flags.FLAGS
-if "gin_file" not in FLAGS:
-  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
-  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
-  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths.")
-  flags.DEFINE_string("output_dir", None, "Where the generated sequences go.")
+gin_utils.define_entry_flags("Where the generated sequences go.")
 
 
 def register_configurables() -> None:

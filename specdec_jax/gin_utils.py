@@ -163,3 +163,17 @@ def write_config(output_dir: str, writer=None, step: int = 0) -> str:
     # Markdown: indent by four spaces so TensorBoard renders it as code.
     writer.add_text("config", "\n".join("    " + line for line in text.splitlines()), step)
   return text
+
+
+def define_entry_flags(output_dir_help: str) -> None:
+  """The flags every gin entry point shares (--gin_file, --gin_bindings, --gin_search_paths,
+  --output_dir), defined once per process: run, train, generate and aot import together (tests,
+  scripts), and absl refuses a flag defined twice."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  if "gin_file" in flags.FLAGS:
+    return
+  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
+  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
+  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths (before the defaults: "
+                    "working directory, repository root).")
+  flags.DEFINE_string("output_dir", None, output_dir_help)

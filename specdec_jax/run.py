@@ -25,13 +25,7 @@ from specdec_jax import gin_utils
 from specdec_jax.runner.config import RunConfig
 
 FLAGS = flags.FLAGS
-# The same flags as specdec_jax.train; defined only once so both entry points import together.
-if "gin_file" not in FLAGS:
-  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
-  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
-  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths (before the defaults: "
-                    "working directory, repository root).")
-  flags.DEFINE_string("output_dir", None, "Where results, config.gin and TensorBoard events go.")
+gin_utils.define_entry_flags("Where results, config.gin and TensorBoard events go.")
 
 CONFIGURABLE = "RunConfig"
 

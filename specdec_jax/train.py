@@ -30,13 +30,7 @@ from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils
 
 FLAGS = flags.FLAGS
-# The same flags as specdec_jax.run; defined only once so both entry points import together.
-if "gin_file" not in FLAGS:
-  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
-  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
-  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths.")
-  flags.DEFINE_string("output_dir", None, "Where checkpoints, TensorBoard events and the "
-                      "summary go.")
+gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
 
 
 def register_configurables() -> None:

@@ -27,12 +27,7 @@ from absl import app, flags
 from specdec_jax import gin_utils
 
 FLAGS = flags.FLAGS
-# The same flags as specdec_jax.run / train; defined only once so the entry points import together.
-if "gin_file" not in FLAGS:
-  flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order.")
-  flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also given as --gin.NAME=VALUE).")
-  flags.DEFINE_list("gin_search_paths", [], "Extra gin search paths.")
-  flags.DEFINE_string("output_dir", None, "Where aot.json (and roofline.*) go.")
+gin_utils.define_entry_flags("Where aot.json (and roofline.*) go.")
 flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e-8, or a "
                     "physical name such as v4:2x2x1.")
 flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "

@@ -118,15 +118,13 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
                                   max_decode_len)
   num_B = state.num_B + count_B
   pending_B = jnp.where(state.done_B, state.draft_pending_B, n_B == proposal.fed_B)
-  beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
-  counters = count(state.counters, ~state.done_B, done_B, proposal, jnp.minimum(n_B, count_B),
-                   count_B, beta_BxG)
-  # The previous iteration's bonus position (pending rows): its p was kept, its q just computed.
-  bonus_B = state.draft_pending_B & ~state.done_B
+  # beta = sum_x min(p, q) at the previous call's bonus position (its p kept in the state, its q
+  # from this call's first draft call), then at each drafted position.
   bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, proposal.bonus_q_BxV), axis=-1)
-  counters = counters.replace(
-      beta_sum_B=counters.beta_sum_B + jnp.where(bonus_B, bonus_beta_B, 0.0),
-      beta_count_B=counters.beta_count_B + bonus_B.astype(jnp.int32))
+  drafted_beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
+  beta_BxG1 = jnp.concatenate([bonus_beta_B[:, None], drafted_beta_BxG], axis=1)
+  counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B, proposal,
+                   jnp.minimum(n_B, count_B), count_B, beta_BxG1)
   p_n_BxV = jnp.take_along_axis(p_BxG1xV, n_B[:, None, None], axis=1)[:, 0]
   last_slot_B = state.base_B + num_B - 1
   return state.replace(
@@ -137,19 +135,26 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
       draft_cache=rollback(draft_cache, last_slot_B - pending_B.astype(jnp.int32)))
 
 
-def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, proposal: Proposal,
-          kept_B: jax.Array, count_B: jax.Array, beta_BxG: jax.Array) -> st.Counters:
+def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
+          proposal: Proposal, kept_B: jax.Array, count_B: jax.Array, beta_BxG1: jax.Array
+          ) -> st.Counters:
   """The counters after one target call, over the tokens of the request only: in the call that
   ends an example (EOS or the length limit), proposals past its end are neither drafted nor
-  accepted (a draft identical to the target accepts every token it drafted). beta
-  (sum_x min(p, q)) is counted at the positions that were written and whose q was computed."""
-  gamma = beta_BxG.shape[1]
+  accepted (a draft identical to the target accepts every token it drafted).
+
+  beta_BxG1: sum_x min(p, q) at the previous call's bonus position (column 0, counted where the
+  row was pending: all its drafts were accepted) and at the drafted positions (columns 1..G,
+  counted where written and where the draft computed q). So alpha covers every generated
+  position.
+  """
+  gamma = beta_BxG1.shape[1] - 1
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
   act_B = active_B.astype(jnp.int32)
   ends_B = done_B & active_B
   drafted_B = jnp.where(ends_B, jnp.minimum(proposal.proposed_B, count_B), proposal.proposed_B)
-  beta_mask_BxG = ((g_G1[None, :gamma] < jnp.minimum(count_B, gamma)[:, None])
-                   & (g_G1[None, :gamma] < proposal.fed_B[:, None]))
+  drafted_mask_BxG = ((g_G1[None, :gamma] < jnp.minimum(count_B, gamma)[:, None])
+                      & (g_G1[None, :gamma] < proposal.fed_B[:, None]))
+  beta_mask_BxG1 = jnp.concatenate([(pending_B & active_B)[:, None], drafted_mask_BxG], axis=1)
   return c.replace(
       iterations=c.iterations + 1,
       target_calls_B=c.target_calls_B + act_B,
@@ -160,8 +165,8 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, proposal: Prop
           g_G1[None, :gamma] < kept_B[:, None]).astype(jnp.int32),
       accepted_length_hist_BxG1=c.accepted_length_hist_BxG1 + (
           (g_G1[None, :] == kept_B[:, None]) & active_B[:, None]).astype(jnp.int32),
-      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxG, beta_BxG, 0.0), axis=1),
-      beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG, axis=1, dtype=jnp.int32))
+      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxG1, beta_BxG1, 0.0), axis=1),
+      beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG1, axis=1, dtype=jnp.int32))
 
 
 def spec_iteration(target, target_params, draft, draft_params, state: st.DecodeState, *,
