@@ -19,7 +19,14 @@ def test_sweep_smoke(tmp_path, capsys):
       (False, 0.0), (False, 0.0), (True, 0.0)]
   auto = metrics[-1]
   assert 0 <= auto["gamma"] <= 3 and auto["auto_calibration_alpha"] is not None
-  assert set(auto["auto_predicted_speedup"]) == {"0", "1", "2", "3"}
+  # The lone-extend curve covers every gamma; the loop-timed curve the candidates it kept.
+  assert set(auto["auto_lone_extend_speedup"]) == {"0", "1", "2", "3"}
+  assert "0" in auto["auto_predicted_speedup"]
+  assert set(auto["auto_predicted_speedup"]) <= set(auto["auto_lone_extend_speedup"])
+  for fixed in metrics[:2]:  # one device: the fixed rows are predicted from their timed loops
+    assert fixed["speedup_predicted_from"] == "loop"
+    assert fixed["iteration_ms"] > 0 and fixed["ar_iteration_ms"] > 0
+    assert fixed["c"] is not None and fixed["v_curve"] is not None  # contract keys stay
   if auto["gamma"] == 0:  # nothing predicted to help: the "speculative" run is the AR loop
     assert auto["speedup_predicted"] == 1.0
     assert auto["speedup"] is None and auto["speedup_not_measured"]  # not a 1.00 "measured"

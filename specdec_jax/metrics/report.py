@@ -63,7 +63,8 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
           num_examples: int, ar_records, spec_records, costs,
           quality_info: Mapping[str, Any], match_rate: float | None,
           extra: Mapping[str, Any] | None = None, alpha_if_nothing_drafted: float | None = None,
-          predictable: bool = True, speedup_measured: bool = True) -> dict[str, Any]:
+          predictable: bool = True, speedup_measured: bool = True,
+          loop: Mapping[str, Any] | None = None, rule: str = "tokenwise") -> dict[str, Any]:
   """One metrics.json object. Keys that a mode does not measure are present with value None.
 
   alpha_if_nothing_drafted: alpha measured elsewhere (GAMMA='auto''s calibration decode) for a
@@ -71,20 +72,40 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
   which the fixed-gamma formula does not predict (speedup_predicted is then None).
   speedup_measured: False where the "speculative" program is the baseline itself (gamma 0 chosen
   by 'auto'): speedup is then None rather than a 1.00 that would read as measured.
+  loop: the measured loop costs of this draft and temperature (`calibrate.LoopCosts.to_json()`);
+  where they hold this gamma, speedup_predicted is theory.loop_speedup(E, T_ar, T_iter(gamma))
+  with the per-request fixed costs and N = the autoregressive iterations per batch of this run
+  (`speedup_predicted_from` 'loop'); else the lone-extend formula from c and v ('lone_extend').
+  rule: the acceptance rule decoded with. E is the rule's expected tokens per iteration
+  (theory.expected_tokens_per_iteration): token-wise from alpha; block verification (at
+  temperature > 0) from this row's own fraction of target calls that kept at least i drafts.
   """
   stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
       if spec_records else {}
   alpha = stats.get("alpha")
   if gamma == 0 and alpha_if_nothing_drafted is not None:
     alpha = alpha_if_nothing_drafted
-  v = c = predicted = None
+  v = c = predicted = lone = expected = it_ms = None
+  source = None
   if costs is not None and gamma is not None and predictable:
     c = costs.c
     v = 1.0 if gamma == 0 else costs.v.get(gamma + 1)
     if gamma == 0:
-      predicted = 1.0
-    elif alpha is not None and v is not None:
-      predicted = theory.predicted_speedup(min(max(alpha, 0.0), 1.0), gamma, c, v)
+      predicted, source = 1.0, "autoregressive"
+    elif alpha is not None:
+      a = min(max(alpha, 0.0), 1.0)
+      use = "tokenwise" if float(temperature) == 0.0 else rule
+      expected = theory.expected_tokens_per_iteration(
+          a, gamma, use, [x or 0.0 for x in stats.get("accepts_per_position") or []])
+      if v is not None:
+        lone = theory.loop_speedup(expected, 1.0, gamma * c + v)
+      it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
+      if it_ms is not None:
+        predicted, source = theory.loop_speedup(
+            expected, loop["ar_ms"], it_ms, tokens=_tokens_per_request(ar_records, loop),
+            ar_fixed=loop["ar_fixed_ms"], spec_fixed=loop["fixed_ms"][str(gamma)]), "loop"
+      elif lone is not None:
+        predicted, source = lone, "lone_extend"
   ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
   speedup = None
   if ar_records and spec_records and speedup_measured:
@@ -104,9 +125,24 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
       "target_ms_per_call": costs.target_ms if costs is not None else None,
       "draft_ms_per_call": costs.draft_ms if costs is not None else None,
       "v_curve": ({str(k): val for k, val in costs.v.items()} if costs is not None else None),
+      "speedup_predicted_from": source,
+      "speedup_predicted_lone_extend": lone,
+      "expected_tokens_per_iteration": expected,
+      "iteration_ms": it_ms,
+      "ar_iteration_ms": loop["ar_ms"] if loop else None,
+      "loop_costs": dict(loop) if loop else None,
   }
   out.update(extra or {})
   return out
+
+
+def _tokens_per_request(ar_records, loop: Mapping[str, Any]) -> float:
+  """N of theory.loop_speedup: this run's autoregressive iterations per batch where its records
+  hold them, else the calibration's."""
+  its = [r.counters.get("iterations") for r in ar_records or []]
+  if its and all(i is not None for i in its):
+    return sum(its) / len(its)
+  return float(loop["tokens"])
 
 
 def _fmt(x, spec=".3f") -> str:

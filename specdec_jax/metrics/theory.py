@@ -1,14 +1,39 @@
-"""Speedup theory (Leviathan et al. section 3) with a measured verify cost, and choosing gamma.
+"""Speedup theory (Leviathan et al. section 3) with measured costs, and choosing gamma.
 
-Why the verify cost: the papers assume one target call over gamma + 1 tokens costs as much as one
-over a single token (v = 1, true for a memory-bound TPU/GPU at batch 1). On a CPU it is not:
-an 80 MB float32 decoder measured v(4) = 3.1, v(8) = 4.2. The expected walltime improvement is then
+One formula, in two cost models (`loop_speedup` is the one place a speedup is computed):
+- measured loop costs (what a single-device run predicts with, runner/calibrate.py): one real
+  speculative iteration at gamma costs T_iter(G) and one autoregressive iteration T_ar, both timed
+  as the decode programs run them (draft steps with their sampling over V, the two-token first
+  draft call, verification, acceptance, commit, the loop glue), so
 
-    (1 - alpha^(G+1)) / ((1 - alpha) (G c + v(G+1)))
+      speedup(G) = E[tokens per iteration | G] * T_ar / T_iter(G)
 
-and the best gamma may be 0 (plain autoregressive decoding). `choose_gamma` returns 0 whenever no
-gamma is predicted to beat `min_speedup`, which is what keeps GAMMA='auto' from ever being slower
-than the autoregressive loop. Pure Python: the measurement of c and v is `specdec_jax.timing`'s.
+  and, with the per-request fixed costs (prefill, measured the same way) and N tokens per request,
+  (F_ar + N T_ar) / (F_spec + (N / E) T_iter(G));
+- lone `extend` calls (the papers' model, kept for meshes and as the record's `c` and `v`): the
+  draft step costs c target steps and verifying G + 1 tokens costs v(G + 1) (1 on a memory-bound
+  TPU/GPU at batch 1; an 80 MB float32 decoder measured v(4) = 3.1, v(8) = 4.2 with XLA's CPU dot):
+
+      (1 - alpha^(G+1)) / ((1 - alpha) (G c + v(G+1)))
+
+  It leaves out everything in an iteration but the model calls (on the default CPU run it
+  predicted 1.21x where one iteration measured 7.1 ms against 5.5 ms assumed, and 1.00x was
+  measured), which is why the runner times the real loops where it can.
+
+E[tokens per iteration] depends on the acceptance rule (`expected_tokens_per_iteration`):
+- token-wise (Leviathan): 1 + sum_{i<=G} alpha^i = (1 - alpha^(G+1)) / (1 - alpha), positions
+  taken as independent with acceptance probability alpha;
+- block verification (Sun et al. 2024): 1 + sum_{i<=G} A_i, A_i = P(at least i drafts kept) =
+  E[a_i], a_i = min(1, a_{i-1} p(x_i) / q(x_i)), a_0 = 1 (acceptance.block_distributions: the
+  block keeps at least i tokens with probability a_i given x_1..x_i, whatever G is). A_1 = alpha,
+  but A_i >= the token-wise E[prod_{j<=i} min(1, p_j / q_j)] and is not a function of alpha: it
+  depends on how the likelihood ratios p/q spread. So it is measured: the fraction of target calls
+  of a block-rule decode that kept at least i drafts (its `accepts_per_position`), which, because
+  a_i does not depend on G, serves every gamma up to the one decoded.
+
+`best_gamma` returns 0 whenever no gamma is predicted to beat `min_speedup`, which is what keeps
+GAMMA='auto' from ever being slower than the autoregressive loop. Pure Python: the measurements
+are `specdec_jax.timing`'s and `runner/calibrate.py`'s.
 """
 from __future__ import annotations
 
@@ -26,13 +51,54 @@ def expected_tokens(alpha: float, gamma: int) -> float:
   return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def expected_tokens_per_iteration(alpha: float, gamma: int, rule: str = "tokenwise",
+                                  accept_at_least: Sequence[float] | None = None) -> float:
+  """Expected tokens one iteration writes (accepted drafts + the token after them).
+
+  rule 'tokenwise': `expected_tokens(alpha, gamma)`. rule 'block': 1 + sum of the first gamma
+  entries of `accept_at_least` (A_1, A_2, ...: the fraction of a block-rule decode's target calls
+  that kept at least i drafts, measured at a gamma >= this one; see the module docstring). At
+  temperature 0 both rules are the same (one-hot p and q), and callers pass 'tokenwise'.
+  """
+  if gamma == 0:
+    return 1.0
+  if rule == "tokenwise":
+    return expected_tokens(alpha, gamma)
+  if rule != "block":
+    raise ValueError(f"no expected-length model for acceptance rule {rule!r}")
+  if accept_at_least is None or len(accept_at_least) < gamma:
+    have = 0 if accept_at_least is None else len(accept_at_least)
+    raise ValueError(f"block verification at gamma {gamma} needs P(at least i kept) for i = "
+                     f"1..{gamma} from a block-rule decode (have {have})")
+  a = [min(max(float(x), 0.0), 1.0) for x in accept_at_least[:gamma]]
+  return 1.0 + sum(a)
+
+
+def loop_speedup(tokens_per_iteration: float, ar_iteration: float, iteration: float, *,
+                 tokens: float | None = None, ar_fixed: float = 0.0,
+                 spec_fixed: float = 0.0) -> float:
+  """The speedup formula (the one place it is written): E * T_ar / T_iter, times in any one unit.
+
+  With `tokens` (N, autoregressive iterations per request) the per-request fixed costs count too:
+  (ar_fixed + N T_ar) / (spec_fixed + (N / E) T_iter).
+  """
+  if iteration <= 0 or ar_iteration <= 0 or tokens_per_iteration <= 0:
+    raise ValueError(f"need positive costs and tokens, got E={tokens_per_iteration}, "
+                     f"T_ar={ar_iteration}, T_iter={iteration}")
+  if tokens is None:
+    return tokens_per_iteration * ar_iteration / iteration
+  return ((ar_fixed + tokens * ar_iteration)
+          / (spec_fixed + tokens / tokens_per_iteration * iteration))
+
+
 def predicted_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
-  """Walltime improvement over autoregressive decoding; gamma = 0 is autoregressive (1.0)."""
+  """Walltime improvement over autoregressive decoding in the lone-extend model (Leviathan et
+  al.'s formula with the verify cost v): one target step is the unit; gamma = 0 is 1.0."""
   if gamma == 0:
     return 1.0
   if c < 0 or v <= 0:
     raise ValueError(f"need c >= 0 and v > 0, got c={c}, v={v}")
-  return expected_tokens(alpha, gamma) / (gamma * c + v)
+  return loop_speedup(expected_tokens(alpha, gamma), 1.0, gamma * c + v)
 
 
 def operations_factor(alpha: float, gamma: int, c_hat: float = 0.0) -> float:
@@ -71,9 +137,15 @@ def speedup_curve(alpha: float, c: float, v_curve, max_gamma: int) -> dict[int, 
           for g in range(top + 1) if g == 0 or known(g)}
 
 
-def choose_gamma(alpha: float, c: float, v_curve=None, max_gamma: int = 16,
-                 min_speedup: float = 1.0) -> int:
-  """The gamma maximising the predicted speedup, or 0 if none is predicted to beat min_speedup."""
-  curve = speedup_curve(alpha, c, v_curve, max_gamma)
+def best_gamma(curve: Mapping[int, float], min_speedup: float = 1.0) -> int:
+  """The gamma of `curve` ({gamma: predicted speedup}) with the largest prediction, or 0 if none
+  beats min_speedup."""
   best = max((g for g in curve if g > 0), key=lambda g: curve[g], default=0)
   return best if best and curve[best] > min_speedup else 0
+
+
+def choose_gamma(alpha: float, c: float, v_curve=None, max_gamma: int = 16,
+                 min_speedup: float = 1.0) -> int:
+  """The gamma maximising the lone-extend prediction, or 0 if none is predicted to beat
+  min_speedup."""
+  return best_gamma(speedup_curve(alpha, c, v_curve, max_gamma), min_speedup)

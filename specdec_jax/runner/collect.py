@@ -47,6 +47,7 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
+    extra["auto_lone_extend_speedup"] = {str(g): s for g, s in point.lone_curve}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
   # gamma 0 chosen by 'auto': nothing was drafted (alpha is the calibration decode's) and the
@@ -62,7 +63,9 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                                                                           True),
                       match_rate=match, extra=extra, alpha_if_nothing_drafted=fallback_alpha,
                       predictable=point.adaptive is None,
-                      speedup_measured=fallback_alpha is None)
+                      speedup_measured=fallback_alpha is None,
+                      loop=point.loop.to_json() if point.loop is not None else None,
+                      rule=cfg.rule)
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:

@@ -29,7 +29,7 @@ from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import calibrate, inputs as inputs_lib, keys, models as models_lib
-from specdec_jax.runner.config import DraftSpec, RunConfig, draft_specs, points, temperatures
+from specdec_jax.runner.config import AUTO, DraftSpec, RunConfig, draft_specs, points, temperatures
 from specdec_jax.runner.store import ResultStore
 
 
@@ -81,7 +81,8 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
       return tables["t"]
     for spec in draft_specs(cfg):
       drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
-                                           dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn)
+                                           dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
+                                           target_name=cfg.target_checkpoint)
   ids = inputs_lib.tokenize(examples, vocab if text else None,
                             model_vocab_size=target.vocab_size,
                             encoder_decoder=target.config.is_encoder_decoder,
@@ -121,7 +122,8 @@ def global_batch(loaded: Loaded, positions) -> tuple[object, int]:
 
 def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Callable
                    ) -> tuple[list, dict]:
-  """Measures c and v(T) per draft, then gives every point a concrete gamma."""
+  """Measures c and v(T) per draft, the real loops' per-iteration costs (one device), then gives
+  every point a concrete gamma (runner/calibrate.py says what is timed and why)."""
   if not cfg.runs_speculative:
     return [], {}
   first, _ = global_batch(loaded, range(min(cfg.batch_size, len(loaded.prompts.ids))))
@@ -134,22 +136,86 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
       ", ".join(f"v({n})={c.v[n]:.2f}" for n in sorted(c.v) if n > 1) for s, c in costs.items()))
   cal_rows = range(min(cfg.auto_calibration_examples, len(loaded.prompts.ids)))
-  resolved = []
-  for p in points(cfg):
+  pts = points(cfg)
+  plans = {}
+  for p in pts:
+    if p.gamma != AUTO:
+      continue
     draft, dparams = loaded.drafts[p.draft]
-    alpha_fn = lambda p=p, draft=draft, dparams=dparams: calibrate.calibration_alpha(  # noqa: E731
-        loaded.target, loaded.target_params, draft, dparams, global_batch(loaded, cal_rows)[0],
-        rows=len(cal_rows), gamma=cfg.auto_calibration_gamma, sampling=sampling_of(cfg, p.temperature),
-        max_decode_len=cfg.max_decode_length, seed=cfg.seed, rule=cfg.rule)
-    r = calibrate.resolve(p, costs[p.draft], store, alpha_fn, gamma_max=cfg.gamma_max,
-                          adaptive=cfg.adaptive_config(),
-                          min_speedup=cfg.auto_min_speedup)
-    if r.auto:
+    cal_gamma = calibrate.calibration_gamma(cfg.rule, p.temperature, cfg.auto_calibration_gamma,
+                                            cfg.gamma_max)
+    acceptance_fn = lambda p=p, draft=draft, dparams=dparams, g=cal_gamma: (  # noqa: E731
+        calibrate.calibration_acceptance(
+            loaded.target, loaded.target_params, draft, dparams,
+            global_batch(loaded, cal_rows)[0], rows=len(cal_rows), gamma=g,
+            sampling=sampling_of(cfg, p.temperature), max_decode_len=cfg.max_decode_length,
+            seed=cfg.seed, rule=cfg.rule))
+    plans[p] = calibrate.plan_auto(p, costs[p.draft], store, acceptance_fn,
+                                   gamma_max=cfg.gamma_max, min_speedup=cfg.auto_min_speedup,
+                                   rule=cfg.rule)
+    if plans[p].memo is None:
       log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
-          f"{r.calibration_alpha:.3f}, c {costs[p.draft].c:.3f} -> gamma {r.gamma}"
-          + (" (plain autoregressive decoding)" if r.gamma == 0 else ""))
+          f"{plans[p].alpha:.3f}; lone-extend prediction " + ", ".join(
+              f"{g}: {s:.2f}" for g, s in sorted(plans[p].lone_curve.items()) if g)
+          + f"; loops to time: {list(plans[p].candidates) or 'none'}")
+  loops = measure_loops(cfg, loaded, {p: calibrate.loop_gammas(p, plans.get(p)) for p in pts},
+                        log)
+  resolved = []
+  for p in pts:
+    loop = loops.get((p.draft, p.temperature))
+    if p not in plans:
+      resolved.append(calibrate.resolved(p, adaptive=cfg.adaptive_config(), loop=loop))
+      continue
+    memo = calibrate.choose(plans[p], costs[p.draft], loop, store,
+                            min_speedup=cfg.auto_min_speedup, rule=cfg.rule)
+    r = calibrate.resolved(p, memo=memo, loop=loop)
+    log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
+        f"{r.calibration_alpha:.3f}, c {costs[p.draft].c:.3f}, predicted "
+        + ", ".join(f"{g}: {s:.2f}" for g, s in r.predicted_curve)
+        + f" ({memo.get('curve_from', 'lone_extend')}) -> gamma {r.gamma}"
+        + (" (plain autoregressive decoding)" if r.gamma == 0 else ""))
     resolved.append(r)
   return resolved, costs
+
+
+def calibration_batches(cfg: RunConfig, loaded: Loaded) -> list:
+  """The calibration prompts in the run's batch shape: the first max(batch_size,
+  auto_calibration_examples) prompts in full batches of batch_size (or the one short batch the
+  run itself starts with when there are fewer prompts than that)."""
+  n = len(loaded.prompts.ids)
+  rows = min(max(cfg.batch_size, cfg.auto_calibration_examples), n)
+  chunks = [list(range(i, min(i + cfg.batch_size, rows))) for i in range(0, rows, cfg.batch_size)]
+  full = [c for c in chunks if len(c) == cfg.batch_size] or chunks[:1]
+  return [jax.device_put(loaded.prompts.batch(c)) for c in full]
+
+
+def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -> dict:
+  """{(draft spec, temperature): calibrate.LoopCosts} for the gammas each point needs
+  ({point: gammas}); one `calibrate.measure_loops` per temperature. Empty on a mesh: the sharded
+  programs are predicted from lone `extend` costs."""
+  need: dict = {}
+  for p, gs in gammas.items():
+    if gs:
+      need.setdefault(p.temperature, {}).setdefault(p.draft, set()).update(gs)
+  if loaded.mesh is not None or not need:
+    return {}
+  batches = calibration_batches(cfg, loaded)
+  out = {}
+  for t, by_draft in need.items():
+    t0 = time.perf_counter()
+    loops = calibrate.measure_loops(
+        loaded.target, loaded.target_params,
+        {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
+        sampling=sampling_of(cfg, t), rule=cfg.rule, max_decode_len=cfg.max_decode_length,
+        seed=cfg.seed)
+    for d, lc in loops.items():
+      out[(d, t)] = lc
+      log(f"loop costs at temperature {t:g}, {d.name} ({lc.batches} batches of {lc.rows}, "
+          f"{time.perf_counter() - t0:.1f}s with compiles): autoregressive {lc.ar_ms:.2f} ms/"
+          f"iteration (+{lc.ar_fixed_ms:.1f} ms per request); speculative " + ", ".join(
+              f"gamma {g}: {ms:.2f} ms/iteration (+{lc.fixed_ms[g]:.1f})"
+              for g, ms in sorted(lc.iteration_ms.items())))
+  return out
 
 
 def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:

@@ -74,3 +74,52 @@ def test_measure_costs_on_tiny_models():
   assert costs.v[1] == 1.0 and sorted(costs.v) == [1, 2, 3]
   assert costs.c > 0 and costs.target_ms > 0 and costs.draft_ms > 0
   assert costs.v[1] <= costs.v[2] <= costs.v[3]  # noise never makes a longer verify cheaper
+
+
+def test_the_lone_extend_formula_is_the_loop_formula_in_target_steps():
+  """One formula place: E * T_ar / T_iter with T_ar = 1 target step, T_iter = G c + v."""
+  assert g.predicted_speedup(0.7, 3, 0.1, 1.4) == pytest.approx(
+      g.loop_speedup(g.expected_tokens(0.7, 3), 1.0, 3 * 0.1 + 1.4))
+  assert g.loop_speedup(2.0, 4.0, 6.0) == pytest.approx(2.0 * 4.0 / 6.0)
+  # With N tokens per request, the per-request fixed costs count once on each side.
+  assert g.loop_speedup(2.0, 4.0, 6.0, tokens=40, ar_fixed=10.0, spec_fixed=14.0) == \
+      pytest.approx((10 + 40 * 4) / (14 + 20 * 6))
+  with pytest.raises(ValueError):
+    g.loop_speedup(2.0, 4.0, 0.0)
+
+
+def test_best_gamma_needs_to_beat_the_bar():
+  assert g.best_gamma({0: 1.0, 1: 1.05, 2: 1.3, 3: 1.2}, 1.1) == 2
+  assert g.best_gamma({0: 1.0, 1: 1.05}, 1.1) == 0
+  assert g.best_gamma({0: 1.0}, 1.0) == 0
+
+
+def test_block_expected_length_is_its_own_not_the_tokenwise_formula():
+  """Sun et al.'s two-token example: context-independent p = (1/3, 2/3), q = (2/3, 1/3), so
+  alpha = 2/3. Token-wise verification keeps 10/9 drafts per block of 2 on average, block
+  verification 11/9. Counting, from the block rule run many times, how often it kept at least
+  i drafts (what a run's `accepts_per_position` holds) gives block's expected length; the
+  token-wise formula in alpha would give token-wise's."""
+  import jax
+  import jax.numpy as jnp
+  from specdec_jax.decoding import acceptance as rules
+  rows, gamma = 200_000, 2
+  p = jnp.asarray([1 / 3, 2 / 3], jnp.float32)
+  q = jnp.asarray([2 / 3, 1 / 3], jnp.float32)
+  k_draft, k_rule = jax.random.split(jax.random.key(0))
+  x_BxG = jax.random.categorical(k_draft, jnp.log(q), shape=(rows, gamma)).astype(jnp.int32)
+  q_BxGxV = jnp.broadcast_to(q, (rows, gamma, 2))
+  p_BxG1xV = jnp.broadcast_to(p, (rows, gamma + 1, 2))
+  alpha = float(jnp.sum(jnp.minimum(p, q)))
+  n_block = jax.jit(rules.block)(k_rule, x_BxG, q_BxGxV, p_BxG1xV)[0]
+  n_token = jax.jit(rules.tokenwise)(k_rule, x_BxG, q_BxGxV, p_BxG1xV)[0]
+  at_least = [float(jnp.mean(n_block >= i)) for i in range(1, gamma + 1)]
+  block_e = g.expected_tokens_per_iteration(alpha, gamma, "block", at_least)
+  token_e = g.expected_tokens_per_iteration(alpha, gamma, "tokenwise")
+  assert token_e == pytest.approx(1 + 10 / 9, abs=1e-6)
+  assert float(jnp.mean(n_token)) + 1 == pytest.approx(token_e, abs=0.01)
+  assert block_e == pytest.approx(1 + 11 / 9, abs=0.01)
+  assert block_e - token_e > 0.08  # the token-wise formula would miss block's gain
+  assert at_least[0] == pytest.approx(alpha, abs=0.01)  # A_1 = alpha for both rules
+  with pytest.raises(ValueError, match="needs P"):
+    g.expected_tokens_per_iteration(alpha, 3, "block", at_least)

@@ -1,0 +1,144 @@
+"""The cost model behind GAMMA='auto' and speedup_predicted (specdec_jax/runner/calibrate.py).
+
+Why: 'auto' used to choose from lone `extend` timings that leave out each iteration's sampling,
+first draft call and glue (default run: 1.21x predicted, 1.00x measured). It now times the real
+loop per candidate gamma; these tests pin that the timed program IS the run's decode (same tokens,
+same counters, iterations as capped), that the choice follows the loop costs rather than the
+lone-extend ranking, that pruning is what the docstring says, and that block verification is
+chosen from its own expected length.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax import timing
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.metrics import acceptance, theory
+from specdec_jax.runner import calibrate
+from specdec_jax.runner.config import DraftSpec, Point
+from specdec_jax.testing import tiny_pair
+
+
+class Store:
+  """The two methods of runner/store.ResultStore that calibration uses."""
+
+  def __init__(self):
+    self.state = {}
+
+  def remember(self, section, key, value):
+    self.state.setdefault(section, {})[key] = value
+
+  def recall(self, section, key, default=None):
+    return self.state.get(section, {}).get(key, default)
+
+
+SPEC = DraftSpec("model", "some/draft")
+# Lone extend: verification nearly free, a cheap draft -> ranks gamma 4 above gamma 1.
+COSTS = timing.Costs(target_ms=4.0, draft_ms=0.4, c=0.1,
+                     v={1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2})
+
+
+def _loop(iteration_ms, tokens=40.0, ar_ms=4.0):
+  return calibrate.LoopCosts(ar_ms=ar_ms, ar_fixed_ms=0.0, tokens=tokens,
+                             iteration_ms=iteration_ms, fixed_ms={g: 0.0 for g in iteration_ms},
+                             tokens_per_iteration={g: 1.0 for g in iteration_ms}, batches=1,
+                             rows=1)
+
+
+def test_choice_follows_the_timed_loops_not_the_lone_extend_ranking():
+  store = Store()
+  point = Point(SPEC, "auto", 0.0)
+  plan = calibrate.plan_auto(point, COSTS, store, lambda: {"alpha": 0.8}, gamma_max=4,
+                             min_speedup=1.0, rule="tokenwise")
+  lone = plan.lone_curve
+  assert max((g for g in lone if g), key=lone.get) == 4
+  assert plan.candidates == (2, 3, 4)  # the best three of the lone-extend curve
+  # The real iterations: each draft step costs far more than its lone extend (sampling over V).
+  loop = _loop({2: 7.0, 3: 9.5, 4: 12.0})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
+  curve = dict(memo["curve"])
+  assert memo["gamma"] == 2 and memo["curve_from"] == "loop"
+  assert curve[2] == pytest.approx(theory.expected_tokens(0.8, 2) * 4.0 / 7.0)
+  assert store.recall("gammas", "some/draft@t0") or store.state  # remembered
+  again = calibrate.plan_auto(point, COSTS, store, lambda: pytest.fail("re-calibrated"),
+                              gamma_max=4, min_speedup=1.0, rule="tokenwise")
+  assert again.memo["gamma"] == 2 and calibrate.loop_gammas(point, again) == (2,)
+
+
+def test_loops_predicting_no_gain_choose_autoregressive():
+  store = Store()
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.8},
+                             gamma_max=4, min_speedup=1.1, rule="tokenwise")
+  memo = calibrate.choose(plan, COSTS, _loop({2: 9.0, 3: 12.0, 4: 15.0}), store,
+                          min_speedup=1.1, rule="tokenwise")
+  assert memo["gamma"] == 0
+
+
+def test_pruning_keeps_the_best_few_above_the_floor():
+  curve = {0: 1.0, 1: 0.7, 2: 0.95, 3: 1.3, 4: 1.25, 5: 1.2, 6: 0.85}
+  assert calibrate.candidates(curve, 1.1, max_candidates=3, prune_below=0.8) == (3, 4, 5)
+  assert calibrate.candidates(curve, 1.1, max_candidates=8, prune_below=0.8) == (2, 3, 4, 5)
+  assert calibrate.candidates({0: 1.0, 1: 0.5, 2: 0.4}, 1.0) == ()  # nothing compiled
+  store = Store()
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.01},
+                             gamma_max=4, min_speedup=1.2, rule="tokenwise")
+  assert plan.candidates == ()  # lone extend: 0.88x at best, below 0.8 x 1.2
+  memo = calibrate.choose(plan, COSTS, None, store, min_speedup=1.2, rule="tokenwise")
+  assert memo["gamma"] == 0 and memo["curve_from"] == "pruned"
+
+
+def test_block_rule_is_chosen_from_its_own_expected_length():
+  """At temperature > 0 the block rule's A_i (not alpha^i) make the expected length."""
+  store = Store()
+  a_i = [0.6, 0.55, 0.5, 0.45]  # a block decode keeps i drafts far more often than 0.6^i
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 1.0), COSTS, store,
+                             lambda: {"alpha": 0.6, "accept_at_least": a_i}, gamma_max=4,
+                             min_speedup=1.0, rule="block")
+  loop = _loop({2: 7.0, 3: 8.0, 4: 9.0})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="block")
+  curve = dict(memo["curve"])
+  assert curve[3] == pytest.approx((1 + 0.6 + 0.55 + 0.5) * 4.0 / 8.0)
+  assert curve[3] != pytest.approx(theory.expected_tokens(0.6, 3) * 4.0 / 8.0)
+  # At temperature 0 block verification is token-wise verification: alpha alone.
+  assert calibrate.effective_rule("block", 0.0) == "tokenwise"
+  assert calibrate.calibration_gamma("block", 1.0, 4, 8) == 8
+  assert calibrate.calibration_gamma("block", 0.0, 4, 8) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gamma", [0, 2])
+def test_the_timed_program_is_the_run_decode(gamma):
+  """capped_decode uncapped == the run's decode (tokens, counters); a cap stops it there."""
+  target, tp, draft, dp = tiny_pair("decoder", seed=3)
+  x = np.array([[5, 6, 7, 2], [9, 3, 4, 0]], np.int32)
+  sampling = SamplingConfig(temperature=1.0)
+  rng = jax.random.key(11)
+  kw = dict(sampling=sampling, max_decode_len=10, rng=rng)
+  ref = (generate_autoregressive(target, tp, x, **kw) if gamma == 0 else
+         generate_speculative(target, tp, draft, dp, x, gamma=gamma, rule="tokenwise", **kw))
+  run = lambda cap: calibrate.capped_decode(  # noqa: E731
+      target, tp, draft if gamma else None, dp if gamma else None, jnp.asarray(x), rng,
+      jnp.int32(cap), gamma=gamma, sampling=sampling, rule="tokenwise", max_decode_len=10)
+  full = run(11)
+  np.testing.assert_array_equal(full.tokens_BxN, ref.tokens_BxN)
+  assert acceptance.counters_to_dict(full.counters) == acceptance.counters_to_dict(ref.counters)
+  assert int(run(0).counters.iterations) == 0 and int(run(0).lengths_B.max()) == 0
+  assert int(run(2).counters.iterations) == 2
+
+
+@pytest.mark.slow
+def test_measure_loops_on_tiny_models():
+  target, tp, draft, dp = tiny_pair("decoder", seed=3)
+  batches = [jnp.asarray([[5, 6, 7, 2]], jnp.int32), jnp.asarray([[9, 3, 4, 8]], jnp.int32)]
+  loops = calibrate.measure_loops(target, tp, {"d": (draft, dp, [1, 3])}, batches,
+                                  sampling=SamplingConfig(), rule="tokenwise", max_decode_len=8,
+                                  seed=0, repeats=2)
+  lc = loops["d"]
+  assert sorted(lc.iteration_ms) == [1, 3] and lc.batches == 2 and lc.rows == 1
+  assert lc.ar_ms > 0 and all(v > 0 for v in lc.iteration_ms.values())
+  assert 1 <= lc.tokens <= 8  # autoregressive iterations per batch (max_decode_len 8)
+  assert all(1.0 <= t <= g + 1 for g, t in lc.tokens_per_iteration.items())
+  assert lc.to_json()["iteration_ms"].keys() == {"1", "3"}
