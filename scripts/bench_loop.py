@@ -3,6 +3,13 @@ r"""Where the time of one decode goes: memory bandwidth, the verify-cost curve, 
   python scripts/bench_loop.py                          # zoo-sized T5 target (84 MB), small draft
   python scripts/bench_loop.py --target=decoder_97m --draft=decoder_6m --max_t=8
   python scripts/bench_loop.py --xla_variants           # v(T) under several XLA:CPU settings
+  python scripts/bench_loop.py --matmul=xla,auto --shapes   # before / after the CPU kernel
+
+--matmul (comma list of RunConfig.matmul values, default 'xla,auto') decodes with each weight
+layout (models/packed.py: 'auto' is the packed kernel from two rows on one CPU device), every
+figure below timed for all layouts side by side in one process (the speed of a shared machine
+drifts; a before/after table from two processes would measure the drift). --shapes adds the
+kernel vs XLA's dot per matrix shape of the target's step (scripts/bench_matmul.py's table).
 
 Prints (random weights; speed does not depend on their values):
 1. the autoregressive ms/token beside (decode-path weight bytes) / (measured memory bandwidth),
@@ -62,11 +69,20 @@ def decode_path_bytes(params, kind: str) -> tuple[int, int]:
 def verify_curve(target, tp, inputs, max_t: int, repeats: int) -> dict[int, float]:
   """Seconds of one target `extend` over T tokens, T = 1..max_t (`timing.extend_program`: donated
   cache, rolled back each call, as the loops run it; interleaved repeats)."""
+  return verify_curves({"": (target, tp)}, inputs, max_t, repeats)[""]
+
+
+def verify_curves(variants: dict, inputs, max_t: int, repeats: int) -> dict:
+  """{layout: verify_curve} for {layout: (target, params)}, all timed in one interleaved call."""
   import jax
   from specdec_jax import timing
-  cache = jax.jit(target.prefill, static_argnums=2)(tp, inputs, inputs.shape[1] + max_t + 8)
-  programs = {t: timing.extend_program(target, tp, cache, t) for t in range(1, max_t + 1)}
-  return timing.interleaved(programs, repeats)[1]
+  programs = {}
+  for k, (target, tp) in variants.items():
+    cache = jax.jit(target.prefill, static_argnums=2)(tp, inputs, inputs.shape[1] + max_t + 8)
+    programs.update({(k, t): timing.extend_program(target, tp, cache, t)
+                     for t in range(1, max_t + 1)})
+  med = timing.interleaved(programs, repeats)[1]
+  return {k: {t: med[(k, t)] for t in range(1, max_t + 1)} for k in variants}
 
 
 def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int) -> dict:
@@ -102,13 +118,21 @@ def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int)
 
 
 def autoregressive_ms_per_token(target, tp, inputs, tokens: int, repeats: int) -> float:
+  return autoregressive_ms_per_tokens({"": (target, tp)}, inputs, tokens, repeats)[""]
+
+
+def autoregressive_ms_per_tokens(variants: dict, inputs, tokens: int, repeats: int) -> dict:
+  """{layout: ms per token} of a greedy autoregressive decode of `tokens` tokens, interleaved."""
   import jax
+  from specdec_jax import timing
   from specdec_jax.decoding.autoregressive import autoregressive_decode
   from specdec_jax.decoding.sampling import SamplingConfig
-  run = lambda: autoregressive_decode(target, tp, inputs, jax.random.key(0),  # noqa: E731
-                                      sampling=SamplingConfig(), max_decode_len=tokens)
-  jax.block_until_ready(run())
-  return 1e3 * _median_time(run, repeats) / tokens
+  programs = {k: (lambda m=m, p=p: autoregressive_decode(m, p, inputs, jax.random.key(0),
+                                                         sampling=SamplingConfig(),
+                                                         max_decode_len=tokens))
+              for k, (m, p) in variants.items()}
+  med = timing.interleaved(programs, repeats)[1]
+  return {k: 1e3 * s / tokens for k, s in med.items()}
 
 
 def main(argv=None) -> dict:
@@ -119,6 +143,10 @@ def main(argv=None) -> dict:
   ap.add_argument("--max_t", type=int, default=16)
   ap.add_argument("--tokens", type=int, default=48, help="tokens per autoregressive decode")
   ap.add_argument("--repeats", type=int, default=7)
+  ap.add_argument("--matmul", default="xla,auto",
+                  help="comma list of weight layouts (RunConfig.matmul values) to compare")
+  ap.add_argument("--shapes", action="store_true",
+                  help="also time kernel vs XLA's dot per matrix shape of the target's step")
   ap.add_argument("--curve_only", action="store_true", help="only v(T) (used by --xla_variants)")
   ap.add_argument("--xla_variants", action="store_true",
                   help="also measure v(T) under each XLA:CPU setting in XLA_VARIANTS")
@@ -128,54 +156,76 @@ def main(argv=None) -> dict:
   import jax
   import jax.numpy as jnp
   import numpy as np
+  from specdec_jax.models import packed
   from specdec_jax.models.config import get_preset
   from specdec_jax.models.model import Model
 
   # eos_id -1: random weights would otherwise stop some decodes early and skew ms/token.
   target = Model(get_preset(args.target, eos_id=-1))
   tp = target.init(jax.random.key(0))
+  layouts = [m for m in args.matmul.split(",") if m]
+  variants = {}
+  for name in layouts:
+    model, params = packed.for_backend(target, tp, matmul=name)
+    variants[f"{name}->{packed.resolve_matmul(name)}"] = (model, params)
   inputs = jnp.asarray(np.arange(3, 19, dtype=np.int32)[None] % target.vocab_size)
-  curve = verify_curve(target, tp, inputs, args.max_t, args.repeats)
-  v = {t: curve[t] / curve[1] for t in curve}
+  curves = verify_curves(variants, inputs, args.max_t, args.repeats)
   out = {"device": str(jax.devices()[0]), "xla_flags": os.environ.get("XLA_FLAGS", ""),
-         "target": args.target, "extend_ms": {t: 1e3 * s for t, s in curve.items()}, "v": v}
+         "target": args.target, "layouts": {}}
+  for k, curve in curves.items():
+    out["layouts"][k] = {"extend_ms": {t: 1e3 * s for t, s in curve.items()},
+                         "v": {t: curve[t] / curve[1] for t in curve}}
+  first = out["layouts"][next(iter(curves))]
+  out.update(extend_ms=first["extend_ms"], v=first["v"])
   if args.curve_only:
     print(json.dumps(out))
     return out
 
   draft = Model(get_preset(args.draft, eos_id=-1))
   dp = draft.init(jax.random.key(1))
+  drafts = {k: packed.for_backend(draft, dp, matmul=k.split("->")[0]) for k in variants}
   total, path = decode_path_bytes(tp, target.config.kind)
   bandwidth = measure_bandwidth()
-  ar = autoregressive_ms_per_token(target, tp, inputs, args.tokens, args.repeats)
-  it = iteration_breakdown(target, tp, draft, dp, inputs, args.gamma, args.repeats)
+  ar = autoregressive_ms_per_tokens(variants, inputs, args.tokens, args.repeats)
+  floor = 1e3 * path / (bandwidth * 1e9)
   out.update(target_weight_mb=total / 2 ** 20, decode_path_mb=path / 2 ** 20,
-             bandwidth_gb_s=bandwidth, ar_ms_per_token=ar,
-             memory_bound_ms_per_token=1e3 * path / (bandwidth * 1e9), gamma=args.gamma,
-             iteration_ms={k: 1e3 * s for k, s in it.items()},
-             c=it["draft_extend_T1"] / curve[1])
+             bandwidth_gb_s=bandwidth, memory_bound_ms_per_token=floor, gamma=args.gamma)
   print(f"target {args.target}: {total / 2**20:.1f} MB float32 weights, "
         f"{path / 2**20:.1f} MB read per decode step; draft {args.draft}")
-  print(f"memory bandwidth (sum over 512 MB): {bandwidth:.1f} GB/s")
-  print(f"autoregressive: {ar:.2f} ms/token; decode-path bytes / bandwidth = "
-        f"{out['memory_bound_ms_per_token']:.2f} ms/token "
-        f"({ar / out['memory_bound_ms_per_token']:.2f}x the memory-bound floor)")
-  print("verify-cost curve v(T) = extend(T) / extend(1):")
-  print("  T    " + " ".join(f"{t:>5d}" for t in curve))
-  print("  ms   " + " ".join(f"{1e3 * curve[t]:5.2f}" for t in curve))
-  print("  v    " + " ".join(f"{v[t]:5.2f}" for t in curve))
-  ms = out["iteration_ms"]
-  print(f"one speculative iteration, gamma={args.gamma}: {ms['iteration']:.2f} ms; draft_step "
-        f"{ms['draft_step']:.2f} + verify {ms['verify_step']:.2f} = "
-        f"{ms['draft_step_plus_verify']:.2f} ms; loop overhead {ms['loop_overhead']:.2f} ms; "
-        f"c = draft extend / target extend = {out['c']:.3f}")
+  print(f"memory bandwidth (sum over 512 MB): {bandwidth:.1f} GB/s; decode-path bytes / "
+        f"bandwidth = {floor:.2f} ms/token (the memory-bound floor)")
+  for k, (model, params) in variants.items():
+    dm, dparams = drafts[k]
+    it = iteration_breakdown(model, params, dm, dparams, inputs, args.gamma, args.repeats)
+    lay = out["layouts"][k]
+    lay.update(ar_ms_per_token=ar[k], ar_over_floor=ar[k] / floor,
+               iteration_ms={n: 1e3 * s for n, s in it.items()},
+               c=it["draft_extend_T1"] / curves[k][1])
+  ts = list(range(1, args.max_t + 1))
+  print("\nlayout (matmul -> chosen) | " + " | ".join(f"v({t})" for t in ts)
+        + " | extend(1) ms | AR ms/token | AR / floor | iteration ms (gamma "
+        f"{args.gamma}) | draft_step + verify | loop overhead")
+  for k, lay in out["layouts"].items():
+    ms = lay["iteration_ms"]
+    print(f"{k} | " + " | ".join(f"{lay['v'][t]:.2f}" for t in ts)
+          + f" | {lay['extend_ms'][1]:.2f} | {lay['ar_ms_per_token']:.2f} | "
+          f"{lay['ar_over_floor']:.2f}x | {ms['iteration']:.2f} | "
+          f"{ms['draft_step_plus_verify']:.2f} | {ms['loop_overhead']:.2f}")
+
+  if args.shapes:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_matmul  # pylint: disable=import-outside-toplevel
+    _, kparams = packed.pack(target, tp, "kernel")
+    print("\nper matrix shape of the decode step (ms per matrix, XLA's dot / kernel):")
+    out["shapes"] = bench_matmul.bench_shapes(tp, kparams, args.repeats)
 
   if args.xla_variants:
     out["xla_variants"] = {}
     for name, flags in XLA_VARIANTS.items():
       env = dict(os.environ, XLA_FLAGS=flags)
       proc = subprocess.run([sys.executable, __file__, "--curve_only", f"--target={args.target}",
-                             f"--max_t={args.max_t}", f"--repeats={args.repeats}"],
+                             f"--max_t={args.max_t}", f"--repeats={args.repeats}",
+                             "--matmul=xla"],
                             env=env, capture_output=True, text=True)
       if proc.returncode != 0:
         out["xla_variants"][name] = {"error": proc.stderr.strip().splitlines()[-1:]}
