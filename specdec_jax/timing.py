@@ -20,6 +20,7 @@ rejection).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -107,15 +108,21 @@ def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
   loop gives them for `max_decode_len` tokens at the largest gamma (attention reads every slot,
   so a shorter cache would time a cheaper step); None sizes them for the largest T only.
   """
-  from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import seam, start  # pylint: disable=import-outside-toplevel
   inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
   tokens = sorted(set(tokens) | {1})
   plen = inputs_BxP.shape[1]
 
+  encoded = None
+  if any(seam.shares_encoder(d) for d, _ in drafts.values()):
+    encoded = jax.jit(target.encode)(target_params, inputs_BxP)
+
   def prefilled(model, params):
     n = (start.cache_len_needed(model, plen, max(tokens), 0) if max_decode_len is None else
          start.cache_len_needed(model, plen, max_decode_len, max(tokens) - 1))
-    return jax.jit(model.prefill, static_argnums=2)(params, inputs_BxP, n)
+    shared = encoded if seam.shares_encoder(model) else None
+    return jax.jit(functools.partial(model.prefill, encoded=shared), static_argnums=2)(
+        params, inputs_BxP, n)
 
   cache = prefilled(target, target_params)
   programs = {("target", n): extend_program(target, target_params, cache, n) for n in tokens}

@@ -73,6 +73,9 @@ def _first(x):
 def config_to_hf(config: ModelConfig, dtype: str = "float32") -> dict[str, Any]:
   if not config.is_encoder_decoder:
     raise CheckpointError("only the T5 encoder-decoder has an HF counterpart (T5ForConditionalGeneration)")
+  if config.shares_encoder:
+    raise CheckpointError("a shared-encoder draft (no encoder of its own) has no HF counterpart: "
+                          "T5ForConditionalGeneration needs an encoder")
   return {
       "architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
       "vocab_size": config.vocab_size, "d_model": config.emb_dim, "d_kv": config.head_dim,

@@ -79,8 +79,10 @@ def expected_shapes(config: ModelConfig, scan_layers: bool | None = None) -> dic
       "token_embedder/embedding": (config.vocab_size, config.emb_dim)}
   rel = (config.num_heads, config.relative_attention_num_buckets)
   stacks = [("decoder", config.num_decoder_layers, "decoder_norm")]
-  if config.is_encoder_decoder:
+  if config.is_encoder_decoder and not config.shares_encoder:
     stacks.insert(0, ("encoder", config.num_encoder_layers, "encoder_norm"))
+  if config.shares_encoder and config.source_dim != config.emb_dim:
+    shapes["source_projection/kernel"] = (config.source_dim, config.emb_dim)
   for stack, n, norm in stacks:
     shapes[f"{stack}/relpos_bias/rel_embedding"] = rel
     for sub, shape in layer_shapes(config, stack).items():
@@ -124,7 +126,7 @@ def _hints(flat: Mapping[str, Any], config: ModelConfig) -> list[str]:
   has_encoder = any(p.startswith("encoder/") for p in flat)
   if has_encoder and not config.is_encoder_decoder:
     hints.append("hint: the checkpoint has an encoder (a T5 encoder-decoder) but config.kind='decoder'")
-  if not has_encoder and config.is_encoder_decoder:
+  if not has_encoder and config.is_encoder_decoder and not config.shares_encoder:
     hints.append("hint: the checkpoint has no encoder (decoder-only?) but config.kind='t5'")
   if not is_scanned(flat):
     for stack, want in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):

@@ -12,11 +12,13 @@ the last prompt token, the rest of the prompt already in the cache). After `pref
 `cache.index_B` is the cache slot of that start token, so buffer slot j lives at cache slot
 `index_B + j`. Rolling back is setting `index_B` lower; writes replace slots, never add into them.
 
-Two extension points are part of the contract already, so that the drafts issue can add them
-without touching the loops:
-- `prefill(..., encoded=...)`: a draft may take the TARGET's encoder output (a shared-encoder draft
-  decodes on top of the target's reading of the source); a draft that does not use it ignores it.
-  `encoded` is `Encoded` (the target's encoder states and their mask) or None.
+Two extension points:
+- `prefill(..., encoded=...)`: a shared-encoder draft (`shares_encoder` True: a decoder with no
+  encoder of its own, `ModelConfig.source_dim`) decodes on top of the TARGET's reading of the
+  source. `init_state` then calls the target's `encode` once and passes the `Encoded` (states and
+  mask) to both prefills: the target uses it as its own encoder output instead of encoding again,
+  the draft cross-attends to it. Without such a draft every prefill gets None and encodes itself.
+  `shares_encoder` and `encode` are optional members (`shares_encoder(model)` reads the first).
 - `extend` returns `(logits_BxTxV, cache)` today; a feature-level draft will need the target's
   hidden states too. That will be a separate optional member (`extend_with_hidden`), so the
   two-tuple every loop unpacks stays as it is.
@@ -78,6 +80,11 @@ def is_encoder_decoder(model: Decodable) -> bool:
   return model.kind == "t5"
 
 
+def shares_encoder(model: Any) -> bool:
+  """Whether `model` is a shared-encoder draft: its prefill needs its target's `Encoded`."""
+  return bool(getattr(model, "shares_encoder", False))
+
+
 def check(model: Any, role: str) -> None:
   """Raises a TypeError naming the members `model` lacks (before anything is traced)."""
   missing = [m for m in ("kind", "vocab_size", "eos_id", "pad_id", "start_tokens", "prefill",
@@ -109,6 +116,18 @@ def check_pair(target: Decodable, draft: Decodable) -> None:
     raise ValueError(
         f"draft and target vocabularies differ in size: draft {draft.vocab_size} vs target "
         f"{target.vocab_size}; speculative sampling needs both models over the same token ids")
+  if shares_encoder(target):
+    raise ValueError("the target is a shared-encoder draft (no encoder of its own): it can only "
+                     "draft for the target whose encoder it was trained on")
+  if shares_encoder(draft):
+    if not hasattr(target, "encode"):
+      raise ValueError(f"the draft is a shared-encoder draft but the target "
+                       f"({type(target).__name__}) has no `encode` to share")
+    want = getattr(getattr(draft, "config", None), "source_dim", None)
+    have = getattr(getattr(target, "config", None), "emb_dim", None)
+    if want is not None and have is not None and want != have:
+      raise ValueError(f"the shared-encoder draft reads encoder states of width {want} but the "
+                       f"target's encoder is {have} wide: it was built for another target")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +157,13 @@ class Delegate:
   @property
   def pad_id(self) -> int:
     return self.base.pad_id
+
+  @property
+  def shares_encoder(self) -> bool:
+    return shares_encoder(self.base)
+
+  def encode(self, params, inputs_BxP):
+    return self.base.encode(params, inputs_BxP)
 
   def start_tokens(self, inputs_BxP):
     return self.base.start_tokens(inputs_BxP)

@@ -65,6 +65,9 @@ def check_decode_args(target: seam.Decodable, *, draft: Optional[seam.Decodable]
   if not isinstance(sampling, SamplingConfig):
     raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
   seam.check(target, "target")
+  if seam.shares_encoder(target):
+    raise ValueError("the target is a shared-encoder draft (no encoder of its own): it cannot "
+                     "decode alone; use it as the draft of the target whose encoder it reads")
   if draft is not None:
     seam.check_pair(target, draft)
     if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
@@ -110,8 +113,12 @@ def init_state(target: seam.Decodable, target_params, inputs_BxP: jax.Array, rng
   counters (0: the autoregressive loop; the adaptive loop passes gamma_max).
   """
   batch, plen = inputs_BxP.shape
+  # A shared-encoder draft decodes on the target's encoder output: encode once, for both.
+  encoded = (target.encode(target_params, inputs_BxP)
+             if draft is not None and seam.shares_encoder(draft) else None)
   cache = target.prefill(target_params, inputs_BxP,
-                         cache_len or cache_len_needed(target, plen, max_decode_len, gamma))
+                         cache_len or cache_len_needed(target, plen, max_decode_len, gamma),
+                         encoded=encoded)
   tokens_BxL = jnp.zeros((batch, max_decode_len + slack(gamma)), jnp.int32)
   tokens_BxL = tokens_BxL.at[:, 0].set(target.start_tokens(inputs_BxP))
   state = st.DecodeState(tokens_BxL=tokens_BxL, num_B=jnp.ones((batch,), jnp.int32),
@@ -120,6 +127,7 @@ def init_state(target: seam.Decodable, target_params, inputs_BxP: jax.Array, rng
   if draft is None:
     return state
   draft_cache = draft.prefill(draft_params, inputs_BxP,
-                              cache_len or cache_len_needed(draft, plen, max_decode_len, gamma))
+                              cache_len or cache_len_needed(draft, plen, max_decode_len, gamma),
+                              encoded=encoded)
   return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool),
                        bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32))

@@ -39,6 +39,11 @@ class ModelConfig:
   # Special ids (T5 / seqio conventions): pad = BOS = 0, EOS = 1.
   pad_id: int = 0
   eos_id: int = 1
+  # 0: the model reads its source with its own encoder. > 0 (T5 drafts only): a shared-encoder
+  # draft, a decoder with no encoder of its own that cross-attends to its TARGET's encoder output
+  # of this width (`decoding.seam.Encoded`), projected to emb_dim when the widths differ. The
+  # request is encoded once, by the strong encoder (as a distilled Whisper assists Whisper).
+  source_dim: int = 0
 
   def __post_init__(self):
     if self.kind not in ("t5", "decoder"):
@@ -47,14 +52,28 @@ class ModelConfig:
                  "num_decoder_layers"):
       if getattr(self, name) < 1:
         raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
-    if self.kind == "t5" and self.num_encoder_layers < 1:
-      raise ValueError("a T5 model needs num_encoder_layers >= 1")
+    if self.source_dim < 0:
+      raise ValueError(f"ModelConfig.source_dim must be >= 0, got {self.source_dim}")
+    if self.source_dim and self.kind != "t5":
+      raise ValueError("ModelConfig.source_dim > 0 (a shared-encoder draft) needs kind 't5': "
+                       "a decoder-only model has no encoder output to share")
+    if self.source_dim and self.num_encoder_layers:
+      raise ValueError(f"a shared-encoder draft (source_dim {self.source_dim}) has no encoder of "
+                       f"its own: num_encoder_layers must be 0, got {self.num_encoder_layers}")
+    if self.kind == "t5" and not self.source_dim and self.num_encoder_layers < 1:
+      raise ValueError("a T5 model needs num_encoder_layers >= 1 (or source_dim > 0: a "
+                       "shared-encoder draft)")
     if self.dtype not in ("float32", "bfloat16", "float16"):
       raise ValueError(f"ModelConfig.dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
 
   @property
   def is_encoder_decoder(self) -> bool:
     return self.kind == "t5"
+
+  @property
+  def shares_encoder(self) -> bool:
+    """A draft decoder over its target's encoder output (see `source_dim`)."""
+    return self.source_dim > 0
 
   def replace(self, **changes: Any) -> "ModelConfig":
     return dataclasses.replace(self, **changes)
@@ -86,7 +105,10 @@ class ModelConfig:
     total = v * e + v * e + e  # embedding, logits_dense, decoder_norm
     total += self.num_decoder_layers * (attn + mlp + 2 * e) + rel
     if self.is_encoder_decoder:
-      total += self.num_encoder_layers * (attn + mlp + 2 * e) + rel + e
+      if self.shares_encoder:  # no encoder; the projection of the target's states, if any
+        total += 0 if self.source_dim == e else self.source_dim * e
+      else:
+        total += self.num_encoder_layers * (attn + mlp + 2 * e) + rel + e
       total += self.num_decoder_layers * (attn + e)  # cross-attention + its norm
     return total
 
@@ -110,6 +132,10 @@ PRESETS: dict[str, ModelConfig] = {
                                   mlp_dim=64, num_encoder_layers=2, num_decoder_layers=2),
     "t5_test_draft": ModelConfig(kind="t5", vocab_size=64, emb_dim=16, num_heads=2, head_dim=8,
                                  mlp_dim=32, num_encoder_layers=1, num_decoder_layers=1),
+    # Decodes on top of t5_test_target's encoder output (width 32), projected to 16.
+    "t5_test_shared_draft": ModelConfig(kind="t5", vocab_size=64, emb_dim=16, num_heads=2,
+                                        head_dim=8, mlp_dim=32, num_encoder_layers=0,
+                                        num_decoder_layers=1, source_dim=32),
     "decoder_test_target": ModelConfig(kind="decoder", vocab_size=64, emb_dim=32, num_heads=4,
                                        head_dim=8, mlp_dim=64, num_encoder_layers=0,
                                        num_decoder_layers=2),
@@ -131,6 +157,11 @@ PRESETS: dict[str, ModelConfig] = {
     "zoo_t5_draft_large": ModelConfig(kind="t5", vocab_size=8192, emb_dim=256, num_heads=4,
                                       head_dim=64, mlp_dim=512, num_encoder_layers=2,
                                       num_decoder_layers=2),
+    # A shared-encoder draft for zoo_t5_target: t5_draft_base's decoder (width 128, two layers)
+    # cross-attending to the target's 512-wide encoder output through a learned projection.
+    "zoo_t5_shared_draft": ModelConfig(kind="t5", vocab_size=8192, emb_dim=128, num_heads=4,
+                                       head_dim=32, mlp_dim=256, num_encoder_layers=0,
+                                       num_decoder_layers=2, source_dim=512),
     "zoo_lm_target": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=256, num_heads=4,
                                  head_dim=64, mlp_dim=768, num_encoder_layers=0,
                                  num_decoder_layers=4),

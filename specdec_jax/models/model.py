@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from specdec_jax.decoding.seam import Encoded
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV, rollback
-from specdec_jax.models.transformer import Transformer
+from specdec_jax.models.transformer import _NEEDS_ENCODED, Transformer
 
 Params = Any
 
@@ -65,6 +65,11 @@ class Model:
   def pad_id(self) -> int:
     return self.config.pad_id
 
+  @property
+  def shares_encoder(self) -> bool:
+    """Whether this is a shared-encoder draft: its prefill needs the target's `Encoded`."""
+    return self.config.shares_encoder
+
   # ---- parameters -------------------------------------------------------------------------------
   def init(self, rng: jax.Array) -> Params:
     """Random parameters (float32), T5X initialisers (jitted: eager Flax init is slow)."""
@@ -72,7 +77,10 @@ class Model:
 
   def _init_boxed(self, rng: jax.Array):
     e = 4 if self.config.is_encoder_decoder else 1
-    return self.module.init(rng, jnp.ones((1, e), jnp.int32), jnp.ones((1, 4), jnp.int32))["params"]
+    encoded = (jnp.zeros((1, e, self.config.source_dim), jnp.float32)
+               if self.config.shares_encoder else None)
+    return self.module.init(rng, jnp.ones((1, e), jnp.int32), jnp.ones((1, 4), jnp.int32),
+                            encoded)["params"]
 
   def logical_axes(self) -> Params:
     """PartitionSpec tree of logical axis names, same structure as `init`'s output."""
@@ -90,6 +98,15 @@ class Model:
     lengths_B = prompt_lengths(inputs_BxP)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
+  def encode(self, params: Params, inputs_BxP: jax.Array) -> Encoded:
+    """The encoder's reading of the source, to share with a shared-encoder draft (T5 only)."""
+    if not self.config.is_encoder_decoder or self.config.shares_encoder:
+      raise ValueError(f"encode needs a T5 model with its own encoder; this one is "
+                       f"{'a shared-encoder draft' if self.config.shares_encoder else 'decoder-only'}")
+    with self._rules():
+      states = self.module.apply({"params": params}, inputs_BxP, method=Transformer.encode)
+    return Encoded(states_BxExD=states, mask_BxE=inputs_BxP > 0)
+
   def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int, *,
               encoded: Optional[Encoded] = None) -> DecodeCache:
     """Encodes (T5: once per request, cross K/V cached) or fills the cache with the prompt.
@@ -98,19 +115,26 @@ class Model:
       params: model parameters.
       inputs_BxP: int32, right-padded with 0. T5: encoder tokens. Decoder-only: the prompt.
       cache_len: number of decoder self-attention slots (static).
-      encoded: the seam's shared-encoder hook (`decoding.seam.Encoded`); a model with its own
-        encoder encodes `inputs_BxP` itself and ignores it.
+      encoded: the seam's shared-encoder hook (`decoding.seam.Encoded`). A shared-encoder draft
+        requires it: its target's `encode(inputs_BxP)`. A T5 model with its own encoder uses it
+        when given, as its OWN `encode` output (the loops pass the target its own, computed once
+        for both models), and encodes `inputs_BxP` otherwise. Decoder-only models ignore it.
     Returns:
       A cache whose `index_B` is the slot of `start_tokens(inputs_BxP)`.
     """
-    del encoded  # this model always reads the source with its own encoder
     batch, plen = inputs_BxP.shape
     mod = self.module
     with self._rules():
       if self.config.is_encoder_decoder:
-        def _prefill(m, inputs):
-          return m.empty_cache(batch, cache_len, m.encode(inputs), inputs > 0)
-        return _constrain_cache(mod.apply({"params": params}, inputs_BxP, method=_prefill))
+        if encoded is None and self.config.shares_encoder:
+          raise ValueError(_NEEDS_ENCODED)
+
+        def _prefill(m, inputs, states):
+          states = m.encode(inputs) if states is None else states
+          return m.empty_cache(batch, cache_len, states, inputs > 0)
+        states = None if encoded is None else encoded.states_BxExD
+        return _constrain_cache(mod.apply({"params": params}, inputs_BxP, states,
+                                          method=_prefill))
       cache = mod.apply({"params": params}, batch, cache_len, method=Transformer.empty_cache)
       cache = _constrain_cache(cache)
       if plen > 1:
@@ -130,11 +154,19 @@ class Model:
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, _constrain_cache(cache)
 
-  def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array
-              ) -> jax.Array:
-    """Teacher-forced logits (training and the full-forward reference of the cache tests)."""
+  def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array, *,
+              encoded: Optional[Encoded] = None) -> jax.Array:
+    """Teacher-forced logits (training and the full-forward reference of the cache tests).
+
+    `encoded`: as in `prefill`: a shared-encoder draft requires its target's `encode(inputs_BxP)`;
+    a T5 model with its own encoder reads it as its own (a distillation step encodes the batch
+    once, for the target and its shared-encoder student); decoder-only models ignore it."""
+    if self.config.shares_encoder and encoded is None:
+      raise ValueError(_NEEDS_ENCODED)
+    states = (encoded.states_BxExD
+              if encoded is not None and self.config.is_encoder_decoder else None)
     with self._rules():
-      return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT)
+      return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT, states)
 
 
 def _constrain_cache(cache: DecodeCache) -> DecodeCache:

@@ -162,6 +162,12 @@ class Decoder(nn.Module):
     return logits_BxTxV, cache
 
 
+_NEEDS_ENCODED = (
+    "this model is a shared-encoder draft (ModelConfig.source_dim > 0): it has no encoder and "
+    "decodes on top of its target's encoder output; pass the target's `encode` output "
+    "(decoding.seam.Encoded) as `encoded`, or use it as the draft of that target")
+
+
 class Transformer(nn.Module):
   """T5 v1.1 (kind 't5') or decoder-only LM (kind 'decoder'); methods are the model's entry points.
 
@@ -177,8 +183,11 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg)
-    if cfg.is_encoder_decoder:
+    if cfg.is_encoder_decoder and not cfg.shares_encoder:
       self.encoder = Encoder(cfg)
+    if cfg.shares_encoder and cfg.source_dim != cfg.emb_dim:
+      # The target's states [B, E, source_dim] -> this decoder's width, once per request.
+      self.source_projection = Dense(cfg.emb_dim, ("source_embed", "embed"), jnp.dtype(cfg.dtype))
     self.decoder = Decoder(cfg, self.matmul)
 
   def encode(self, inputs_BxE: jax.Array) -> jax.Array:
@@ -187,7 +196,10 @@ class Transformer(nn.Module):
 
   def empty_cache(self, batch: int, length: int, encoded_BxExD: Optional[jax.Array] = None,
                   encoder_mask_BxE: Optional[jax.Array] = None) -> DecodeCache:
+    """`encoded_BxExD`: this model's encoder output, or (shared-encoder draft) the target's."""
     cfg = self.config
+    if encoded_BxExD is not None and cfg.shares_encoder and cfg.source_dim != cfg.emb_dim:
+      encoded_BxExD = self.source_projection(encoded_BxExD)
     zeros = lambda: LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim,  # noqa: E731
                                   jnp.dtype(cfg.dtype))
     if cfg.scan_layers:  # one LayerKV with a leading layer axis [L, B, S, H, K]
@@ -201,11 +213,19 @@ class Transformer(nn.Module):
   def extend(self, cache: DecodeCache, tokens_BxT: jax.Array) -> tuple[jax.Array, DecodeCache]:
     return self.decoder(self.token_embedder(tokens_BxT), cache)
 
-  def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array) -> jax.Array:
-    """Teacher-forced logits over the whole target (training, scoring, initialisation)."""
+  def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
+               encoded_BxExD: Optional[jax.Array] = None) -> jax.Array:
+    """Teacher-forced logits over the whole target (training, scoring, initialisation).
+
+    `encoded_BxExD`: the encoder output of `inputs_BxE` (a shared-encoder draft: its target's,
+    required; a T5 model with its own encoder: its own, computed once by the caller)."""
     batch, t = decoder_tokens_BxT.shape
     if self.config.is_encoder_decoder:
-      cache = self.empty_cache(batch, t, self.encode(inputs_BxE), inputs_BxE > 0)
+      if encoded_BxExD is None:
+        if self.config.shares_encoder:
+          raise ValueError(_NEEDS_ENCODED)
+        encoded_BxExD = self.encode(inputs_BxE)
+      cache = self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
     else:
       cache = self.empty_cache(batch, t)
     return self.extend(cache, decoder_tokens_BxT)[0]

@@ -67,13 +67,15 @@ def in_compute_dtype(params, dtype):
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int | None,
-               dtype: str | None, seed: int, tables_fn=None):
+               dtype: str | None, seed: int, tables_fn=None, target_name: str = "the target"):
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
   Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
   them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
   needs none (its fallback is uniform). A draft that cannot serve this target (another kind,
-  another vocabulary) is refused here, before anything is compiled.
+  another vocabulary, a shared-encoder draft trained on another target's encoder) is refused
+  here, before anything is compiled. A random-preset shared-encoder draft belongs to no target
+  and is only checked for the encoder's width.
   """
   from specdec_jax.decoding import drafters, seam  # pylint: disable=import-outside-toplevel
   if spec.kind == MODEL_DRAFT:
@@ -82,6 +84,10 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
       seam.check_pair(target, draft)
     except ValueError as e:
       raise ValueError(f"draft {spec.checkpoint!r}: {e}") from None
+    if draft.shares_encoder and not is_preset(spec.checkpoint):
+      from specdec_jax.checkpoints import pairing  # pylint: disable=import-outside-toplevel
+      pairing.check(resolve_path(spec.checkpoint), draft_name=spec.checkpoint,
+                    target_name=target_name, target_params=target_params)
     return draft, params
   draft = drafters.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":

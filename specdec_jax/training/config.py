@@ -62,6 +62,9 @@ class TrainConfig:
     num_microbatches: split each batch into this many slices and accumulate their gradients (one
       optimizer step per batch, as T5X's `num_microbatches`).
     dtype: activation dtype ('bfloat16' on TPU, as T5X); params and optimizer state stay float32.
+    init_from: a checkpoint whose parameters initialise every parameter of `model` with the same
+      path and shape (the rest keep their random init), on a fresh run: a shared-encoder draft
+      starts from a standalone draft's decoder, embedding and head. None: `model`'s own weights.
   """
   model: str
   tasks: Sequence[data_lib.TaskSpec]
@@ -93,6 +96,7 @@ class TrainConfig:
   jsd_beta: float = 0.5
   on_policy_fraction: float = 0.0
   on_policy_temperature: float = 1.0
+  init_from: str | None = None
 
   def __post_init__(self):
     if self.optimizer not in OPTIMIZERS:

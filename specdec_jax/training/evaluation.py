@@ -14,24 +14,29 @@ import numpy as np
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import losses
+from specdec_jax.training import shared_encoder
 from specdec_jax.training.placement import Placement
 
 
-def make_eval_loss(model: Model, replicated=None):
-  """(params, batch) -> (summed token cross-entropy, token count), jitted."""
-  def eval_loss(params, batch):
+def make_eval_loss(model: Model, replicated=None, teacher: Model | None = None):
+  """(params, batch, teacher_params) -> (summed token cross-entropy, token count), jitted.
+
+  `teacher`: a shared-encoder model's target, whose encoder reads the batch (else unused)."""
+  def eval_loss(params, batch, teacher_params):
     enc, dec = data_lib.model_inputs(batch)
-    return losses.cross_entropy(model.forward(params, enc, dec), batch["decoder_target_tokens"],
-                                batch["loss_weights"])
+    encoded = shared_encoder.encoded_for(model, teacher, teacher_params, enc)
+    return losses.cross_entropy(model.forward(params, enc, dec, encoded=encoded),
+                                batch["decoder_target_tokens"], batch["loss_weights"])
   return jax.jit(eval_loss) if replicated is None else jax.jit(eval_loss, out_shardings=replicated)
 
 
 def make_evaluator(model: Model, tasks: Sequence[data_lib.TaskSpec], vocab, *,
-                   eval_examples: int, batch_size: int, place: Placement | None = None
+                   eval_examples: int, batch_size: int, place: Placement | None = None,
+                   teacher: Model | None = None, teacher_params=None
                    ) -> Callable[[Any], dict[str, float]]:
   """params -> token-level cross-entropy per task on the first `eval_examples` of valid."""
   place = place or Placement(None)
-  eval_loss = make_eval_loss(model, None if place.tm is None else place.tm.replicated)
+  eval_loss = make_eval_loss(model, None if place.tm is None else place.tm.replicated, teacher)
   batches = {}
   for spec in tasks:
     task = data_lib.tokenize_task(spec, vocab, model.config.is_encoder_decoder, "valid",
@@ -49,7 +54,7 @@ def make_evaluator(model: Model, tasks: Sequence[data_lib.TaskSpec], vocab, *,
       total, count = 0.0, 0.0
       for batch in task_batches:
         # A short last batch may not split over the data axis: eval batches are replicated.
-        s, n = eval_loss(params, place.batch(batch, split_rows=False))
+        s, n = eval_loss(params, place.batch(batch, split_rows=False), teacher_params)
         total, count = total + float(s), count + float(n)
       out[name] = total / max(count, 1.0)
     return out

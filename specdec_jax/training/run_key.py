@@ -30,10 +30,11 @@ from specdec_jax.training import seqdata
 FILE = "run_key.json"
 _STRICT = ("model", "tasks", "batch_size", "seed", "vocabulary", "teacher", "distill_weight",
            "distill_temperature", "optimizer", "divergence", "jsd_beta", "on_policy_fraction",
-           "on_policy_temperature")
+           "on_policy_temperature", "init_from")
 # What a key written before these settings existed implies: the behaviour of that time.
 _DEFAULTS = {"divergence": "fkl", "jsd_beta": 0.5, "on_policy_fraction": 0.0,
-             "on_policy_temperature": 1.0, "tasks_contents": None}
+             "on_policy_temperature": 1.0, "tasks_contents": None, "init_from": None,
+             "init_from_contents": None}
 _LOGGED = ("learning_rate", "schedule", "warmup_steps", "weight_decay", "z_loss", "dtype")
 
 
@@ -42,6 +43,7 @@ def run_key(cfg) -> dict[str, Any]:
   key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   key["teacher_contents"] = identity.content_digest(cfg.teacher)
+  key["init_from_contents"] = identity.content_digest(cfg.init_from)
   generated = [seqdata.content_digest(t.name) if seqdata.is_generated(t.name) else None
                for t in cfg.tasks]
   key["tasks_contents"] = generated if any(g is not None for g in generated) else None

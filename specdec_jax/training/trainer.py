@@ -44,6 +44,7 @@ from absl import logging
 from specdec_jax import sharding
 from specdec_jax.checkpoints import load_checkpoint
 from specdec_jax.checkpoints import orbax_io
+from specdec_jax.checkpoints import pairing
 from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
 from specdec_jax.metrics.tensorboard import RunWriter
 from specdec_jax.models.config import ModelConfig
@@ -55,7 +56,9 @@ from specdec_jax.training import generation
 from specdec_jax.training import losses
 from specdec_jax.training import onpolicy
 from specdec_jax.training import run_key
+from specdec_jax.training import shared_encoder
 from specdec_jax.training import sharded as sharded_lib
+from specdec_jax.training import warm_start
 # Re-exported: `from specdec_jax.training.trainer import TrainConfig` is how users and gin see it.
 from specdec_jax.training.config import OPTIMIZERS, SCHEDULES, TrainConfig  # noqa: F401
 from specdec_jax.training.placement import Placement
@@ -96,13 +99,14 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
 
   def loss_fn(params, batch, teacher_params, n):
     enc, dec = data_lib.model_inputs(batch)
-    logits = model.forward(params, enc, dec)
+    encoded = shared_encoder.encoded_for(model, teacher, teacher_params, enc)  # None or once
+    logits = model.forward(params, enc, dec, encoded=encoded)
     w = batch["loss_weights"]
     ce_sum, tokens = losses.cross_entropy(logits, batch["decoder_target_tokens"], w, cfg.z_loss)
     metrics = {"cross_entropy": ce_sum / n, "target_tokens": tokens}
     if teacher is None:
       return ce_sum / n, metrics
-    teacher_logits = teacher.forward(teacher_params, enc, dec)
+    teacher_logits = teacher.forward(teacher_params, enc, dec, encoded=encoded)
     d = divergences.weighted_sum(cfg.divergence, logits, teacher_logits, w,
                                  temperature=cfg.distill_temperature, beta=cfg.jsd_beta) / n
     metrics[divergences.METRIC_NAMES[cfg.divergence]] = d
@@ -214,13 +218,18 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   _check_on_policy_model(cfg)
+  shared_encoder.check_config(cfg, generation.peek_config(cfg.model),
+                              generation.peek_config(cfg.teacher) if cfg.teacher else None)
   # Before any weights are loaded: a refused resume should cost nothing.
   run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
                          write=jax.process_index() == 0)
   model_cfg, params = _load_model(cfg.model, cfg.seed, cfg.dtype)
   _check_on_policy_model(cfg, model_cfg)
+  if cfg.init_from and not _has_checkpoint(output_dir):  # a resumed run restores its own
+    params, _ = warm_start.warm_start(params, _load_model(cfg.init_from, cfg.seed)[1],
+                                      cfg.init_from)
   model = Model(model_cfg)
-  teacher, teacher_params = None, None
+  teacher, teacher_cfg, teacher_params = None, None, None
   if cfg.teacher:
     teacher_cfg, teacher_params = _load_model(cfg.teacher, cfg.seed, cfg.dtype)
     if teacher_cfg.vocab_size != model_cfg.vocab_size or teacher_cfg.kind != model_cfg.kind:
@@ -228,6 +237,9 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
                        f"{teacher_cfg.vocab_size}) cannot teach model {cfg.model} (kind "
                        f"{model_cfg.kind}, vocab_size {model_cfg.vocab_size})")
     teacher = Model(teacher_cfg)
+  shared_encoder.check_config(cfg, model_cfg, teacher_cfg)
+  if teacher_cfg is not None:
+    shared_encoder.check_pairing(cfg, model_cfg, teacher_params)
   tm = None
   if cfg.mesh is not None:
     tm, model, teacher = sharded_lib.setup(
@@ -280,7 +292,8 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
                  if primary else None)
   schedule_fn = learning_rate_schedule(cfg)
   evaluator = (evaluation.make_evaluator(model, cfg.tasks, vocab, eval_examples=cfg.eval_examples,
-                                          batch_size=cfg.batch_size, place=place)
+                                          batch_size=cfg.batch_size, place=place,
+                                          teacher=teacher, teacher_params=teacher_params)
                if cfg.eval_examples else None)
   bar = None
   if progress and primary:
@@ -370,6 +383,10 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
     exported = state["params"] if place.tm is not None else jax.device_get(state["params"])
     orbax_io.save(cfg.export_dir, model.config.replace(dtype="float32"), exported, dtype=dtype)
     summary["export_dir"] = cfg.export_dir
+    if model.shares_encoder and primary:  # which target's encoder it reads (checked at load)
+      summary["paired_target"] = pairing.write(cfg.export_dir, target_name=cfg.teacher,
+                                               target_config=teacher.config,
+                                               target_params=teacher_params)
   if primary:
     with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
       json.dump(summary, f, indent=1)

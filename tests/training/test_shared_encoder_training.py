@@ -1,0 +1,86 @@
+"""Training a shared-encoder draft: the target's encoder frozen, the export records its target,
+and a run refuses to pair the export with another target."""
+import json
+
+import numpy as np
+import pytest
+
+from specdec_jax.checkpoints import load_checkpoint, orbax_io, pairing
+from specdec_jax.models.config import get_preset
+from specdec_jax.runner import models as models_lib
+from specdec_jax.runner.config import DraftSpec
+from specdec_jax.training import data as data_lib
+from specdec_jax.training import warm_start
+from specdec_jax.training.trainer import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  root = tmp_path_factory.mktemp("shared")
+  lines = [{"en": f"The dog number {i} ran to house {i % 5}.", "de": f"Der Hund {i} lief."}
+           for i in range(40)]
+  task = root / "pairs.jsonl"
+  task.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+  paths = {}
+  one_layer = dict(num_encoder_layers=1, num_decoder_layers=1)
+  for name, preset, seed in (("target", "t5_test_target", 1), ("other", "t5_test_target", 5),
+                             ("draft", "t5_test_draft", 2), ("shared", "t5_test_shared_draft", 3)):
+    cfg = get_preset(preset, vocab_size=8192,
+                     **({} if preset == "t5_test_shared_draft" else one_layer))
+    paths[name] = str(root / name)
+    orbax_io.save(paths[name], cfg, load_checkpoint(preset, config=cfg, seed=seed)[1])
+  return root, str(task), paths
+
+
+def _config(task, paths, out, **kw):
+  spec = data_lib.TaskSpec(name=task, input_len=24, target_len=10)
+  base = dict(model=paths["shared"], tasks=[spec], max_steps=3, batch_size=8,
+              checkpoint_every=3, log_every=1, eval_examples=8, export_dir=str(out / "export"),
+              learning_rate=0.05, teacher=paths["target"], divergence="fkl", seed=4,
+              init_from=paths["draft"])
+  return TrainConfig(**{**base, **kw})
+
+
+def test_trains_exports_its_target_and_is_refused_by_another(setup, tmp_path):
+  _, task, paths = setup
+  summary = train(_config(task, paths, tmp_path), str(tmp_path), progress=False)
+  assert summary["steps"] == 3 and np.isfinite(summary["final_train_metrics"]["train/loss"])
+  assert summary["valid_cross_entropy"]  # the evaluator encodes with the teacher too
+  record = pairing.read(str(tmp_path / "export"))
+  assert record["target"] == paths["target"] and record == summary["paired_target"]
+
+  target, tparams = models_lib.load_model(paths["target"])
+  spec = DraftSpec("model", str(tmp_path / "export"))
+  draft, _ = models_lib.load_draft(spec, target, tparams, vocab_size=None, dtype=None, seed=0,
+                                   target_name=paths["target"])
+  assert draft.shares_encoder
+  other, oparams = models_lib.load_model(paths["other"])
+  with pytest.raises(ValueError, match="another encoder"):
+    models_lib.load_draft(spec, other, oparams, vocab_size=None, dtype=None, seed=0,
+                          target_name=paths["other"])
+
+
+def test_shared_draft_without_teacher_or_with_a_narrow_one_is_refused(setup, tmp_path):
+  _, task, paths = setup
+  with pytest.raises(ValueError, match="name its target as TrainConfig.teacher"):
+    train(_config(task, paths, tmp_path, teacher=None, init_from=None), str(tmp_path / "a"),
+          progress=False)
+  with pytest.raises(ValueError, match="on-policy distillation of a shared-encoder draft"):
+    train(_config(task, paths, tmp_path, on_policy_fraction=0.5, init_from=None),
+          str(tmp_path / "b"), progress=False)
+  with pytest.raises(ValueError, match="reads encoder states of width 32 but teacher"):
+    train(_config(task, paths, tmp_path, teacher=paths["draft"], init_from=None),
+          str(tmp_path / "c"), progress=False)
+  for sub in "abc":  # refused before anything was written
+    assert not (tmp_path / sub).exists()
+
+
+def test_warm_start_copies_matching_leaves_only():
+  params = {"decoder": {"a": np.zeros((2, 3)), "b": np.zeros(4)}, "source_projection": np.ones(2)}
+  source = {"decoder": {"a": np.full((2, 3), 7.0), "b": np.full(5, 7.0)}, "encoder": np.ones(3)}
+  out, counts = warm_start.warm_start(params, source, "src")
+  assert counts == {"copied": 1, "kept": 2}
+  np.testing.assert_array_equal(out["decoder"]["a"], 7.0)
+  np.testing.assert_array_equal(out["decoder"]["b"], 0.0)
+  with pytest.raises(ValueError, match="shares no parameter"):
+    warm_start.warm_start(params, {"x": np.ones(1)}, "src")
