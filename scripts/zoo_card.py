@@ -136,6 +136,10 @@ def main(argv=None) -> int:
   ap.add_argument("--t5_target", default="t5_target",
                   help="the T5 target: a zoo name or a checkpoint path (a candidate before it "
                        "replaces the shipped one; write to another --output then)")
+  ap.add_argument("--t5_drafts", default=",".join(T5_DRAFTS),
+                  help="comma-separated T5 drafts for --parts=alpha (zoo names or checkpoint "
+                       "paths; shared-encoder drafts too); --code=0 skips the code pair")
+  ap.add_argument("--code", type=int, default=1, help="measure the code pair's alpha (0: skip)")
   ap.add_argument("--train_root", default=None,
                   help="print the training table from RUN/*/train_summary.json and exit")
   args = ap.parse_args(argv)
@@ -159,8 +163,10 @@ def main(argv=None) -> int:
                                    args.batch_size)
     print(json.dumps({k: v for k, v in out["quality"][task].items() if k != "samples"}),
           flush=True)
-  pairs = [("t5_target", d, task, spec, False) for d in T5_DRAFTS for task, spec in T5_TASKS.items()]
-  pairs += [("lm_target", "lm_draft", CODE["task"], CODE, True)]
+  t5_drafts = [d for d in args.t5_drafts.split(",") if d]
+  pairs = [("t5_target", d, task, spec, False) for d in t5_drafts for task, spec in T5_TASKS.items()]
+  if args.code:
+    pairs += [("lm_target", "lm_draft", CODE["task"], CODE, True)]
   models = {"t5_target": (target, tparams)}
   if "alpha" not in parts:
     pairs = []
@@ -168,7 +174,8 @@ def main(argv=None) -> int:
     out["commands"]["alpha"] = command
   for tname, dname, task, spec, decoder_only in pairs:
     for name in (tname, dname):
-      if name not in models and os.path.exists(os.path.join(ZOO, name)):
+      if name not in models and os.path.exists(os.path.join(ZOO, name) if os.sep not in name
+                                                else name):
         models[name] = _load(name)
     if tname not in models or dname not in models:
       print(f"skipping {dname}: not in {ZOO}", flush=True)
@@ -223,9 +230,9 @@ def markdown(out: dict) -> str:
                        r["baseline"]))
   # Table-3 layout: a row per (task, temperature), a column per draft; +- is the binomial standard
   # error at T=0 (beta is 0 or 1 there), a bound for T=1 (beta in [0, 1]).
-  drafts = [d for d in ("t5_draft_small", "t5_draft_base", "t5_draft_large",
-                        "t5_draft_small_distill", "lm_draft")
-            if any(k.startswith(d + "|") for k in out["alpha"])]
+  known = ["t5_draft_small", "t5_draft_base", "t5_draft_large", "t5_draft_small_distill"]
+  known += sorted({k.split("|")[0] for k in out["alpha"]} - set(known) - {"lm_draft"})
+  drafts = [d for d in known + ["lm_draft"] if any(k.startswith(d + "|") for k in out["alpha"])]
   if not drafts:
     return "\n".join(lines)
   lines += ["", "| task | T | " + " | ".join(drafts) + " |", "|---|---|" + "---|" * len(drafts)]
