@@ -73,3 +73,14 @@ def test_seqkd_tasks_are_the_directories_the_generation_recipe_writes():
       (t.input_len, t.target_len) for t in gen.tasks]
   with open(os.path.join(ROOT, "configs/local/train/generate/t5_target_greedy.gin")) as f:
     assert "--output_dir=runs/seqkd/t5_target_greedy" in f.read()
+
+
+def test_shared_encoder_recipe_reads_the_targets_encoder():
+  cfg = _train("t5_shared_draft_seqkd_fkl.gin")
+  assert (cfg.model, cfg.teacher, cfg.divergence) == ("zoo_t5_shared_draft", TARGET, "fkl")
+  assert cfg.init_from == "specdec_jax/assets/zoo/t5_draft_base"
+  assert [t.name for t in cfg.tasks] == ["runs/seqkd/t5_target_greedy/translate_en_de",
+                                         "summarize"]
+  from specdec_jax.models.config import get_preset  # pylint: disable=import-outside-toplevel
+  assert get_preset(cfg.model).source_dim == generation.peek_config(TARGET).emb_dim
+  assert cfg.export_dir == "runs/train/t5_shared_draft_seqkd_fkl/export"
