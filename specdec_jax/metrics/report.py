@@ -101,9 +101,10 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
         lone = theory.loop_speedup(expected, 1.0, gamma * c + v)
       it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
       if it_ms is not None:
+        n_ar, n_spec = _tokens_per_request(ar_records, spec_records, loop)
         predicted, source = theory.loop_speedup(
-            expected, loop["ar_ms"], it_ms, tokens=_tokens_per_request(ar_records, loop),
-            ar_fixed=loop["ar_fixed_ms"], spec_fixed=loop["fixed_ms"][str(gamma)]), "loop"
+            expected, loop["ar_ms"], it_ms, tokens=n_ar, ar_fixed=loop["ar_fixed_ms"],
+            spec_fixed=loop["fixed_ms"][str(gamma)], spec_tokens=n_spec), "loop"
       elif lone is not None:
         predicted, source = lone, "lone_extend"
   ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
@@ -136,13 +137,19 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
   return out
 
 
-def _tokens_per_request(ar_records, loop: Mapping[str, Any]) -> float:
-  """N of theory.loop_speedup: this run's autoregressive iterations per batch where its records
-  hold them, else the calibration's."""
+def _tokens_per_request(ar_records, spec_records, loop: Mapping[str, Any]
+                        ) -> tuple[float, float]:
+  """(N, N') of theory.loop_speedup: this run's autoregressive iterations per batch, and that
+  scaled by the speculative decode's emitted tokens over the autoregressive decode's (equal at
+  temperature 0; at temperature > 0 the two sample outputs of different lengths). Without
+  autoregressive records (MODE='speculative'): the calibration's N for both."""
   its = [r.counters.get("iterations") for r in ar_records or []]
-  if its and all(i is not None for i in its):
-    return sum(its) / len(its)
-  return float(loop["tokens"])
+  if not its or any(i is None for i in its):
+    return float(loop["tokens"]), float(loop["tokens"])
+  n = sum(its) / len(its)
+  ar_emitted = sum(r.emitted for r in ar_records)
+  spec_emitted = sum(r.emitted for r in spec_records or [])
+  return n, (n * spec_emitted / ar_emitted if ar_emitted and spec_emitted else n)
 
 
 def _fmt(x, spec=".3f") -> str:

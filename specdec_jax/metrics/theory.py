@@ -76,19 +76,22 @@ def expected_tokens_per_iteration(alpha: float, gamma: int, rule: str = "tokenwi
 
 def loop_speedup(tokens_per_iteration: float, ar_iteration: float, iteration: float, *,
                  tokens: float | None = None, ar_fixed: float = 0.0,
-                 spec_fixed: float = 0.0) -> float:
+                 spec_fixed: float = 0.0, spec_tokens: float | None = None) -> float:
   """The speedup formula (the one place it is written): E * T_ar / T_iter, times in any one unit.
 
   With `tokens` (N, autoregressive iterations per request) the per-request fixed costs count too:
-  (ar_fixed + N T_ar) / (spec_fixed + (N / E) T_iter).
+  (ar_fixed + N T_ar) / (spec_fixed + (N' / E) T_iter), N' = `spec_tokens` (default N): the
+  speculative decode's own length, which differs from the autoregressive one at temperature > 0
+  (two samples), while the measured speedup is a ratio of the two decodes' wall times.
   """
   if iteration <= 0 or ar_iteration <= 0 or tokens_per_iteration <= 0:
     raise ValueError(f"need positive costs and tokens, got E={tokens_per_iteration}, "
                      f"T_ar={ar_iteration}, T_iter={iteration}")
   if tokens is None:
     return tokens_per_iteration * ar_iteration / iteration
+  spec_tokens = tokens if spec_tokens is None else spec_tokens
   return ((ar_fixed + tokens * ar_iteration)
-          / (spec_fixed + tokens / tokens_per_iteration * iteration))
+          / (spec_fixed + spec_tokens / tokens_per_iteration * iteration))
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:

@@ -104,6 +104,11 @@ def test_prediction_from_the_timed_loop():
                    quality_info={"metric": "bleu"}, match_rate=1.0, loop=LOOP)
   e = theory.expected_tokens(0.8, 3)
   assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e * 7))
+  # At temperature > 0 the two decodes sample outputs of different lengths: each its own.
+  short = report.build(task="t", target="tgt", draft="d", temperature=1.0, gamma=3,
+                       num_examples=2, ar_records=[ar], spec_records=[_spec_record(1.0, 30)],
+                       costs=costs, quality_info={}, match_rate=None, loop=LOOP)
+  assert short["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 30 / e * 7))
   assert m["speedup_predicted_from"] == "loop" and m["iteration_ms"] == 7.0
   assert m["speedup_predicted_lone_extend"] == pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
   assert m["c"] == 0.1 and m["v"] == 1.5 and m["v_curve"] == {"1": 1.0, "4": 1.5}
