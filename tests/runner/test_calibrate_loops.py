@@ -142,3 +142,4 @@ def test_measure_loops_on_tiny_models():
   assert 1 <= lc.tokens <= 8  # autoregressive iterations per batch (max_decode_len 8)
   assert all(1.0 <= t <= g + 1 for g, t in lc.tokens_per_iteration.items())
   assert lc.to_json()["iteration_ms"].keys() == {"1", "3"}
+  assert lc.iteration_ms[1] <= lc.iteration_ms[3]  # noise never makes a longer block cheaper
