@@ -8,7 +8,8 @@ r"""Entry point: compile a run's or a training job's programs for a TPU slice, o
 Needs libtpu (`pip install -e '.[tpu]'`), no TPU. Flags as `specdec_jax.run` / `train`
 (`--gin_file` repeatable, `--gin.NAME=VALUE`, `--gin_search_paths`); a config that binds
 `TrainConfig.model` is a training job, any other a run. Writes OUTPUT_DIR/aot.json (one object
-per program) and prints a table; with `--roofline` also compiles one target step, one draft step
+per program, rewritten after each compile so a job stopped part-way keeps what it compiled)
+and prints a table; with `--roofline` also compiles one target step, one draft step
 per model draft and the verify calls for T = 2..`--roofline_tokens`, and writes roofline.json and
 roofline.md (predicted c, v(T) and the paper's Table-2 rows). Exit status 1 when a program does
 not fit or its loop transfers to the host (each named with the bytes needed and available), 2
@@ -81,7 +82,8 @@ def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: 
   topo = topologies.parse(topology)
   cfg, presets = parse(gin_files, gin_bindings, search_paths)
   job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, only=only,
-                        log=log)
+                        log=log, on_result=lambda so_far: report.write(
+                            output_dir, report.records(so_far, gin_files)))
   recs = report.records(job, gin_files)
   path = report.write(output_dir, recs, job.roofline)
   log(report.table(job))

@@ -47,9 +47,12 @@ def build_mesh(mesh_config: Optional[sh.MeshConfig], devices) -> tuple[Mesh, sh.
 
 def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = (),
             roofline_tokens: int = 0, only: Sequence[str] = (),
-            log: Callable[[str], None] = print) -> JobResult:
+            log: Callable[[str], None] = print,
+            on_result: Optional[Callable[[JobResult], None]] = None) -> JobResult:
   """Compiles every program of `cfg` (a RunConfig or a TrainConfig) for `topology` (`only`:
-  just the programs of these kinds, and the prefills they need)."""
+  just the programs of these kinds, and the prefills they need). `on_result` gets the job so
+  far after each program (the CLI rewrites aot.json with it, so a job stopped part-way keeps
+  what it compiled)."""
   devices = topologies.devices(topology)
   hbm = memory.usable_hbm_bytes(devices)
   mesh, mesh_config = build_mesh(cfg.mesh, devices)
@@ -71,8 +74,11 @@ def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = 
     progs, extra, draft_presets = _decode_programs(cfg, mesh, mesh_config, presets, models,
                                                    roofline_tokens)
   progs = select(progs + extra, only)
+  emit = None
+  if on_result is not None:
+    emit = lambda so_far: on_result(JobResult(topology, dict(mesh.shape), hbm, so_far, models))  # noqa: E731
   with jax.set_mesh(mesh):
-    results = _compile_all(progs, hbm, log)
+    results = _compile_all(progs, hbm, log, emit)
   roof = None
   if extra:
     roof = roofline_lib.from_results([r for r in results if r.kind in (
@@ -148,7 +154,7 @@ def preset_vocab_size(cfg) -> Optional[int]:
   return vocab.padded_vocab_size
 
 
-def _compile_all(progs: Sequence[programs_lib.Program], hbm, log) -> list:
+def _compile_all(progs: Sequence[programs_lib.Program], hbm, log, emit=None) -> list:
   compiled: dict[str, Any] = {}
   results = []
   for p in progs:
@@ -157,6 +163,8 @@ def _compile_all(progs: Sequence[programs_lib.Program], hbm, log) -> list:
                         error=f"not compiled: {p.needs} did not compile")
       results.append(r)
       log(f"  {p.name}: skipped ({r.error})")
+      if emit is not None:
+        emit(list(results))
       continue
     r = memory.compile_program(p.name, p.kind, p.call(compiled), hbm, has_loop=p.has_loop)
     r.info = p.info
@@ -167,6 +175,8 @@ def _compile_all(progs: Sequence[programs_lib.Program], hbm, log) -> list:
         f", {len(r.host_transfers)} host transfer(s) in the loop" if r.host_transfers else "")
     need = "" if r.needed_bytes is None else f" {r.needed_bytes / 2**30:.2f} GiB/chip"
     log(f"  {p.name}: {status}{need} ({r.compile_seconds:.1f} s)")
+    if emit is not None:
+      emit(list(results))
   for r in results:
     r.compiled = None  # executables are large; the figures are what is kept
   return results

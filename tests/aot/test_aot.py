@@ -101,3 +101,18 @@ def test_smoke_config_compiles_for_a_v4_8(tmp_path):
   # The loops read no encoder weights (cross-attention K/V are cached); those stay on the chip.
   assert by_kind["ar_loop"]["per_chip_bytes"]["unused_arguments"] > 0
   assert os.path.exists(tmp_path / "aot.json") and any("spec_loop" in l for l in lines)
+
+
+def test_each_compiled_program_is_reported_as_it_finishes():
+  # The CLI rewrites aot.json from these calls, so a job stopped part-way keeps what it compiled.
+  import jax
+  import numpy as np
+  from specdec_jax.aot import job, programs
+  x = jax.ShapeDtypeStruct((8,), np.float32)
+  progs = [programs.Program("double", "test", lambda _: (jax.jit(lambda a: a * 2), (x,), {})),
+           programs.Program("square", "test", lambda _: (jax.jit(lambda a: a * a), (x,), {}))]
+  seen = []
+  results = job._compile_all(progs, None, lambda _: None, lambda so_far: seen.append(
+      [r.program for r in so_far]))
+  assert seen == [["double"], ["double", "square"]]
+  assert [r.fits for r in results] == [True, True] and all(r.compiled is None for r in results)
