@@ -76,9 +76,10 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
   where they hold this gamma, speedup_predicted is theory.loop_speedup(E, T_ar, T_iter(gamma))
   with the per-request fixed costs and N = the autoregressive iterations per batch of this run
   (`speedup_predicted_from` 'loop'); else the lone-extend formula from c and v ('lone_extend').
-  rule: the acceptance rule decoded with. E is the rule's expected tokens per iteration
-  (theory.expected_tokens_per_iteration): token-wise from alpha; block verification (at
-  temperature > 0) from this row's own fraction of target calls that kept at least i drafts.
+  rule: the acceptance rule decoded with. E is the expected tokens per iteration
+  (theory.expected_tokens_per_iteration) from this row's own profile, 1 + sum_i of the fraction
+  of its target calls that kept at least i drafts, for either rule (alpha^i, positions taken as
+  independent, overstates it where acceptances cluster: prompt lookup on code).
   """
   stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
       if spec_records else {}

@@ -20,16 +20,22 @@ One formula, in two cost models (`loop_speedup` is the one place a speedup is co
   predicted 1.21x where one iteration measured 7.1 ms against 5.5 ms assumed, and 1.00x was
   measured), which is why the runner times the real loops where it can.
 
-E[tokens per iteration] depends on the acceptance rule (`expected_tokens_per_iteration`):
-- token-wise (Leviathan): 1 + sum_{i<=G} alpha^i = (1 - alpha^(G+1)) / (1 - alpha), positions
-  taken as independent with acceptance probability alpha;
-- block verification (Sun et al. 2024): 1 + sum_{i<=G} A_i, A_i = P(at least i drafts kept) =
-  E[a_i], a_i = min(1, a_{i-1} p(x_i) / q(x_i)), a_0 = 1 (acceptance.block_distributions: the
-  block keeps at least i tokens with probability a_i given x_1..x_i, whatever G is). A_1 = alpha,
-  but A_i >= the token-wise E[prod_{j<=i} min(1, p_j / q_j)] and is not a function of alpha: it
-  depends on how the likelihood ratios p/q spread. So it is measured: the fraction of target calls
-  of a block-rule decode that kept at least i drafts (its `accepts_per_position`), which, because
-  a_i does not depend on G, serves every gamma up to the one decoded.
+E[tokens per iteration] = 1 + sum_{i<=G} A_i, A_i = P(at least i drafts kept)
+(`expected_tokens_per_iteration`). Whether a call keeps at least i drafts depends only on the first
+i drafts and the target's p there, never on G, so A_i measured by a decode at some gamma (the
+fraction of its target calls that kept at least i drafts: `accepts_per_position`) serves every
+gamma up to that one. That measured profile is what the runner predicts with, for both rules:
+- token-wise (Leviathan): A_i = E[prod_{j<=i} min(1, p_j / q_j)]. With positions independent at
+  one rate alpha this is alpha^i, and E = (1 - alpha^(G+1)) / (1 - alpha), the fallback when no
+  profile was measured. Real drafts are not that: prompt lookup either copies a whole span or
+  nothing, so acceptance clusters by iteration, and alpha (a rate over positions, which weights a
+  fully accepted block by its length) overstates A_i. Prompt lookup on code at gamma 8 measured
+  alpha 0.936 but A_1 0.67 and A_8 0.59: the formula gives 7.00 tokens per call, the profile
+  5.92, and the decode wrote 5.87;
+- block verification (Sun et al. 2024): A_i = E[a_i], a_i = min(1, a_{i-1} p(x_i) / q(x_i)),
+  a_0 = 1 (acceptance.block_distributions). A_1 is token-wise's, but A_i >= the token-wise value
+  and is not a function of alpha (it depends on how the likelihood ratios p/q spread), so block
+  verification is always predicted from a measured profile.
 
 `best_gamma` returns 0 whenever no gamma is predicted to beat `min_speedup`, which is what keeps
 GAMMA='auto' from ever being slower than the autoregressive loop. Pure Python: the measurements
@@ -55,23 +61,24 @@ def expected_tokens_per_iteration(alpha: float, gamma: int, rule: str = "tokenwi
                                   accept_at_least: Sequence[float] | None = None) -> float:
   """Expected tokens one iteration writes (accepted drafts + the token after them).
 
-  rule 'tokenwise': `expected_tokens(alpha, gamma)`. rule 'block': 1 + sum of the first gamma
-  entries of `accept_at_least` (A_1, A_2, ...: the fraction of a block-rule decode's target calls
-  that kept at least i drafts, measured at a gamma >= this one; see the module docstring). At
-  temperature 0 both rules are the same (one-hot p and q), and callers pass 'tokenwise'.
+  With a measured profile `accept_at_least` (A_1, A_2, ...: the fraction of a decode's target
+  calls that kept at least i drafts, decoded at a gamma >= this one with this rule; see the
+  module docstring) of at least gamma entries: 1 + the sum of its first gamma entries, for either
+  rule. Without one, token-wise falls back to independent positions, `expected_tokens(alpha,
+  gamma)`, and block verification, which has no formula in alpha, is an error. At temperature 0
+  both rules keep the same drafts (one-hot p and q).
   """
   if gamma == 0:
     return 1.0
+  if rule not in ("tokenwise", "block"):
+    raise ValueError(f"no expected-length model for acceptance rule {rule!r}")
+  if accept_at_least is not None and len(accept_at_least) >= gamma:
+    return 1.0 + sum(min(max(float(x), 0.0), 1.0) for x in accept_at_least[:gamma])
   if rule == "tokenwise":
     return expected_tokens(alpha, gamma)
-  if rule != "block":
-    raise ValueError(f"no expected-length model for acceptance rule {rule!r}")
-  if accept_at_least is None or len(accept_at_least) < gamma:
-    have = 0 if accept_at_least is None else len(accept_at_least)
-    raise ValueError(f"block verification at gamma {gamma} needs P(at least i kept) for i = "
-                     f"1..{gamma} from a block-rule decode (have {have})")
-  a = [min(max(float(x), 0.0), 1.0) for x in accept_at_least[:gamma]]
-  return 1.0 + sum(a)
+  have = 0 if accept_at_least is None else len(accept_at_least)
+  raise ValueError(f"block verification at gamma {gamma} needs P(at least i kept) for i = "
+                   f"1..{gamma} from a block-rule decode (have {have})")
 
 
 def loop_speedup(tokens_per_iteration: float, ar_iteration: float, iteration: float, *,

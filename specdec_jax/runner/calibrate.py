@@ -32,11 +32,11 @@ same prefill on both sides, plus the draft's on the speculative one) only pull a
 timings' own noise (they are taken minutes before the loops on a shared machine). When every
 gamma is pruned, 'auto' chooses 0 without compiling a loop.
 
-The acceptance side: alpha from a short untimed calibration decode (`calibration_acceptance`) on
-the first prompts; with the block rule at temperature > 0 also A_i = P(at least i drafts kept) for
-i = 1..gamma_max (the decode then runs at gamma_max), which is what block verification's expected
-length is made of (metrics/theory.py). At temperature 0 block verification is token-wise
-verification, and alpha is all it needs.
+The acceptance side: a short untimed calibration decode (`calibration_acceptance`) on the first
+prompts, at gamma_max, gives alpha and the profile A_i = P(at least i drafts kept), i =
+1..gamma_max. Expected tokens per iteration are 1 + sum A_i for either rule (metrics/theory.py):
+A_i does not depend on the gamma decoded, so one decode at gamma_max serves every candidate, and
+unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or nothing).
 """
 from __future__ import annotations
 
@@ -167,10 +167,10 @@ def effective_rule(rule: str, temperature: float) -> str:
   return "tokenwise" if float(temperature) == 0.0 else rule
 
 
-def calibration_gamma(rule: str, temperature: float, gamma: int, gamma_max: int) -> int:
-  """The calibration decode's gamma: `gamma` (auto_calibration_gamma), or gamma_max where the
-  block rule's A_i are needed for every candidate (A_i does not depend on the gamma decoded)."""
-  return max(gamma, gamma_max) if effective_rule(rule, temperature) == "block" else gamma
+def calibration_gamma(gamma: int, gamma_max: int) -> int:
+  """The calibration decode's gamma: at least gamma_max, so that its profile A_i covers every
+  candidate (`gamma` is RunConfig.auto_calibration_gamma)."""
+  return max(gamma, gamma_max)
 
 
 def calibration_acceptance(target, target_params, draft, draft_params, inputs_BxP, *, rows: int,
@@ -301,9 +301,9 @@ class AutoPlan:
 def lone_curve(alpha: float, costs: timing.Costs, gamma_max: int, rule: str = "tokenwise",
                accept_at_least: Sequence[float] | None = None) -> dict[int, float]:
   """The lone-extend prediction for gamma = 0..gamma_max where v(gamma + 1) was measured, with
-  the rule's expected length."""
+  the expected length of the measured profile (alpha's formula without one)."""
   curve = theory.speedup_curve(alpha, costs.c, costs.v, gamma_max)
-  if rule == "tokenwise":
+  if rule == "tokenwise" and accept_at_least is None:
     return curve
   return {g: 1.0 if g == 0 else theory.loop_speedup(
       theory.expected_tokens_per_iteration(alpha, g, rule, accept_at_least), 1.0,
@@ -330,7 +330,7 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
   acc = acceptance_fn()
   alpha = float(acc["alpha"])
   rule = effective_rule(rule, point.temperature)
-  a_i = tuple(acc.get("accept_at_least") or ()) if rule == "block" else None
+  a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None
   curve = lone_curve(alpha, costs, gamma_max, rule, a_i)
   return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve)
 

@@ -61,6 +61,8 @@ class RunConfig:
   repeats: int = 3
   gamma_max: int = 8
   auto_calibration_examples: int = 4
+  # The calibration decode runs at max(this, gamma_max): its profile P(at least i drafts kept)
+  # must cover every candidate gamma (runner/calibrate.py).
   auto_calibration_gamma: int = 4
   auto_min_speedup: float = 1.0
   resume: bool = True

@@ -142,8 +142,7 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
     if p.gamma != AUTO:
       continue
     draft, dparams = loaded.drafts[p.draft]
-    cal_gamma = calibrate.calibration_gamma(cfg.rule, p.temperature, cfg.auto_calibration_gamma,
-                                            cfg.gamma_max)
+    cal_gamma = calibrate.calibration_gamma(cfg.auto_calibration_gamma, cfg.gamma_max)
     acceptance_fn = lambda p=p, draft=draft, dparams=dparams, g=cal_gamma: (  # noqa: E731
         calibrate.calibration_acceptance(
             loaded.target, loaded.target_params, draft, dparams,

@@ -31,7 +31,11 @@ def test_build_benchmark_point():
   assert set(report.CONTRACT_KEYS) <= set(m)
   assert m["alpha"] == pytest.approx(0.8) and m["acceptance_rate"] == pytest.approx(2 / 3)
   assert m["speedup"] == pytest.approx(2.0) and m["v"] == 1.5 and m["c"] == 0.1
-  assert m["speedup_predicted"] == pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
+  # E from the row's own profile (8/10, 7/10, 5/10 kept at least 1, 2, 3 drafts): 3.0, where
+  # alpha's formula (predicted_speedup(0.8, 3, 0.1, 1.5) = 1.64) would take positions as independent.
+  assert m["speedup_predicted"] == pytest.approx((1 + 0.8 + 0.7 + 0.5) / (3 * 0.1 + 1.5))
+  assert m["speedup_predicted"] != pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
+  assert m["expected_tokens_per_iteration"] == pytest.approx(3.0)
   assert m["ar_ms_per_token"] == pytest.approx(50.0) and m["spec_ms_per_token"] == 25.0
   assert m["greedy_match_rate"] == 1.0
   assert "speedup" in report.table([m]) and "bleu" not in report.table([m])
@@ -96,13 +100,12 @@ LOOP = {"ar_ms": 4.0, "ar_fixed_ms": 8.0, "tokens": 30.0,
 def test_prediction_from_the_timed_loop():
   """With loop costs, speedup_predicted is E * T_ar / T_iter with the fixed costs and N = this
   run's autoregressive iterations per batch; c, v and v_curve stay (public contract)."""
-  from specdec_jax.metrics import theory
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
   ar = ProgramRecord(2.0, {"emitted": 40, "iterations": 40})
   m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
                    ar_records=[ar], spec_records=[_spec_record(1.0, 40)], costs=costs,
                    quality_info={"metric": "bleu"}, match_rate=1.0, loop=LOOP)
-  e = theory.expected_tokens(0.8, 3)
+  e = 1 + 0.8 + 0.7 + 0.5  # the row's profile
   assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e * 7))
   # At temperature > 0 the two decodes sample outputs of different lengths: each its own.
   short = report.build(task="t", target="tgt", draft="d", temperature=1.0, gamma=3,
@@ -110,26 +113,28 @@ def test_prediction_from_the_timed_loop():
                        costs=costs, quality_info={}, match_rate=None, loop=LOOP)
   assert short["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 30 / e * 7))
   assert m["speedup_predicted_from"] == "loop" and m["iteration_ms"] == 7.0
-  assert m["speedup_predicted_lone_extend"] == pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
+  assert m["speedup_predicted_lone_extend"] == pytest.approx(e / (3 * 0.1 + 1.5))
   assert m["c"] == 0.1 and m["v"] == 1.5 and m["v_curve"] == {"1": 1.0, "4": 1.5}
   assert m["loop_costs"] == LOOP and m["ar_iteration_ms"] == 4.0
 
 
-def test_block_rows_are_predicted_from_block_expected_length():
-  """Block verification at temperature > 0: E = 1 + sum of the row's fractions of target calls
-  that kept at least i drafts (8/10, 7/10, 5/10 in _spec_record), not the token-wise formula in
-  alpha (0.8: 1 + 0.8 + 0.64 + 0.512)."""
+def test_rows_are_predicted_from_their_own_acceptance_profile():
+  """Both rules: E = 1 + sum of the row's fractions of target calls that kept at least i drafts
+  (8/10, 7/10, 5/10 in _spec_record), not the formula in alpha (0.8: 1 + 0.8 + 0.64 + 0.512),
+  which takes positions as independent; a token-wise row without a profile falls back to that
+  formula."""
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
   kw = dict(task="t", target="tgt", draft="d", gamma=3, num_examples=2,
             ar_records=[ProgramRecord(2.0, {"emitted": 40, "iterations": 40})],
-            spec_records=[_spec_record(1.0, 40)], costs=costs, quality_info={},
-            match_rate=None, loop=LOOP)
-  block = report.build(temperature=1.0, rule="block", **kw)
-  token = report.build(temperature=1.0, rule="tokenwise", **kw)
-  assert block["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.7 + 0.5)
-  assert token["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)
-  assert block["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / 3.0 * 7))
-  assert block["speedup_predicted"] != pytest.approx(token["speedup_predicted"])
-  # Greedy: block verification keeps what token-wise keeps, so alpha's formula applies.
-  greedy = report.build(temperature=0.0, rule="block", **kw)
-  assert greedy["speedup_predicted"] == pytest.approx(token["speedup_predicted"])
+            costs=costs, quality_info={}, match_rate=None, loop=LOOP)
+  rows = [_spec_record(1.0, 40)]
+  block = report.build(temperature=1.0, rule="block", spec_records=rows, **kw)
+  token = report.build(temperature=1.0, rule="tokenwise", spec_records=rows, **kw)
+  greedy = report.build(temperature=0.0, rule="tokenwise", spec_records=rows, **kw)
+  for m in (block, token, greedy):
+    assert m["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.7 + 0.5)
+    assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / 3.0 * 7))
+  bare = _spec_record(1.0, 40)
+  bare.counters.pop("accepts_per_position")
+  no_profile = report.build(temperature=0.0, rule="tokenwise", spec_records=[bare], **kw)
+  assert no_profile["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)

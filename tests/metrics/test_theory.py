@@ -118,6 +118,11 @@ def test_block_expected_length_is_its_own_not_the_tokenwise_formula():
   token_e = g.expected_tokens_per_iteration(alpha, gamma, "tokenwise")
   assert token_e == pytest.approx(1 + 10 / 9, abs=1e-6)
   assert float(jnp.mean(n_token)) + 1 == pytest.approx(token_e, abs=0.01)
+  # Token-wise from its own measured profile: here positions are independent (i.i.d. rows), so
+  # the profile and alpha's formula agree; the profile is what a run predicts with.
+  token_at_least = [float(jnp.mean(n_token >= i)) for i in range(1, gamma + 1)]
+  assert g.expected_tokens_per_iteration(alpha, gamma, "tokenwise", token_at_least) == \
+      pytest.approx(token_e, abs=0.01)
   assert block_e == pytest.approx(1 + 11 / 9, abs=0.01)
   assert block_e - token_e > 0.08  # the token-wise formula would miss block's gain
   assert at_least[0] == pytest.approx(alpha, abs=0.01)  # A_1 = alpha for both rules

@@ -4,8 +4,8 @@ Why: 'auto' used to choose from lone `extend` timings that leave out each iterat
 first draft call and glue (default run: 1.21x predicted, 1.00x measured). It now times the real
 loop per candidate gamma; these tests pin that the timed program IS the run's decode (same tokens,
 same counters, iterations as capped), that the choice follows the loop costs rather than the
-lone-extend ranking, that pruning is what the docstring says, and that block verification is
-chosen from its own expected length.
+lone-extend ranking, that pruning is what the docstring says, and that the expected length comes
+from the calibration decode's measured profile (block verification, clustered acceptances).
 """
 import jax
 import jax.numpy as jnp
@@ -102,10 +102,29 @@ def test_block_rule_is_chosen_from_its_own_expected_length():
   curve = dict(memo["curve"])
   assert curve[3] == pytest.approx((1 + 0.6 + 0.55 + 0.5) * 4.0 / 8.0)
   assert curve[3] != pytest.approx(theory.expected_tokens(0.6, 3) * 4.0 / 8.0)
-  # At temperature 0 block verification is token-wise verification: alpha alone.
   assert calibrate.effective_rule("block", 0.0) == "tokenwise"
-  assert calibrate.calibration_gamma("block", 1.0, 4, 8) == 8
-  assert calibrate.calibration_gamma("block", 0.0, 4, 8) == 4
+  # The calibration decode covers every candidate, whatever auto_calibration_gamma says.
+  assert calibrate.calibration_gamma(4, 8) == 8 and calibrate.calibration_gamma(10, 8) == 10
+
+
+def test_clustered_acceptance_is_chosen_from_its_profile_not_alpha():
+  """Token-wise, greedy: prompt lookup copies a span or nothing, so alpha over positions (0.936
+  on code) overstates how often a call keeps i drafts (A_1 0.67 ... A_4 0.61 measured there).
+  With the profile the best gamma predicts 3.52 x 4 / 9 = 1.56x, below a 1.6 bar, so 'auto'
+  stays autoregressive; alpha's formula (E = 4.40: 1.96x) would have chosen gamma 4."""
+  a_i = [0.67, 0.62, 0.62, 0.61]
+  loop = _loop({2: 7.0, 3: 8.0, 4: 9.0})
+  kw = dict(gamma_max=4, min_speedup=1.6, rule="tokenwise")
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, Store(),
+                             lambda: {"alpha": 0.936, "accept_at_least": a_i}, **kw)
+  memo = calibrate.choose(plan, COSTS, loop, Store(), min_speedup=1.6, rule="tokenwise")
+  assert dict(memo["curve"])[4] == pytest.approx((1 + sum(a_i)) * 4.0 / 9.0)
+  assert memo["gamma"] == 0 and memo["accept_at_least"] == a_i
+  assert dict(plan.lone_curve)[4] == pytest.approx((1 + sum(a_i)) / (4 * 0.1 + 1.2))
+  naive = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, Store(),
+                              lambda: {"alpha": 0.936}, **kw)
+  assert calibrate.choose(naive, COSTS, loop, Store(), min_speedup=1.6,
+                          rule="tokenwise")["gamma"] == 4
 
 
 @pytest.mark.slow
