@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.kv_cache import LayerKV
 from specdec_jax.models.layers import Dense
 
 
@@ -46,18 +47,20 @@ class MultiHeadAttention(nn.Module):
   def project_kv(self, x_BxSxD: jax.Array) -> tuple[jax.Array, jax.Array]:
     return self._heads(self.key(x_BxSxD)), self._heads(self.value(x_BxSxD))
 
-  def attend(self, q_BxTxHxK: jax.Array, k_BxSxHxK: jax.Array, v_BxSxHxK: jax.Array,
+  def attend(self, q_BxTxHxK: jax.Array, k_BxHxKxS: jax.Array, v_BxHxSxK: jax.Array,
              bias_BxHxTxS: jax.Array) -> jax.Array:
-    """softmax(q k^T + bias) v, then the output projection. Returns B x T x D."""
-    logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK.astype(jnp.float32),
-                                k_BxSxHxK.astype(jnp.float32))
+    """softmax(q k^T + bias) v, then the output projection. Returns B x T x D. Keys and values
+    come in the cache's head-major layouts (`kv_cache.LayerKV`), which both products read as
+    they are."""
+    logits_BxHxTxS = jnp.einsum("bthk,bhks->bhts", q_BxTxHxK.astype(jnp.float32),
+                                k_BxHxKxS.astype(jnp.float32))
     logits_BxHxTxS = logits_BxHxTxS + bias_BxHxTxS.astype(jnp.float32)
-    weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxSxHxK.dtype)
-    y_BxTxHxK = jnp.einsum("bhts,bshk->bthk", weights, v_BxSxHxK)
+    weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxHxSxK.dtype)
+    y_BxTxHxK = jnp.einsum("bhts,bhsk->bthk", weights, v_BxHxSxK)
     b, t, h, k = y_BxTxHxK.shape
     return self.out(y_BxTxHxK.reshape(b, t, h * k))
 
   def __call__(self, x_BxTxD: jax.Array, bias_BxHxTxS: jax.Array) -> jax.Array:
     """Plain self-attention with no cache (the encoder)."""
-    k, v = self.project_kv(x_BxTxD)
-    return self.attend(self.project_q(x_BxTxD), k, v, bias_BxHxTxS)
+    kv = LayerKV.from_heads(*self.project_kv(x_BxTxD))
+    return self.attend(self.project_q(x_BxTxD), kv.k_BxHxKxS, kv.v_BxHxSxK, bias_BxHxTxS)

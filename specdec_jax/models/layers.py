@@ -35,6 +35,12 @@ MATMULS = ("xla", "kernel", "hybrid")
 # Above this many rows (a decoder-only prefill, a teacher-forced forward) a GEMM has arithmetic to
 # amortise its packing, and XLA's is the better one; "hybrid" then uses XLA's dot.
 HYBRID_MAX_KERNEL_ROWS = 64
+# One row: XLA's matrix-vector product streams a large matrix faster than the kernel (the zoo
+# target's 16 MB output head: 0.65 ms against 0.84 at load 2-4; the shared draft's 4 MB head:
+# 0.40 against 0.46 at load 5), a small one slower (the target's 1-2 MB projections: 0.06-0.12
+# ms against 0.055-0.076; per-call overhead dominates there). "hybrid" gives one row to the
+# kernel up to this many weight bytes, to XLA's dot above.
+HYBRID_GEMV_MAX_BYTES = 3 << 20
 
 
 class Dense(nn.Module):
@@ -45,9 +51,10 @@ class Dense(nn.Module):
   - "xla": parameter `kernel` [in, out], XLA's dot;
   - "kernel": parameter `kernel_panels` [ceil(out / 16), in, 16], the CPU kernel
     (`specdec_jax.kernels.matmul.packed_matmul`: one pass over the weights for any row count);
-  - "hybrid": both parameters; XLA's dot for one row (its matrix-vector product streams the
-    weights as fast as the kernel or faster) and for more than HYBRID_MAX_KERNEL_ROWS rows, the
-    kernel in between (verification blocks, where XLA's dot re-reads the weights).
+  - "hybrid": both parameters; the kernel for 2..HYBRID_MAX_KERNEL_ROWS rows (verification
+    blocks, where XLA's dot re-reads the weights) and for one row of a matrix up to
+    HYBRID_GEMV_MAX_BYTES; XLA's dot for one row of a larger matrix (its matrix-vector product
+    streams those faster) and for more rows (a GEMM with arithmetic to amortise).
   """
 
   features: int
@@ -72,7 +79,8 @@ class Dense(nn.Module):
     if self.matmul == "hybrid":
       kernel = self.param("kernel", init, shape, jnp.float32)
       rows = math.prod(x.shape[:-1])
-      if rows == 1 or rows > HYBRID_MAX_KERNEL_ROWS:
+      big_gemv = rows == 1 and math.prod(shape) * 4 > HYBRID_GEMV_MAX_BYTES
+      if big_gemv or rows > HYBRID_MAX_KERNEL_ROWS:
         return _xla_dot(x, kernel, self.dtype)
     return kmatmul.packed_matmul(x, panels, self.features).astype(self.dtype)
 

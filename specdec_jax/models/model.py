@@ -172,16 +172,15 @@ class Model:
 def _constrain_cache(cache: DecodeCache) -> DecodeCache:
   """Batch/heads sharding of the cache (a no-op without rules and a mesh), so the decode loops'
   carries keep one layout across iterations instead of being resharded each time."""
-  def c(x):  # [B, S, H, K], or [L, B, S, H, K] for layers stacked under scan
-    axes = ("layers",) * (x.ndim - 4) + ("batch", "length", "heads", "kv")
-    return nn.with_logical_constraint(x, axes)
+  def c(x, axes):  # one layer, or [L, ...] for layers stacked under scan
+    return nn.with_logical_constraint(x, ("layers",) * (x.ndim - 4) + axes)
 
   def kv(layers):  # a tuple of per-layer LayerKV, or one stacked LayerKV (scan_layers)
     if layers is None:
       return None
-    if isinstance(layers, LayerKV):
-      return LayerKV(c(layers.k_BxSxHxK), c(layers.v_BxSxHxK))
-    return tuple(LayerKV(c(l.k_BxSxHxK), c(l.v_BxSxHxK)) for l in layers)
+    one = lambda l: LayerKV(c(l.k_BxHxKxS, ("batch", "heads", "kv", "length")),  # noqa: E731
+                            c(l.v_BxHxSxK, ("batch", "heads", "length", "kv")))
+    return one(layers) if isinstance(layers, LayerKV) else tuple(one(l) for l in layers)
   mask = cache.encoder_mask_BxE
   return cache.replace(
       self_kv=kv(cache.self_kv), cross_kv=kv(cache.cross_kv),

@@ -9,9 +9,9 @@ kernel streams each weight once for any number of rows, but it needs the weights
   `extend`, `forward`, `start_tokens`, same signatures), over a tree where every projection a
   decode step multiplies (decoder attention and MLP, the output head) holds `kernel_panels`.
   "hybrid" (the default) keeps `kernel` beside the panels: XLA's matrix-vector product for one row
-  (a draft step, an autoregressive step: measured as fast as the kernel or faster, see
-  `layers.Dense`) and the kernel for a verification block; the decode projections then take twice
-  their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
+  of a large matrix (an output head over the vocabulary: faster than the kernel there, see
+  `layers.Dense`) and for GEMMs past 64 rows, the kernel for the rest (verification blocks, one
+  row of a small matrix); the decode projections then take twice their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
   position tables, the encoder, the cross-attention keys/values) is the same array, not a copy.
 - `unpack(packed_model, packed_params)` gives the T5X-layout tree back.
 - Checkpoints, training and sharding see only unpacked trees: a packed tree has no logical-axis

@@ -88,7 +88,7 @@ class DecoderLayer(nn.Module):
     self.mlp = MlpBlock(cfg, matmul=mm)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> LayerKV:
-    return LayerKV(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
+    return LayerKV.from_heads(*self.encoder_decoder_attention.project_kv(encoded_BxExD))
 
   def cross_kv_step(self, encoded_BxExD: jax.Array) -> tuple[jax.Array, LayerKV]:
     """`cross_kv` in `nn.scan`'s (carry, output) form: stacks every layer's K/V."""
@@ -101,12 +101,12 @@ class DecoderLayer(nn.Module):
     q = self.self_attention.project_q(h)
     k, v = self.self_attention.project_kv(h)
     kv = kv.write(k, v, pos_BxT)
-    x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxSxHxK, kv.v_BxSxHxK, self_bias)
+    x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias)
     if cross_kv is not None:
       h = self.pre_cross_attention_layer_norm(x_BxTxD)
       q = self.encoder_decoder_attention.project_q(h)
       x_BxTxD = x_BxTxD + self.encoder_decoder_attention.attend(
-          q, cross_kv.k_BxSxHxK, cross_kv.v_BxSxHxK, cross_bias)
+          q, cross_kv.k_BxHxKxS, cross_kv.v_BxHxSxK, cross_bias)
     return x_BxTxD + self.mlp(self.pre_mlp_layer_norm(x_BxTxD)), kv
 
 
@@ -202,7 +202,7 @@ class Transformer(nn.Module):
       encoded_BxExD = self.source_projection(encoded_BxExD)
     zeros = lambda: LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim,  # noqa: E731
                                   jnp.dtype(cfg.dtype))
-    if cfg.scan_layers:  # one LayerKV with a leading layer axis [L, B, S, H, K]
+    if cfg.scan_layers:  # one LayerKV with a leading layer axis [L, B, H, K, S] / [L, B, H, S, K]
       kv = jax.tree.map(lambda z: jnp.broadcast_to(z, (cfg.num_decoder_layers, *z.shape)), zeros())
     else:
       kv = tuple(zeros() for _ in range(cfg.num_decoder_layers))

@@ -51,7 +51,7 @@ def _assert_prefix_equal(got, ref, b, what):
   index = int(got.index_B[b])
   assert index == int(ref.index_B[b]), f"{what}: index {index} != {int(ref.index_B[b])}"
   for layer, (lg, lr) in enumerate(zip(got.self_kv, ref.self_kv)):
-    for name, xg, xr in (("k", lg.k_BxSxHxK, lr.k_BxSxHxK), ("v", lg.v_BxSxHxK, lr.v_BxSxHxK)):
+    for name, xg, xr in zip("kv", lg.slots(), lr.slots()):  # [B, S, H, K]
       np.testing.assert_allclose(np.asarray(xg[b, :index]), np.asarray(xr[b, :index]),
                                  rtol=1e-5, atol=1e-5, err_msg=f"{what} layer {layer} {name}")
 

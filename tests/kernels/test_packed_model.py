@@ -131,3 +131,25 @@ def test_packed_trees_stay_away_from_sharding_and_double_packing():
     packed.pack(pmodel, pparams)
   with pytest.raises(ValueError, match="not this model's tree"):
     packed.pack(model, {"decoder": {}})
+
+
+@pytest.mark.parametrize("rows,features,kernel_expected", [
+    (1, 64, True),          # one row of a small matrix: the kernel
+    (1, 16400, False),      # one row of a matrix over HYBRID_GEMV_MAX_BYTES: XLA's mat-vec
+    (3, 16400, True),       # a verification block: the kernel, whatever the size
+    (65, 64, False)])       # a GEMM past HYBRID_MAX_KERNEL_ROWS: XLA's dot
+def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_expected):
+  from specdec_jax.kernels import build
+  from specdec_jax.models.layers import HYBRID_GEMV_MAX_BYTES, Dense
+  assert (64 * 16400 * 4 > HYBRID_GEMV_MAX_BYTES) and (64 * 64 * 4 < HYBRID_GEMV_MAX_BYTES)
+  layer = Dense(features, ("embed", "mlp"), matmul="hybrid")
+  x = jnp.ones((rows, 64), jnp.float32)
+  params = layer.init(jax.random.key(0), x)
+  # `init` draws the two layouts independently; `pack` gives them the same weights.
+  from specdec_jax.kernels import matmul as kmatmul
+  params["params"]["kernel_panels"] = kmatmul.pack_panels(params["params"]["kernel"])
+  hlo = jax.jit(layer.apply).lower(params, x).compile().as_text()
+  assert (f'custom_call_target="{build.TARGET_NAME}"' in hlo) == kernel_expected
+  want = x @ params["params"]["kernel"]
+  np.testing.assert_allclose(np.asarray(layer.apply(params, x)), np.asarray(want), rtol=1e-5,
+                             atol=1e-4)

@@ -45,7 +45,7 @@ def test_scanned_equals_unrolled(kind):
     l_u, c_u = unrolled.extend(params, c_u, block)
     l_s, c_s = scanned.extend(stacked, c_s, block)
     np.testing.assert_allclose(l_s, l_u, rtol=1e-5, atol=1e-5)
-  assert c_s.self_kv.k_BxSxHxK.shape[0] == unrolled.config.num_decoder_layers
+  assert c_s.self_kv.k_BxHxKxS.shape[0] == unrolled.config.num_decoder_layers
 
 
 def test_greedy_speculative_with_scanned_models_equals_unrolled():
@@ -79,13 +79,13 @@ def test_valid_prefix_equal_reads_both_cache_layouts():
   # Across layouts: the same weights give the same valid prefix ...
   assert valid_prefix_equal(c_s, c_u, atol=1e-5) and valid_prefix_equal(c_u, c_s, atol=1e-5)
   # ... and a change in one valid slot of one layer of either layout is seen.
-  k = c_s.self_kv.k_BxSxHxK
-  bad_s = c_s.replace(self_kv=c_s.self_kv.replace(k_BxSxHxK=k.at[1, 1, 0, 0].add(1.0)))  # layer 1
+  k = c_s.self_kv.k_BxHxKxS  # [L, B, H, K, S]
+  bad_s = c_s.replace(self_kv=c_s.self_kv.replace(k_BxHxKxS=k.at[1, 1, 0, 0, 0].add(1.0)))  # layer 1
   assert not valid_prefix_equal(bad_s, c_u, atol=1e-5)
   first = c_u.self_kv[0]
-  bad_u = c_u.replace(self_kv=(first.replace(v_BxSxHxK=first.v_BxSxHxK.at[0, 2, 1, 3].add(1.0)),)
+  bad_u = c_u.replace(self_kv=(first.replace(v_BxHxSxK=first.v_BxHxSxK.at[0, 1, 2, 3].add(1.0)),)
                       + tuple(c_u.self_kv[1:]))
   assert not valid_prefix_equal(c_s, bad_u, atol=1e-5)
   # Slots past an example's index are stale by design and never compared.
-  past = c_s.replace(self_kv=c_s.self_kv.replace(k_BxSxHxK=k.at[:, :, 9].add(1.0)))  # [L, B, S..]
+  past = c_s.replace(self_kv=c_s.self_kv.replace(k_BxHxKxS=k.at[..., 9].add(1.0)))  # slot 9
   assert valid_prefix_equal(past, c_u, atol=1e-5)
