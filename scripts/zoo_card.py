@@ -140,6 +140,9 @@ def main(argv=None) -> int:
                   help="comma-separated T5 drafts for --parts=alpha (zoo names or checkpoint "
                        "paths; shared-encoder drafts too); --code=0 skips the code pair")
   ap.add_argument("--code", type=int, default=1, help="measure the code pair's alpha (0: skip)")
+  ap.add_argument("--head_vocab", type=int, default=0,
+                  help="restrict the T5 drafts' heads to this many tokens of their checkpoints' "
+                       "head_ranking.json (models/head_vocab.py; filed as DRAFT@headK); 0: full")
   ap.add_argument("--train_root", default=None,
                   help="print the training table from RUN/*/train_summary.json and exit")
   args = ap.parse_args(argv)
@@ -180,11 +183,18 @@ def main(argv=None) -> int:
     if tname not in models or dname not in models:
       print(f"skipping {dname}: not in {ZOO}", flush=True)
       continue
+    draft_pair, label = models[dname], dname
+    if args.head_vocab and not decoder_only:
+      from specdec_jax.models import head_vocab as hv
+      path = dname if os.sep in dname else os.path.join(ZOO, dname)
+      ids = hv.select(hv.read_ranking(path, draft_pair[0].vocab_size), args.head_vocab,
+                      draft_pair[0].eos_id)
+      draft_pair, label = hv.restrict(*draft_pair, ids), f"{dname}@head{args.head_vocab}"
     for temperature in (0.0, 1.0):
-      r = alpha(*models[tname], *models[dname], vocab, task, spec, args.alpha_examples,
+      r = alpha(*models[tname], *draft_pair, vocab, task, spec, args.alpha_examples,
                 args.batch_size, temperature, decoder_only=decoder_only)
-      out["alpha"][f"{dname}|{task}|{temperature:g}"] = r
-      print(f"{dname:24s} {task:16s} T={temperature:g}: alpha {r['alpha']:.3f}", flush=True)
+      out["alpha"][f"{label}|{task}|{temperature:g}"] = r
+      print(f"{label:24s} {task:16s} T={temperature:g}: alpha {r['alpha']:.3f}", flush=True)
   with open(args.output, "w") as f:
     json.dump(out, f, indent=1)
   print(markdown(out))

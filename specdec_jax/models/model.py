@@ -39,6 +39,8 @@ class Model:
 
   config: ModelConfig
   axis_rules: Optional[tuple] = None
+  # A draft's restricted output head (`specdec_jax.models.head_vocab.restrict`): sorted token ids.
+  head_ids: Optional[tuple[int, ...]] = None
 
   def _rules(self):
     if self.axis_rules is None:
@@ -47,7 +49,7 @@ class Model:
 
   @property
   def module(self) -> Transformer:
-    return Transformer(self.config)
+    return Transformer(self.config, head_ids=self.head_ids)
 
   @property
   def vocab_size(self) -> int:

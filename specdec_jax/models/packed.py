@@ -55,7 +55,7 @@ class PackedModel(Model):
 
   @property
   def module(self) -> Transformer:
-    return Transformer(self.config, matmul=self.matmul)
+    return Transformer(self.config, matmul=self.matmul, head_ids=self.head_ids)
 
   def logical_axes(self) -> Params:
     raise ValueError("packed params are a single-device CPU compute layout with no sharding; "

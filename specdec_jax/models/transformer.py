@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.models import head_vocab
 from specdec_jax.models.attention import MultiHeadAttention
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
@@ -111,10 +112,11 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-  """The decoder stack and the output head. `matmul`: see `Transformer`."""
+  """The decoder stack and the output head. `matmul`, `head_ids`: see `Transformer`."""
 
   config: ModelConfig
   matmul: str = "xla"
+  head_ids: Optional[tuple[int, ...]] = None
 
   def setup(self):
     cfg, mm = self.config, self.matmul
@@ -126,7 +128,8 @@ class Decoder(nn.Module):
     else:
       self.layers = [DecoderLayer(cfg, mm) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
     self.decoder_norm = _norm(cfg, "decoder_norm")
-    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32, matmul=mm)
+    head = cfg.vocab_size if self.head_ids is None else len(self.head_ids)
+    self.logits_dense = Dense(head, ("embed", "vocab"), jnp.float32, matmul=mm)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...] | LayerKV:
     """Per-layer cross-attention K/V: a tuple, or one LayerKV stacked [L, ...] when scanned."""
@@ -136,6 +139,7 @@ class Decoder(nn.Module):
 
   def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
     """Runs T new positions per example starting at `cache.index_B`; returns float32 logits."""
+    cfg = self.config
     batch, t = x_BxTxD.shape[:2]
     pos_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
@@ -157,6 +161,8 @@ class Decoder(nn.Module):
       new_kv = tuple(new_kv)
     y_BxTxD = self.decoder_norm(x_BxTxD)
     logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
+    if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
+      logits_BxTxV = head_vocab.scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
     logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
     cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
     return logits_BxTxV, cache
@@ -175,10 +181,13 @@ class Transformer(nn.Module):
   projections and the output head (what one decode step multiplies). "kernel"/"hybrid" trees hold
   the CPU kernel's panels (`kernel_panels`) and are built only by `specdec_jax.models.packed`. The
   encoder and the cross-attention keys/values (run once per request over many rows) keep XLA's dot.
+  `head_ids` (a draft's restricted head, `specdec_jax.models.head_vocab`): the output head has
+  columns for these token ids only, and every other token gets logit -inf.
   """
 
   config: ModelConfig
   matmul: str = "xla"
+  head_ids: Optional[tuple[int, ...]] = None
 
   def setup(self):
     cfg = self.config
@@ -188,7 +197,7 @@ class Transformer(nn.Module):
     if cfg.shares_encoder and cfg.source_dim != cfg.emb_dim:
       # The target's states [B, E, source_dim] -> this decoder's width, once per request.
       self.source_projection = Dense(cfg.emb_dim, ("source_embed", "embed"), jnp.dtype(cfg.dtype))
-    self.decoder = Decoder(cfg, self.matmul)
+    self.decoder = Decoder(cfg, self.matmul, self.head_ids)
 
   def encode(self, inputs_BxE: jax.Array) -> jax.Array:
     mask_BxE = inputs_BxE > 0

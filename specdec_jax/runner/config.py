@@ -77,6 +77,9 @@ class RunConfig:
   # (decoding.ngram.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None
   ngram_train_examples: int = 20000
+  # Model drafts: restrict the output head to the K most frequent tokens of the draft checkpoint's
+  # head_ranking.json (models/head_vocab.py; exact for any K); 0 keeps the full head.
+  draft_head_vocab: int = 0
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0
@@ -102,6 +105,10 @@ class RunConfig:
     for name, value in positive.items():
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name.upper()} must be an integer >= 1, got {value!r}")
+    if (not isinstance(self.draft_head_vocab, int) or isinstance(self.draft_head_vocab, bool)
+        or self.draft_head_vocab < 0):
+      raise ValueError(f"DRAFT_HEAD_VOCAB must be an integer >= 0 (0 = the full head), got "
+                       f"{self.draft_head_vocab!r}")
     if self.matmul not in MATMULS:
       raise ValueError(f"RunConfig.matmul must be one of {MATMULS}, got {self.matmul!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
@@ -140,6 +147,8 @@ class RunConfig:
       fingerprint["adaptive"] = self.adaptive
     if self.matmul != "auto":
       fingerprint["matmul"] = self.matmul
+    if self.draft_head_vocab:
+      fingerprint["draft_head_vocab"] = self.draft_head_vocab
     fingerprint["contents"] = self._contents()
     return json.loads(json.dumps(fingerprint, default=str))
 

@@ -67,7 +67,8 @@ def in_compute_dtype(params, dtype):
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int | None,
-               dtype: str | None, seed: int, tables_fn=None, target_name: str = "the target"):
+               dtype: str | None, seed: int, tables_fn=None, target_name: str = "the target",
+               head_vocab: int = 0):
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
   Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
@@ -75,7 +76,8 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   needs none (its fallback is uniform). A draft that cannot serve this target (another kind,
   another vocabulary, a shared-encoder draft trained on another target's encoder) is refused
   here, before anything is compiled. A random-preset shared-encoder draft belongs to no target
-  and is only checked for the encoder's width.
+  and is only checked for the encoder's width. `head_vocab` > 0 restricts a model draft's output
+  head to that many tokens of its checkpoint's ranking (`models.head_vocab`).
   """
   from specdec_jax.decoding import drafters, seam  # pylint: disable=import-outside-toplevel
   if spec.kind == MODEL_DRAFT:
@@ -88,6 +90,13 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
       from specdec_jax.checkpoints import pairing  # pylint: disable=import-outside-toplevel
       pairing.check(resolve_path(spec.checkpoint), draft_name=spec.checkpoint,
                     target_name=target_name, target_params=target_params)
+    if head_vocab:
+      from specdec_jax.models import head_vocab as hv  # pylint: disable=import-outside-toplevel
+      if is_preset(spec.checkpoint):
+        raise ValueError(f"draft_head_vocab = {head_vocab} needs a draft checkpoint with a token "
+                         f"ranking; {spec.checkpoint!r} is a random preset")
+      ranking = hv.read_ranking(resolve_path(spec.checkpoint), draft.vocab_size)
+      draft, params = hv.restrict(draft, params, hv.select(ranking, head_vocab, draft.eos_id))
     return draft, params
   draft = drafters.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":

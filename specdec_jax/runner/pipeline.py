@@ -82,7 +82,8 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
     for spec in draft_specs(cfg):
       drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
                                            dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
-                                           target_name=cfg.target_checkpoint)
+                                           target_name=cfg.target_checkpoint,
+                                           head_vocab=cfg.draft_head_vocab)
   ids = inputs_lib.tokenize(examples, vocab if text else None,
                             model_vocab_size=target.vocab_size,
                             encoder_decoder=target.config.is_encoder_decoder,

@@ -1,0 +1,81 @@
+r"""Writes a draft checkpoint's token ranking (head_ranking.json) from its training targets.
+
+A run with `DRAFT_HEAD_VOCAB = K` (RunConfig.draft_head_vocab) restricts the draft's output head to
+the K first ids of this ranking (specdec_jax/models/head_vocab.py: exact for any K; only alpha
+depends on it). The ranking counts the decoder-side tokens of the training config's tasks, each
+task's counts normalised to frequencies and mixed by its TaskSpec.weight, as the training batches
+mix them; for a distilled draft those targets are the target's own outputs, the tokens it will
+have to propose.
+
+  python scripts/head_ranking.py \
+      --gin_file=configs/local/train/t5_shared_draft_seqkd_fkl.gin \
+      --checkpoint=specdec_jax/assets/zoo/t5_shared_draft
+
+Also prints the share of each task's target tokens the K most frequent ids cover (--report_k).
+Needs the tasks the config trains on (a generated-sequence directory is made by
+`python -m specdec_jax.generate`, see the config's comment).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def task_frequencies(cfg, vocab_size: int, encoder_decoder: bool
+                     ) -> list[tuple[str, float, np.ndarray]]:
+  """[(task name, weight, token frequencies [V])] over the decoder-side targets of cfg.tasks."""
+  from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+  from specdec_jax.training import data as data_lib
+  vocab = SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+  out = []
+  for spec in cfg.tasks:
+    task = data_lib.tokenize_task(spec, vocab, encoder_decoder, "train")
+    ids = task.targets_NxL[task.targets_NxL > 0]
+    counts = np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size].astype(np.float64)
+    out.append((spec.name, float(spec.weight), counts / max(counts.sum(), 1.0)))
+  return out
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--gin_file", action="append", required=True,
+                      help="the draft's training config (its TrainConfig.tasks are counted)")
+  parser.add_argument("--gin", action="append", default=[], help="extra gin bindings")
+  parser.add_argument("--checkpoint", required=True,
+                      help="the draft checkpoint directory to write head_ranking.json into")
+  parser.add_argument("--report_k", default="1024,2048,3072,4096",
+                      help="comma list of K to report the coverage of")
+  args = parser.parse_args(argv)
+  from specdec_jax import train as train_cli
+  from specdec_jax.models import head_vocab
+  from specdec_jax.runner.models import load_model
+  ckpt = args.checkpoint
+  if not os.path.isdir(ckpt):
+    print(f"error: --checkpoint {ckpt!r} is not a directory", file=sys.stderr)
+    return 1
+  cfg = train_cli.parse(args.gin_file, args.gin)
+  model, _ = load_model(ckpt, vocab_size=None, dtype=None, seed=0)
+  v = model.vocab_size
+  freqs = task_frequencies(cfg, v, model.config.is_encoder_decoder)
+  total = sum(w for _, w, _ in freqs)
+  mixed_V = sum(w / total * f for _, w, f in freqs)
+  ranking = head_vocab.ranking_from_counts(mixed_V)
+  source = ("token frequencies of the decoder-side training targets of " +
+            ", ".join(args.gin_file) + ": " +
+            ", ".join(f"{name} (weight {w:g})" for name, w, _ in freqs))
+  path = head_vocab.write_ranking(ckpt, ranking, v, source)
+  report = {}
+  for k in (int(x) for x in args.report_k.split(",") if x):
+    ids = np.asarray(head_vocab.select(ranking, min(k, v), model.eos_id))
+    report[k] = {name: round(float(f[ids].sum()), 4) for name, _, f in freqs}
+  print(json.dumps({"written": path, "distinct_tokens": int((mixed_V > 0).sum()),
+                    "coverage_of_targets": report}, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,137 @@
+"""A draft with a restricted (frequency-ranked) output head (`specdec_jax.models.head_vocab`).
+
+Why these tests: the restriction changes the draft's distribution q (zero off its head), and the
+whole claim is that speculative decoding stays exact for it: (1) its logits are the full head's
+on the kept tokens and -inf elsewhere, packed for the CPU kernel too; (2) greedy speculative output
+equals autoregressive token for token; (3) speculative sampling with it reproduces the target's
+exact distribution, with a head that leaves out half the vocabulary, so the target's mass on the
+tokens the draft cannot propose has to come from the residual; (4) the ranking file and the run's
+loading refuse bad input with errors that name the problem.
+"""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.models import head_vocab as hv
+from specdec_jax.models import packed
+from specdec_jax.models.config import get_preset
+from specdec_jax.models.model import Model
+from specdec_jax.runner.config import DraftSpec, RunConfig
+from specdec_jax.runner.models import load_draft
+from specdec_jax.testing import chi_square_gof, exact_joint, ragged_prompts, tiny_pair
+
+
+@pytest.mark.parametrize("kind", ("t5", "decoder"))
+@pytest.mark.parametrize("matmul", ("xla", "hybrid"))
+def test_restricted_logits_are_the_full_heads_on_its_tokens(kind, matmul):
+  _, _, draft, dp = tiny_pair(kind, vocab_size=64)
+  ids = tuple(range(0, 64, 3))
+  small, sp = hv.restrict(draft, dp, ids)
+  assert sp["decoder"]["logits_dense"]["kernel"].shape[-1] == len(ids)
+  if matmul != "xla":
+    small, sp = packed.pack(small, sp, matmul)
+  _, prompts = ragged_prompts([4, 2], extra=0)
+  tokens = jnp.asarray([[0, 5, 7], [0, 9, 2]], jnp.int32)
+  full, _ = draft.extend(dp, draft.prefill(dp, prompts, 8), tokens)
+  got, _ = small.extend(sp, small.prefill(sp, prompts, 8), tokens)
+  got, full = np.asarray(got), np.asarray(full)
+  np.testing.assert_allclose(got[..., list(ids)], full[..., list(ids)], rtol=2e-5, atol=2e-5)
+  off = np.setdiff1d(np.arange(64), ids)
+  assert np.all(np.isneginf(got[..., off]))
+
+
+@pytest.mark.parametrize("kind", ("t5", "decoder"))
+def test_greedy_speculative_with_restricted_head_equals_autoregressive(kind):
+  target, tp, draft, dp = tiny_pair(kind, vocab_size=64)
+  draft, dp = hv.restrict(draft, dp, hv.select(list(range(64)), 16, draft.eos_id))
+  _, prompts = ragged_prompts([6, 3, 5, 1], extra=0, seed=3)
+  greedy = SamplingConfig(temperature=0.0)
+  ar = generate_autoregressive(target, tp, prompts, sampling=greedy, max_decode_len=12)
+  for gamma in (1, 3):
+    sp = generate_speculative(target, tp, draft, dp, prompts, gamma=gamma, sampling=greedy,
+                              max_decode_len=12)
+    np.testing.assert_array_equal(sp.tokens_BxN, ar.tokens_BxN)
+    np.testing.assert_array_equal(sp.lengths_B, ar.lengths_B)
+
+
+def test_speculative_sampling_with_restricted_head_is_exact():
+  """The test_distribution setting (vocabulary 6, 3 tokens, 100k samples, chi-square against the
+  enumerated truth) with a draft that can propose only tokens 0, 2 and 3."""
+  v, n, num_samples, prompt = 6, 3, 100_000, np.array([3, 5, 2], np.int32)
+  cfg = get_preset("decoder_test_draft", vocab_size=v, emb_dim=16, num_decoder_layers=1,
+                   eos_id=-1)
+  target, draft = Model(cfg), Model(cfg.replace(mlp_dim=16))
+  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  draft, dp = hv.restrict(draft, draft.init(jax.random.key(12)), (0, 2, 3))
+  sampling = SamplingConfig(temperature=1.0)
+  inputs = jnp.asarray(np.broadcast_to(prompt, (num_samples, len(prompt))))
+  out = generate_speculative(target, tp, draft, dp, inputs, gamma=2, sampling=sampling,
+                             max_decode_len=n, rng=jax.random.key(0))
+  tokens = np.asarray(out.tokens_BxN[:, :n])
+  counts = np.bincount(np.ravel_multi_index(tokens.T, (v,) * n), minlength=v ** n)
+  probs = exact_joint(target, tp, prompt, n, sampling).ravel()
+  head = [0, 2, 3]  # the residual has work to do: the target often writes another token
+  assert 1.0 - probs.reshape((v,) * n)[np.ix_(head, head, head)].sum() > 0.2
+  _, _, pvalue = chi_square_gof(counts, probs)
+  assert pvalue > 1e-3
+
+
+def test_ranking_select_and_files(tmp_path):
+  assert hv.ranking_from_counts(np.array([1, 5, 0, 5, 2])) == [1, 3, 4, 0, 2]
+  ranking = [4, 2, 7, 0, 1, 3, 5, 6]
+  assert hv.select(ranking, 3, eos_id=1) == (1, 2, 4)  # EOS replaces the 3rd
+  assert hv.select(ranking, 3, eos_id=2) == (2, 4, 7)
+  for bad in (0, 9, 2.5, True):
+    with pytest.raises(ValueError, match="draft_head_vocab must be an integer"):
+      hv.select(ranking, bad, eos_id=1)
+  hv.write_ranking(str(tmp_path), ranking, 8, "test")
+  np.testing.assert_array_equal(hv.read_ranking(str(tmp_path), 8), ranking)
+  with pytest.raises(ValueError, match="every token id 0..8"):
+    hv.read_ranking(str(tmp_path), 9)
+  with pytest.raises(ValueError, match="exactly once"):
+    hv.write_ranking(str(tmp_path / "sub"), [0, 0, 1], 3, "test")
+  with pytest.raises(FileNotFoundError, match="scripts/head_ranking.py"):
+    hv.read_ranking(str(tmp_path / "none"), 8)
+
+
+def test_restrict_refuses_misuse():
+  _, _, draft, dp = tiny_pair("t5", vocab_size=64)
+  for bad in ((), (3, 1), (1, 1), (0, 64)):
+    with pytest.raises(ValueError, match="sorted, distinct token ids"):
+      hv.restrict(draft, dp, bad)
+  small, sp = hv.restrict(draft, dp, (1, 2))
+  with pytest.raises(ValueError, match="already restricted"):
+    hv.restrict(small, sp, (1,))
+  pm, pp = packed.pack(draft, dp, "kernel")
+  with pytest.raises(ValueError, match="before packing"):
+    hv.restrict(pm, pp, (1, 2))
+
+
+def test_run_config_and_load_draft(tmp_path):
+  with pytest.raises(ValueError, match="DRAFT_HEAD_VOCAB must be an integer >= 0"):
+    RunConfig(draft_head_vocab=-1)
+  assert "draft_head_vocab" not in RunConfig().fingerprint()
+  assert RunConfig(draft_head_vocab=8).fingerprint()["draft_head_vocab"] == 8
+  target, tp, _, _ = tiny_pair("t5")
+  common = dict(vocab_size=None, dtype=None, seed=0)
+  with pytest.raises(ValueError, match="random preset"):
+    load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head_vocab=8, **common)
+  # A saved draft without a ranking is refused by name; with one, its head is restricted.
+  from specdec_jax.checkpoints import orbax_io
+  _, _, draft, dp = tiny_pair("t5")
+  ckpt = str(tmp_path / "draft")
+  orbax_io.save(ckpt, draft.config, dp)
+  with pytest.raises(FileNotFoundError, match="head_ranking.json"):
+    load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
+  hv.write_ranking(ckpt, hv.ranking_from_counts(np.arange(draft.vocab_size)), draft.vocab_size, "t")
+  d, p = load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
+  assert len(d.head_ids) == 8 and draft.eos_id in d.head_ids
+  assert p["decoder"]["logits_dense"]["kernel"].shape[-1] == 8
+  assert json.load(open(os.path.join(ckpt, hv.RANKING_FILE)))["source"] == "t"
