@@ -4,8 +4,9 @@ A run with `DRAFT_HEAD_VOCAB = K` (RunConfig.draft_head_vocab) restricts the dra
 the K first ids of this ranking (specdec_jax/models/head_vocab.py: exact for any K; only alpha
 depends on it). The ranking counts the decoder-side tokens of the training config's tasks, each
 task's counts normalised to frequencies and mixed by its TaskSpec.weight, as the training batches
-mix them; for a distilled draft those targets are the target's own outputs, the tokens it will
-have to propose.
+mix them (the "ranking" a run uses for a task the draft did not train on), and each task's own
+(what a run on that task uses); for a distilled draft those targets are the target's own outputs,
+the tokens it will have to propose.
 
   python scripts/head_ranking.py \
       --gin_file=configs/local/train/t5_shared_draft_seqkd_fkl.gin \
@@ -31,12 +32,16 @@ def task_frequencies(cfg, vocab_size: int, encoder_decoder: bool
   from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
   from specdec_jax.training import data as data_lib
   vocab = SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+  from specdec_jax.training import seqdata
   out = []
   for spec in cfg.tasks:
     task = data_lib.tokenize_task(spec, vocab, encoder_decoder, "train")
     ids = task.targets_NxL[task.targets_NxL > 0]
     counts = np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size].astype(np.float64)
-    out.append((spec.name, float(spec.weight), counts / max(counts.sum(), 1.0)))
+    # Filed under the task a run names: a generated-sequence directory under its source task.
+    name = (seqdata.read_index(spec.name)["source_task"] if seqdata.is_generated(spec.name)
+            else spec.name)
+    out.append((name, float(spec.weight), counts / max(counts.sum(), 1.0)))
   return out
 
 
@@ -67,11 +72,16 @@ def main(argv=None) -> int:
   source = ("token frequencies of the decoder-side training targets of " +
             ", ".join(args.gin_file) + ": " +
             ", ".join(f"{name} (weight {w:g})" for name, w, _ in freqs))
-  path = head_vocab.write_ranking(ckpt, ranking, v, source)
+  per_task = {name: head_vocab.ranking_from_counts(f) for name, _, f in freqs}
+  path = head_vocab.write_ranking(ckpt, ranking, v, source, tasks=per_task)
   report = {}
   for k in (int(x) for x in args.report_k.split(",") if x):
-    ids = np.asarray(head_vocab.select(ranking, min(k, v), model.eos_id))
-    report[k] = {name: round(float(f[ids].sum()), 4) for name, _, f in freqs}
+    report[k] = {}
+    for name, _, f in freqs:  # a task's share of target tokens: its own ranking, the mixture's
+      own = np.asarray(head_vocab.select(per_task[name], min(k, v), model.eos_id))
+      mixed = np.asarray(head_vocab.select(ranking, min(k, v), model.eos_id))
+      report[k][name] = {"own": round(float(f[own].sum()), 4),
+                         "mixture": round(float(f[mixed].sum()), 4)}
   print(json.dumps({"written": path, "distinct_tokens": int((mixed_V > 0).sum()),
                     "coverage_of_targets": report}, indent=1))
   return 0

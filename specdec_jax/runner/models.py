@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import jax
+from absl import logging
 
 from specdec_jax.models.config import PRESETS, get_preset
 from specdec_jax.models.model import Model
@@ -68,7 +69,7 @@ def in_compute_dtype(params, dtype):
 
 def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int | None,
                dtype: str | None, seed: int, tables_fn=None, target_name: str = "the target",
-               head_vocab: int = 0):
+               head_vocab: int = 0, task: str | None = None):
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
   Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
@@ -77,7 +78,7 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   another vocabulary, a shared-encoder draft trained on another target's encoder) is refused
   here, before anything is compiled. A random-preset shared-encoder draft belongs to no target
   and is only checked for the encoder's width. `head_vocab` > 0 restricts a model draft's output
-  head to that many tokens of its checkpoint's ranking (`models.head_vocab`).
+  head to that many tokens of its checkpoint's ranking for `task` (`models.head_vocab`).
   """
   from specdec_jax.decoding import drafters, seam  # pylint: disable=import-outside-toplevel
   if spec.kind == MODEL_DRAFT:
@@ -95,8 +96,10 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
       if is_preset(spec.checkpoint):
         raise ValueError(f"draft_head_vocab = {head_vocab} needs a draft checkpoint with a token "
                          f"ranking; {spec.checkpoint!r} is a random preset")
-      ranking = hv.read_ranking(resolve_path(spec.checkpoint), draft.vocab_size)
+      ranking, counted = hv.read_ranking(resolve_path(spec.checkpoint), draft.vocab_size, task)
       draft, params = hv.restrict(draft, params, hv.select(ranking, head_vocab, draft.eos_id))
+      logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
+                   spec.checkpoint, head_vocab, draft.vocab_size, counted)
     return draft, params
   draft = drafters.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":

@@ -83,7 +83,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
       drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
                                            dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
                                            target_name=cfg.target_checkpoint,
-                                           head_vocab=cfg.draft_head_vocab)
+                                           head_vocab=cfg.draft_head_vocab, task=cfg.task)
   ids = inputs_lib.tokenize(examples, vocab if text else None,
                             model_vocab_size=target.vocab_size,
                             encoder_decoder=target.config.is_encoder_decoder,

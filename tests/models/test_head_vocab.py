@@ -91,12 +91,25 @@ def test_ranking_select_and_files(tmp_path):
   for bad in (0, 9, 2.5, True):
     with pytest.raises(ValueError, match="draft_head_vocab must be an integer"):
       hv.select(ranking, bad, eos_id=1)
-  hv.write_ranking(str(tmp_path), ranking, 8, "test")
-  np.testing.assert_array_equal(hv.read_ranking(str(tmp_path), 8), ranking)
+  own = [1, 0, 2, 3, 4, 5, 6, 7]
+  hv.write_ranking(str(tmp_path), ranking, 8, "test", tasks={"translate_en_de": own})
+  # A run on a task the file ranks gets that task's ranking, any other task the mixture's.
+  got, what = hv.read_ranking(str(tmp_path), 8, "translate_en_de")
+  np.testing.assert_array_equal(got, own)
+  assert what == "task translate_en_de"
+  for task in ("summarize", None):
+    got, what = hv.read_ranking(str(tmp_path), 8, task)
+    np.testing.assert_array_equal(got, ranking)
+    assert what == "training mixture"
   with pytest.raises(ValueError, match="every token id 0..8"):
     hv.read_ranking(str(tmp_path), 9)
+  sub = tmp_path / "sub"
+  sub.mkdir()
   with pytest.raises(ValueError, match="exactly once"):
-    hv.write_ranking(str(tmp_path / "sub"), [0, 0, 1], 3, "test")
+    hv.write_ranking(str(sub), [0, 0, 1], 3, "test")
+  with pytest.raises(ValueError, match="task x"):
+    hv.write_ranking(str(sub), [0, 1, 2], 3, "test", tasks={"x": [0, 1]})
+  assert not os.listdir(sub)  # nothing written on bad input
   with pytest.raises(FileNotFoundError, match="scripts/head_ranking.py"):
     hv.read_ranking(str(tmp_path / "none"), 8)
 
@@ -130,8 +143,13 @@ def test_run_config_and_load_draft(tmp_path):
   orbax_io.save(ckpt, draft.config, dp)
   with pytest.raises(FileNotFoundError, match="head_ranking.json"):
     load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
-  hv.write_ranking(ckpt, hv.ranking_from_counts(np.arange(draft.vocab_size)), draft.vocab_size, "t")
+  v = draft.vocab_size
+  hv.write_ranking(ckpt, hv.ranking_from_counts(np.arange(v)), v, "t",
+                   tasks={"summarize": list(range(v))})
   d, p = load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
   assert len(d.head_ids) == 8 and draft.eos_id in d.head_ids
+  assert d.head_ids[-1] == v - 1  # the mixture ranks the highest ids first
+  d, _ = load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, task="summarize", **common)
+  assert d.head_ids == tuple(range(8))  # the task's own ranking
   assert p["decoder"]["logits_dense"]["kernel"].shape[-1] == 8
   assert json.load(open(os.path.join(ckpt, hv.RANKING_FILE)))["source"] == "t"
