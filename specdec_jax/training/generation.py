@@ -16,8 +16,10 @@ Why it is shaped this way:
   and each example is written exactly once (`seqdata` says how).
 - A job refuses to continue a directory written with other settings (`generation_key.json`):
   half the examples from one model and half from another would be a silent mixture.
-Encoder-decoder (T5) models only for now: a decoder-only prompt is the first part of the task's
-sequence, which `training.data` does not keep apart yet.
+- Decoder-only generators (the code pair) decode each prompt (the task's input, no EOS;
+  `data.decoder_prompts`) and write its continuation; the index records `kind: decoder`, and the
+  trainer reads such a directory as prompt + continuation sequences (a T5 model refuses it, and
+  a decoder-only model a T5 directory).
 """
 from __future__ import annotations
 
@@ -143,9 +145,9 @@ def peek_config(path_or_preset: str) -> ModelConfig | None:
 def _check_generator(path: str, cfg: ModelConfig | None, vocab) -> None:
   if cfg is None:
     return
-  if not cfg.is_encoder_decoder:
-    raise ValueError(f"{path} is a decoder-only model ({cfg.kind}); sequence generation for "
-                     "distillation supports encoder-decoder (T5) models only")
+  if cfg.is_encoder_decoder and cfg.shares_encoder:
+    raise ValueError(f"{path} is a shared-encoder draft (no encoder of its own): it cannot "
+                     "generate alone")
   if cfg.vocab_size < vocab.vocab_size:
     raise ValueError(f"generator {path} has vocab_size {cfg.vocab_size}, smaller than the "
                      f"vocabulary's {vocab.vocab_size}")
@@ -186,12 +188,24 @@ def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int |
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary
            else vocab_lib.default_vocabulary())
-  for path in filter(None, (cfg.model, cfg.mix_model)):
-    _check_generator(path, peek_config(path), vocab)
-  tasks = [data_lib.tokenize_task(spec, vocab, True, "train") for spec in cfg.tasks]
+  configs = {path: peek_config(path) for path in filter(None, (cfg.model, cfg.mix_model))}
+  kinds = {c.kind for c in configs.values() if c is not None}
+  if len(kinds) > 1:
+    raise ValueError(f"model and mix_model are of different kinds ({sorted(kinds)}): one "
+                     "directory holds one kind of sequence")
+  for path, model_cfg in configs.items():
+    _check_generator(path, model_cfg, vocab)
+  decoder_only = kinds == {"decoder"}
+  tasks = [data_lib.decoder_prompts(spec, vocab, "train") if decoder_only
+           else data_lib.tokenize_task(spec, vocab, True, "train") for spec in cfg.tasks]
   _check_key(cfg, output_dir)  # bad input has raised by now, having written nothing
   generators = {path: _load(path, vocab, cfg.mesh, cfg.batch_size)
                 for path in filter(None, (cfg.model, cfg.mix_model))}
+  for path, (model, _, _) in generators.items():  # formats peek_config cannot read (HF, T5X)
+    if (model.kind == "decoder") != decoder_only:
+      raise ValueError(f"{path} is a {model.kind} model, and the job prepared "
+                       f"{'decoder-only' if decoder_only else 'T5'} prompts; convert it "
+                       "(python -m specdec_jax.convert) so its kind is known up front")
   sampling = SamplingConfig(temperature=cfg.temperature)
   summary, budget = {}, [crash_after_batches]
   with contextlib.ExitStack() as stack:
@@ -211,9 +225,10 @@ def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
   n, b = task.size, cfg.batch_size
   num_batches = math.ceil(n / b)
   os.makedirs(out, exist_ok=True)
+  kind = next(iter(generators.values()))[0].kind
   index = seqdata.read_index(out) or {
       "source_task": spec.name, "examples_total": n, "batch_size": b, "batches_done": 0,
-      "examples_done": 0, "bytes": 0, "seconds": 0.0, "complete": False}
+      "examples_done": 0, "bytes": 0, "seconds": 0.0, "complete": False, "kind": kind}
   if (index["examples_total"], index["batch_size"]) != (n, b):
     raise ValueError(f"{out}: its index is for {index['examples_total']} examples in batches of "
                      f"{index['batch_size']}, this job has {n} in batches of {b}")
@@ -236,9 +251,11 @@ def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
       take = np.concatenate([rows, np.full(b - len(rows), rows[-1])])  # a fixed shape
       name = cfg.mix_model if uses_mix(cfg, task_idx, k) else cfg.model
       model, params, place = generators[name]
+      # T5: up to target_len output tokens; decoder-only: what target_len leaves after the prompt.
+      budget_len = spec.target_len - (0 if kind == "t5" else task.inputs_NxP.shape[1])
       result = generate_autoregressive(model, params, place(task.inputs_NxP[take]),
                                        sampling=sampling,
-                                       max_decode_len=spec.target_len,
+                                       max_decode_len=budget_len,
                                        rng=_batch_rng(cfg.seed, task_idx, k))
       tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
       lines = []

@@ -85,8 +85,10 @@ def _pad_no_eos(ids: list[int], length: int) -> np.ndarray:
   return out
 
 
-def load(path: str, input_len: int, target_len: int) -> Sequences:
-  """Reads a finished directory; raises naming the problem for an unfinished or damaged one."""
+def load(path: str, input_len: int, target_len: int, join_inputs: bool = False) -> Sequences:
+  """Reads a finished directory; raises naming the problem for an unfinished or damaged one.
+
+  `join_inputs` (decoder-only): each target is the prompt followed by its continuation."""
   index = read_index(path)
   if index is None:
     raise ValueError(f"{path} is not a generated-sequences directory (no {INDEX})")
@@ -106,5 +108,6 @@ def load(path: str, input_len: int, target_len: int) -> Sequences:
     # Keep an EOS at the end of a cut input, as `data._pad` does for the tasks themselves.
     long = np.array([len(r["input_ids"]) > input_len for r in rows])
     inputs[long, -1] = EOS_ID
-  targets = np.stack([_pad_no_eos(r["output_ids"], target_len) for r in rows])
+  targets = np.stack([_pad_no_eos((r["input_ids"] if join_inputs else []) + r["output_ids"],
+                                  target_len) for r in rows])
   return Sequences(index["source_task"], inputs, targets, rows)

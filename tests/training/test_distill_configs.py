@@ -84,3 +84,20 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   from specdec_jax.models.config import get_preset  # pylint: disable=import-outside-toplevel
   assert get_preset(cfg.model).source_dim == generation.peek_config(TARGET).emb_dim
   assert cfg.export_dir == "runs/train/t5_shared_draft_seqkd_fkl/export"
+
+
+def test_code_recipes_generate_and_distil_decoder_only():
+  """The code pair's sequence-level recipe: generation with the LM target into the directory the
+  draft's recipe trains on, prompts narrower than the sequences (room for a continuation)."""
+  gen = generate.parse([os.path.join(ROOT, "configs/local/train/generate/lm_target_greedy.gin")])
+  assert gen.model == "specdec_jax/assets/zoo/lm_target" and gen.temperature == 0.0
+  assert generation.peek_config(gen.model).kind == "decoder"
+  (spec,) = gen.tasks
+  assert (spec.name, spec.input_len, spec.target_len) == ("code_complete", 128, 192)
+  written = os.path.join("runs/seqkd/lm_target_greedy", generation.task_dir_name(spec))
+  gin.clear_config()
+  cfg = _train("lm_draft_seqkd_fkl.gin")
+  assert (cfg.model, cfg.teacher, cfg.divergence) == (
+      "zoo_lm_draft", "specdec_jax/assets/zoo/lm_target", "fkl")
+  assert [(t.name, t.input_len, t.target_len) for t in cfg.tasks] == [(written, 0, 192)]
+  assert cfg.init_from == "specdec_jax/assets/zoo/lm_draft"
