@@ -187,9 +187,9 @@ def main(argv=None) -> int:
     if args.head_vocab and not decoder_only:
       from specdec_jax.models import head_vocab as hv
       path = dname if os.sep in dname else os.path.join(ZOO, dname)
-      ranking, _ = hv.read_ranking(path, draft_pair[0].vocab_size, task)
-      ids = hv.select(ranking, args.head_vocab, draft_pair[0].eos_id)
-      draft_pair, label = hv.restrict(*draft_pair, ids), f"{dname}@head{args.head_vocab}"
+      draft, dparams, _ = hv.restrict_to_ranking(*draft_pair, path, args.head_vocab, task)
+      draft_pair = (draft, dparams)
+      label = f"{dname}@head{args.head_vocab}"
     for temperature in (0.0, 1.0):
       r = alpha(*models[tname], *draft_pair, vocab, task, spec, args.alpha_examples,
                 args.batch_size, temperature, decoder_only=decoder_only)

@@ -137,3 +137,10 @@ def scatter_logits(logits_BxTxK: jax.Array, head_ids: Sequence[int], vocab_size:
   ids_K = jnp.asarray(head_ids, jnp.int32)
   full = jnp.full(logits_BxTxK.shape[:-1] + (vocab_size,), -jnp.inf, logits_BxTxK.dtype)
   return full.at[..., ids_K].set(logits_BxTxK, indices_are_sorted=True, unique_indices=True)
+
+
+def restrict_to_ranking(model, params: Params, directory: str, k: int, task: Optional[str] = None):
+  """`restrict` to the K first ids of the ranking stored in `directory` for `task` (EOS kept);
+  returns (model, params, what the ranking counts)."""
+  ranking, counted = read_ranking(directory, model.vocab_size, task)
+  return (*restrict(model, params, select(ranking, k, model.eos_id)), counted)

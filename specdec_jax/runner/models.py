@@ -96,8 +96,8 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
       if is_preset(spec.checkpoint):
         raise ValueError(f"draft_head_vocab = {head_vocab} needs a draft checkpoint with a token "
                          f"ranking; {spec.checkpoint!r} is a random preset")
-      ranking, counted = hv.read_ranking(resolve_path(spec.checkpoint), draft.vocab_size, task)
-      draft, params = hv.restrict(draft, params, hv.select(ranking, head_vocab, draft.eos_id))
+      draft, params, counted = hv.restrict_to_ranking(draft, params, resolve_path(spec.checkpoint),
+                                                      head_vocab, task)
       logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
                    spec.checkpoint, head_vocab, draft.vocab_size, counted)
     return draft, params

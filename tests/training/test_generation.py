@@ -24,12 +24,17 @@ def setup(tmp_path_factory):
            for i in range(N)]
   task = root / "pairs.jsonl"
   task.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+  return root, str(task), _save_presets(root, "t5")
+
+
+def _save_presets(root, kind):
+  """{preset: checkpoint dir} of the `kind` test target (seed 1) and draft (seed 2), vocab 8192."""
   models = {}
-  for name, seed in (("t5_test_target", 1), ("t5_test_draft", 2)):
+  for name, seed in ((f"{kind}_test_target", 1), (f"{kind}_test_draft", 2)):
     cfg = get_preset(name, vocab_size=8192)
     models[name] = str(root / name)
     orbax_io.save(models[name], cfg, load_checkpoint(name, config=cfg, seed=seed)[1])
-  return root, str(task), models
+  return models
 
 
 def _config(task, models, **kw):
@@ -195,11 +200,7 @@ def test_decoder_only_generation_resumes_and_trains(tmp_path):
            for i in range(n)]
   task = tmp_path / "code.jsonl"
   task.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-  models = {}
-  for name, seed in (("decoder_test_target", 1), ("decoder_test_draft", 2)):
-    cfg = get_preset(name, vocab_size=8192)
-    models[name] = str(tmp_path / name)
-    orbax_io.save(models[name], cfg, load_checkpoint(name, config=cfg, seed=seed)[1])
+  models = _save_presets(tmp_path, "decoder")
   spec = data_lib.TaskSpec(name=str(task), input_len=0, target_len=40)
   gen = generation.GenerateConfig(model=models["decoder_test_target"], tasks=[spec], batch_size=8,
                                   temperature=1.0)
