@@ -9,6 +9,10 @@ digest covers each file's relative name and size, the whole of every file up to 
 manifests, metadata) and the first and last 64 KiB of larger ones (array data: a retrained model
 differs in every chunk). Orbax OCDBT data files get fresh random names on every write, so for the
 format the zoo uses any re-export changes the digest.
+
+Files that annotate a checkpoint without changing what it computes (`SIDECARS`: a draft's head
+ranking, written later by scripts/head_ranking.py) are left out, so adding one does not stop a
+run that started from, or distils from, that checkpoint from resuming.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from specdec_jax.checkpoints import storage
 
 _WHOLE_BYTES = 1 << 20
 _SAMPLE_BYTES = 1 << 16
+SIDECARS = frozenset({"head_ranking.json"})
 
 
 def _files(path: str) -> list[str]:
@@ -27,7 +32,8 @@ def _files(path: str) -> list[str]:
   found = []
   for root, dirs, names in os.walk(path):
     dirs.sort()
-    found.extend(os.path.join(root, n) for n in sorted(names))
+    found.extend(os.path.join(root, n) for n in sorted(names)
+                 if not (root == path and n in SIDECARS))
   return found
 
 

@@ -14,7 +14,7 @@ from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences
 
 OPTIMIZERS = ("adafactor", "adamw")
-SCHEDULES = ("constant", "rsqrt", "cosine")
+SCHEDULES = ("constant", "rsqrt", "cosine", "wsd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +29,12 @@ class TrainConfig:
     batch_size: examples per step.
     optimizer: 'adafactor' (T5's) or 'adamw'.
     learning_rate: peak learning rate.
-    schedule: 'constant', 'rsqrt' (T5: lr * sqrt(warmup / max(step, warmup))) or 'cosine'.
+    schedule: 'constant', 'rsqrt' (T5: lr * sqrt(warmup / max(step, warmup))), 'cosine' or
+      'wsd' (warm-up, stable, decay: constant, then a (1 - sqrt) cool-down to 0 over the last
+      `decay_steps` steps; Hägele et al. 2024). 'wsd' suits a run resumed past its plan: keep
+      training at the constant rate, then add the cool-down by raising max_steps.
     warmup_steps: linear warm-up steps (rsqrt: the constant phase length).
+    decay_steps: 'wsd' only: the cool-down's length, ending at max_steps.
     weight_decay: AdamW's decoupled weight decay.
     z_loss: T5X's auxiliary log Z penalty.
     teacher: checkpoint of the model to distil from; None trains on data alone.
@@ -74,6 +78,7 @@ class TrainConfig:
   learning_rate: float = 1e-2
   schedule: str = "constant"
   warmup_steps: int = 0
+  decay_steps: int = 0
   weight_decay: float = 0.0
   z_loss: float = 1e-4
   teacher: str | None = None
@@ -103,6 +108,10 @@ class TrainConfig:
       raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
     if self.schedule not in SCHEDULES:
       raise ValueError(f"unknown schedule {self.schedule!r}; choose one of {SCHEDULES}")
+    if self.schedule == "wsd" and not 0 < self.decay_steps <= self.max_steps - self.warmup_steps:
+      raise ValueError(f"schedule 'wsd' needs 0 < decay_steps <= max_steps - warmup_steps, got "
+                       f"decay_steps={self.decay_steps}, max_steps={self.max_steps}, "
+                       f"warmup_steps={self.warmup_steps}")
     if self.max_steps < 1 or self.batch_size < 1:
       raise ValueError(f"max_steps and batch_size must be >= 1, got {self.max_steps}, "
                        f"{self.batch_size}")

@@ -34,8 +34,9 @@ _STRICT = ("model", "tasks", "batch_size", "seed", "vocabulary", "teacher", "dis
 # What a key written before these settings existed implies: the behaviour of that time.
 _DEFAULTS = {"divergence": "fkl", "jsd_beta": 0.5, "on_policy_fraction": 0.0,
              "on_policy_temperature": 1.0, "tasks_contents": None, "init_from": None,
-             "init_from_contents": None}
-_LOGGED = ("learning_rate", "schedule", "warmup_steps", "weight_decay", "z_loss", "dtype")
+             "init_from_contents": None, "decay_steps": 0}
+_LOGGED = ("learning_rate", "schedule", "warmup_steps", "decay_steps", "weight_decay", "z_loss",
+           "dtype")
 
 
 def run_key(cfg) -> dict[str, Any]:

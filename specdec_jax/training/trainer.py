@@ -70,6 +70,13 @@ def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
         lambda step: jnp.float32(cfg.learning_rate))
   if cfg.schedule == "rsqrt":
     return lambda step: cfg.learning_rate * jnp.sqrt(warm / jnp.maximum(step, warm))
+  if cfg.schedule == "wsd":
+    start = cfg.max_steps - cfg.decay_steps
+    def wsd(step):
+      warmup = jnp.minimum(step / warm, 1.0) if cfg.warmup_steps else 1.0
+      done = jnp.clip((step - start) / cfg.decay_steps, 0.0, 1.0)
+      return cfg.learning_rate * warmup * (1.0 - jnp.sqrt(done))
+    return wsd
   return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, warm, cfg.max_steps,
                                             cfg.learning_rate * 0.1)
 
@@ -149,7 +156,7 @@ def _cached_train_step(model: Model, cfg: TrainConfig, teacher: Model | None,
   """One compiled step per (model, optimizer, loss, mesh) setting: a resume in the same process
   (tests, notebooks) reuses the compilation instead of paying it again."""
   key = (model.config, teacher and teacher.config, cfg.optimizer, cfg.learning_rate, cfg.schedule,
-         cfg.warmup_steps, cfg.weight_decay, cfg.z_loss, cfg.distill_weight,
+         cfg.warmup_steps, cfg.decay_steps, cfg.weight_decay, cfg.z_loss, cfg.distill_weight,
          cfg.distill_temperature, cfg.divergence, cfg.jsd_beta, cfg.max_steps,
          cfg.num_microbatches, tm)
   if key not in _STEP_CACHE:

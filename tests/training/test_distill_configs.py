@@ -84,6 +84,8 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   from specdec_jax.models.config import get_preset  # pylint: disable=import-outside-toplevel
   assert get_preset(cfg.model).source_dim == generation.peek_config(TARGET).emb_dim
   assert cfg.export_dir == "runs/train/t5_shared_draft_seqkd_fkl/export"
+  # The shipped weights' schedule: constant to step 5,240, then a 5,000-step cool-down.
+  assert (cfg.schedule, cfg.max_steps - cfg.decay_steps, cfg.max_steps) == ("wsd", 5240, 10240)
 
 
 def test_code_recipes_generate_and_distil_decoder_only():

@@ -11,7 +11,7 @@ from specdec_jax.models.config import get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import losses
 from specdec_jax.training import run_key
-from specdec_jax.training.trainer import TrainConfig, train
+from specdec_jax.training.trainer import TrainConfig, learning_rate_schedule, train
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,13 @@ def test_resume_refuses_other_data_or_teacher(setup, tmp_path, monkeypatch):
                   str(out), progress=False)
   assert summary["steps"] == 4
   assert any("learning_rate = 0.01 (was 0.05)" in w for w in warnings), warnings
+  # A sidecar that leaves the teacher's weights alone (a head ranking) is not a new teacher, and a
+  # cool-down added to a resumed run (schedule 'wsd') is a tolerated change.
+  (teacher / "head_ranking.json").write_text("{}")
+  summary = train(_config(task, model, max_steps=5, teacher=str(teacher), learning_rate=0.01,
+                          schedule="wsd", decay_steps=1), str(out), progress=False)
+  assert summary["steps"] == 5
+  assert any("schedule = 'wsd' (was 'constant')" in w for w in warnings), warnings
   # The teacher retrained (another seed) and exported to the same path.
   train(_config(task, model, max_steps=2, seed=1, export_dir=str(teacher)), str(tmp_path / "t2"),
         progress=False)
@@ -131,6 +138,19 @@ def test_distillation_from_itself_starts_at_zero_kl(setup):
   summary = train(_config(task, model, teacher=model, max_steps=1, checkpoint_every=1),
                   str(out), progress=False)
   assert summary["final_train_metrics"]["train/kl"] < 1e-4
+
+
+def test_wsd_schedule_is_stable_then_cools_down_to_zero():
+  """Warm-up, the constant rate, then lr * (1 - sqrt(progress)) over the last decay_steps."""
+  cfg = _config("a", "m", max_steps=100, schedule="wsd", warmup_steps=10, decay_steps=40)
+  lr = learning_rate_schedule(cfg)
+  got = np.array([float(lr(s)) for s in (0, 5, 10, 59, 60, 70, 90, 100, 120)])
+  want = 0.05 * np.array([0, 0.5, 1, 1, 1, 1 - np.sqrt(0.25), 1 - np.sqrt(0.75), 0, 0])
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+  with pytest.raises(ValueError, match="decay_steps"):
+    _config("a", "m", max_steps=100, schedule="wsd", decay_steps=0)
+  with pytest.raises(ValueError, match="decay_steps"):
+    _config("a", "m", max_steps=100, schedule="wsd", warmup_steps=10, decay_steps=91)
 
 
 def test_bad_config_errors():
