@@ -38,7 +38,7 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import sharding
-from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io
+from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io, pairing
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -46,6 +46,7 @@ from specdec_jax.models.config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import seqdata
+from specdec_jax.training import shared_encoder
 from specdec_jax.training import sharded as sharded_lib
 
 KEY_FILE = "generation_key.json"
@@ -60,7 +61,9 @@ class GenerateConfig:
     tasks: the source tasks; each one's train split prompts (`TaskSpec.input_len` tokens, the
       first `max_examples`) are decoded to at most `TaskSpec.target_len` tokens.
     temperature: 0 decodes greedily; > 0 samples at that temperature.
-    mix_model: a second generator (the draft: on-policy data), or None.
+    mix_model: a second generator (the draft: on-policy data), or None. A shared-encoder draft
+      may be one: it decodes on `model`'s encoder output, and only beside the target it was
+      trained on (its paired_target.json).
     mix_fraction: fraction of the batches `mix_model` generates (chosen per batch from the seed).
     batch_size: prompts per decode call.
     seed: batch-to-generator choice and sampling keys.
@@ -142,27 +145,39 @@ def peek_config(path_or_preset: str) -> ModelConfig | None:
   return orbax_io.read_config(path_or_preset) if fmt == "specdec" else None
 
 
-def _check_generator(path: str, cfg: ModelConfig | None, vocab) -> None:
+def _check_generator(path: str, cfg: ModelConfig | None, vocab, *, is_mix: bool = False) -> None:
   if cfg is None:
     return
-  if cfg.is_encoder_decoder and cfg.shares_encoder:
+  if cfg.is_encoder_decoder and cfg.shares_encoder and not is_mix:
     raise ValueError(f"{path} is a shared-encoder draft (no encoder of its own): it cannot "
-                     "generate alone")
+                     "generate alone; name it as mix_model beside its target as model (it then "
+                     "decodes on the target's encoder output)")
   if cfg.vocab_size < vocab.vocab_size:
     raise ValueError(f"generator {path} has vocab_size {cfg.vocab_size}, smaller than the "
                      f"vocabulary's {vocab.vocab_size}")
 
 
-def _load(path: str, vocab, mesh, batch_size: int):
+def _load(path: str, vocab, mesh, batch_size: int, *, is_mix: bool = False):
   """(model, params, placement of a prompt batch): on one device, or sharded over `mesh`."""
   cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
-  _check_generator(path, cfg, vocab)
+  _check_generator(path, cfg, vocab, is_mix=is_mix)
   model = Model(cfg.replace(dtype="float32"))
   if mesh is None:
     return model, jax.tree.map(jax.numpy.asarray, params), lambda x: x
   tm, model, _ = sharded_lib.setup(mesh, model, batch_size=batch_size, name=f"generator {path}")
   params = tm.place(params, tm.param_shardings(model))
   return model, params, lambda x: tm.batch({"x": x})["x"]
+
+
+def _with_target_encoder(cfg: GenerateConfig, generators: dict):
+  """A shared-encoder mix_model decodes on `model`'s encoder output (on-policy data for a draft
+  that reads its target's encoder): only beside the target it was trained on."""
+  draft, dparams, place = generators[cfg.mix_model]
+  target, tparams, _ = generators[cfg.model]
+  pairing.check(cfg.mix_model, draft_name=cfg.mix_model, target_name=cfg.model,
+                target_params=tparams)
+  model, params = shared_encoder.standalone(draft, dparams, target, tparams)
+  return model, params, place
 
 
 def uses_mix(cfg: GenerateConfig, task_idx: int, batch: int) -> bool:
@@ -193,19 +208,22 @@ def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int |
   if len(kinds) > 1:
     raise ValueError(f"model and mix_model are of different kinds ({sorted(kinds)}): one "
                      "directory holds one kind of sequence")
+  is_mix = lambda path: path == cfg.mix_model != cfg.model  # noqa: E731
   for path, model_cfg in configs.items():
-    _check_generator(path, model_cfg, vocab)
+    _check_generator(path, model_cfg, vocab, is_mix=is_mix(path))
   decoder_only = kinds == {"decoder"}
   tasks = [data_lib.decoder_prompts(spec, vocab, "train") if decoder_only
            else data_lib.tokenize_task(spec, vocab, True, "train") for spec in cfg.tasks]
-  _check_key(cfg, output_dir)  # bad input has raised by now, having written nothing
-  generators = {path: _load(path, vocab, cfg.mesh, cfg.batch_size)
+  generators = {path: _load(path, vocab, cfg.mesh, cfg.batch_size, is_mix=is_mix(path))
                 for path in filter(None, (cfg.model, cfg.mix_model))}
+  if cfg.mix_model and generators[cfg.mix_model][0].shares_encoder:
+    generators[cfg.mix_model] = _with_target_encoder(cfg, generators)
   for path, (model, _, _) in generators.items():  # formats peek_config cannot read (HF, T5X)
     if (model.kind == "decoder") != decoder_only:
       raise ValueError(f"{path} is a {model.kind} model, and the job prepared "
                        f"{'decoder-only' if decoder_only else 'T5'} prompts; convert it "
                        "(python -m specdec_jax.convert) so its kind is known up front")
+  _check_key(cfg, output_dir)  # bad input has raised by now, having written nothing
   sampling = SamplingConfig(temperature=cfg.temperature)
   summary, budget = {}, [crash_after_batches]
   with contextlib.ExitStack() as stack:

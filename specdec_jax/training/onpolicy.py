@@ -12,7 +12,8 @@ it regenerates the same continuations (the trainer's `batches.jsonl` digests sho
 Generation is the framework's own batched on-device loop (`generate_autoregressive`), jitted once
 per task shape; in a sharded run it reads the student's sharded parameters where they are (XLA
 partitions the loop like the train step). Encoder-decoder (T5) students only: the prompt is the
-encoder input.
+encoder input. A shared-encoder student samples on its target's encoder output, as it drafts
+(`shared_encoder.WithTargetEncoder`: the teacher encodes the prompts once per batch).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 from specdec_jax.data.vocabulary import PAD_ID
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.training import shared_encoder
 
 _STREAM = 0x0D15  # separates the on-policy random stream from init and data order
 
@@ -42,14 +44,16 @@ def sampling_key(seed: int, step: int) -> jax.Array:
 
 
 def student_batch(model, params, batch: dict[str, np.ndarray], *, temperature: float, seed: int,
-                  step: int) -> dict[str, np.ndarray]:
+                  step: int, teacher=None, teacher_params=None) -> dict[str, np.ndarray]:
   """`batch` with its decoder side replaced by the student's continuation of its prompts.
 
   Continuations are at most the batch's target length; the loss covers every generated token
-  (EOS included when the student ended), nothing after.
+  (EOS included when the student ended), nothing after. `teacher`: needed (only) by a
+  shared-encoder student, which decodes on the teacher's encoder output.
   """
   enc_BxP = batch["encoder_input_tokens"]
   target_len = batch["decoder_target_tokens"].shape[1]
+  model, params = shared_encoder.standalone(model, params, teacher, teacher_params)
   result = generate_autoregressive(model, params, enc_BxP,
                                    sampling=SamplingConfig(temperature=temperature),
                                    max_decode_len=target_len, rng=sampling_key(seed, step))

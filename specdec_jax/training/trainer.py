@@ -321,7 +321,8 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
       if on_policy:
         batch_np = onpolicy.student_batch(model, state["params"], batch_np,
                                           temperature=cfg.on_policy_temperature, seed=cfg.seed,
-                                          step=step)
+                                          step=step, teacher=teacher,
+                                          teacher_params=teacher_params)
       if batches_log:
         row = {"step": step, "task": tasks[task_idx].spec.name, "digest": _batch_digest(batch_np)}
         if on_policy:

@@ -88,6 +88,33 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   assert (cfg.schedule, cfg.max_steps - cfg.decay_steps, cfg.max_steps) == ("wsd", 5240, 10240)
 
 
+
+def test_shared_encoder_continuation_recipe_weights_en_de():
+  """The second stage starts from the first stage's float32 export (not its bfloat16 one) with
+  en-de weighted 9 : 1, and cools down to 0 at its own max_steps."""
+  first = _train("t5_shared_draft_seqkd_fkl.gin")
+  gin.clear_config()
+  cfg = _train("t5_shared_draft_ende_continue.gin")
+  assert cfg.init_from == "runs/train/t5_shared_draft_seqkd_fkl/export_f32"
+  assert (cfg.model, cfg.teacher, cfg.divergence) == (first.model, first.teacher, "fkl")
+  assert [t.name for t in cfg.tasks] == [t.name for t in first.tasks]
+  assert [t.weight for t in cfg.tasks] == [9, 1] and [t.weight for t in first.tasks] == [4, 1]
+  assert cfg.schedule == "wsd" and cfg.warmup_steps > 0
+  assert 0 < cfg.decay_steps < cfg.max_steps - cfg.warmup_steps
+  assert cfg.export_dir == "runs/train/t5_shared_draft_ende_continue/export"
+  with open(os.path.join(ROOT, "configs/local/train/t5_shared_draft_ende_continue.gin")) as f:
+    text = f.read()  # the documented command writes the export the second stage reads
+  assert "--gin.TrainConfig.export_dtype=None" in text and "export_f32" in text
+
+
+def test_shared_encoder_on_policy_recipe_fine_tunes_the_shipped_draft():
+  cfg = _train("t5_shared_draft_onpolicy_fkl.gin")
+  assert cfg.model == "specdec_jax/assets/zoo/t5_shared_draft" and cfg.init_from is None
+  assert (cfg.teacher, cfg.divergence) == (TARGET, "fkl")
+  assert (cfg.on_policy_fraction, cfg.on_policy_temperature) == (0.5, 0.0)
+  assert cfg.tasks[0].name == "runs/seqkd/t5_target_greedy/translate_en_de"  # the other half
+  assert cfg.export_dir == "runs/train/t5_shared_draft_onpolicy_fkl/export"
+
 def test_code_recipes_generate_and_distil_decoder_only():
   """The code pair's sequence-level recipe: generation with the LM target into the directory the
   draft's recipe trains on, prompts narrower than the sequences (room for a continuation)."""

@@ -132,6 +132,45 @@ def test_mix_draws_batches_from_both_generators(setup, tmp_path):
   assert len(set(expected)) == 2
 
 
+
+def test_a_shared_encoder_draft_mixes_in_on_its_targets_encoding(setup, tmp_path):
+  """On-policy data for a shared-encoder draft: its batches decode on the target's encoder output
+  (greedy: the argmax of its full forward pass on that encoding); only beside its own target."""
+  import jax.numpy as jnp
+  from specdec_jax.checkpoints import pairing
+  from specdec_jax.models.model import Model
+  root, task, models = setup
+  tcfg, tparams = load_checkpoint(models["t5_test_target"], dtype=np.float32)
+  scfg = get_preset("t5_test_shared_draft", vocab_size=8192)
+  shared = str(tmp_path / "shared")
+  orbax_io.save(shared, scfg, load_checkpoint("t5_test_shared_draft", config=scfg, seed=3)[1])
+  with pytest.raises(ValueError, match="has no paired_target.json"):
+    generation.generate(_config(task, models, mix_model=shared, mix_fraction=1.0),
+                        str(tmp_path / "unpaired"))
+  with pytest.raises(ValueError, match="cannot generate alone; name it as mix_model"):
+    generation.generate(_config(task, models, model=shared), str(tmp_path / "alone"))
+  pairing.write(shared, target_name=models["t5_test_target"], target_config=tcfg,
+                target_params=tparams)
+  generation.generate(_config(task, models, temperature=0.0, mix_model=shared, mix_fraction=1.0),
+                      str(tmp_path / "out"))
+  rows = _rows(tmp_path / "out")
+  assert [r["index"] for r in rows] == list(range(N)) and {r["generator"] for r in rows} == {shared}
+  target, draft = Model(tcfg), Model(scfg)
+  _, sparams = load_checkpoint(shared, dtype=np.float32)
+  for r in rows[:4]:
+    enc = jnp.asarray([r["input_ids"]], jnp.int32)
+    out = r["output_ids"]
+    dec = jnp.asarray([[0] + out[:-1]], jnp.int32)
+    logits = draft.forward(sparams, enc, dec, encoded=target.encode(tparams, enc))
+    assert np.asarray(logits)[0].argmax(-1).tolist() == out
+  ocfg = get_preset("t5_test_target", vocab_size=8192)
+  orbax_io.save(str(tmp_path / "other_target"), ocfg,
+                load_checkpoint("t5_test_target", config=ocfg, seed=9)[1])
+  with pytest.raises(ValueError, match="another encoder"):
+    generation.generate(_config(task, models, model=str(tmp_path / "other_target"),
+                                mix_model=shared, mix_fraction=1.0), str(tmp_path / "wrong"))
+  assert not (tmp_path / "unpaired").exists() and not (tmp_path / "alone").exists()
+
 def test_bad_configs_name_the_problem(setup):
   root, task, models = setup
   with pytest.raises(ValueError, match="no mix_model"):
