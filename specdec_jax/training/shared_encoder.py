@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any
 
 import jax
 
 from specdec_jax.checkpoints import pairing
+from specdec_jax.decoding import seam
 from specdec_jax.models.config import ModelConfig
 
 
@@ -57,52 +58,32 @@ def encoded_for(model, teacher, teacher_params, inputs_BxP):
 
 
 @dataclasses.dataclass(frozen=True)
-class WithTargetEncoder:
-  """A shared-encoder draft made a standalone model: its prefill encodes with the target.
+class WithTargetEncoder(seam.Delegate):
+  """A shared-encoder draft (`base`) made a standalone model: its prefill encodes with `target`.
 
   Why: the draft alone cannot decode (it has no encoder), yet on-policy distillation samples its
-  own continuations in the framework's autoregressive loop. This wrapper has the seam's members
-  (`decoding.seam.Decodable`); its params are the pair (draft params, target params), so the
-  loop's one prefill runs the target's encoder and the draft's cross-attention projections, and
-  every later step is the draft's own `extend`. Frozen and hashable: the loops take it as a
-  static argument of `jit`.
+  own continuations in the framework's autoregressive loop. Its params are the pair (draft
+  params, target params), so the loop's one prefill runs the target's encoder and the draft's
+  cross-attention projections, and every later step is the draft's own `extend`. A
+  `seam.Delegate` (frozen, hashable: the loops take it as a static argument of `jit`).
   """
 
-  draft: Any
-  target: Any
-
-  @property
-  def kind(self) -> str:
-    return self.draft.kind
-
-  @property
-  def vocab_size(self) -> int:
-    return self.draft.vocab_size
-
-  @property
-  def eos_id(self) -> int:
-    return self.draft.eos_id
-
-  @property
-  def pad_id(self) -> int:
-    return self.draft.pad_id
+  target: Any = None
 
   @property
   def shares_encoder(self) -> bool:
     return False  # it brings its target's encoder along
 
-  def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
-    return self.draft.start_tokens(inputs_BxP)
+  def encode(self, params, inputs_BxP: jax.Array):
+    return self.target.encode(params[1], inputs_BxP)
 
-  def prefill(self, params, inputs_BxP: jax.Array, cache_len: int, *,
-              encoded: Optional[Any] = None):
-    draft_params, target_params = params
+  def prefill(self, params, inputs_BxP: jax.Array, cache_len: int, *, encoded=None):
     if encoded is None:
-      encoded = self.target.encode(target_params, inputs_BxP)
-    return self.draft.prefill(draft_params, inputs_BxP, cache_len, encoded=encoded)
+      encoded = self.encode(params, inputs_BxP)
+    return self.base.prefill(params[0], inputs_BxP, cache_len, encoded=encoded)
 
   def extend(self, params, cache, tokens_BxT: jax.Array):
-    return self.draft.extend(params[0], cache, tokens_BxT)
+    return self.base.extend(params[0], cache, tokens_BxT)
 
 
 def standalone(model, params, teacher, teacher_params):
@@ -113,4 +94,4 @@ def standalone(model, params, teacher, teacher_params):
   if teacher is None:
     raise ValueError("a shared-encoder draft decodes only on its target's encoder output: pass "
                      "the target (the training run's teacher)")
-  return WithTargetEncoder(model, teacher), (params, teacher_params)
+  return WithTargetEncoder(model, target=teacher), (params, teacher_params)

@@ -88,7 +88,6 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   assert (cfg.schedule, cfg.max_steps - cfg.decay_steps, cfg.max_steps) == ("wsd", 5240, 10240)
 
 
-
 def test_shared_encoder_continuation_recipe_weights_en_de():
   """The second stage starts from the first stage's float32 export (not its bfloat16 one) with
   en-de weighted 9 : 1, and cools down to 0 at its own max_steps."""
@@ -114,6 +113,7 @@ def test_shared_encoder_on_policy_recipe_fine_tunes_the_shipped_draft():
   assert (cfg.on_policy_fraction, cfg.on_policy_temperature) == (0.5, 0.0)
   assert cfg.tasks[0].name == "runs/seqkd/t5_target_greedy/translate_en_de"  # the other half
   assert cfg.export_dir == "runs/train/t5_shared_draft_onpolicy_fkl/export"
+
 
 def test_code_recipes_generate_and_distil_decoder_only():
   """The code pair's sequence-level recipe: generation with the LM target into the directory the

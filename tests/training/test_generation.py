@@ -132,7 +132,6 @@ def test_mix_draws_batches_from_both_generators(setup, tmp_path):
   assert len(set(expected)) == 2
 
 
-
 def test_a_shared_encoder_draft_mixes_in_on_its_targets_encoding(setup, tmp_path):
   """On-policy data for a shared-encoder draft: its batches decode on the target's encoder output
   (greedy: the argmax of its full forward pass on that encoding); only beside its own target."""
@@ -170,6 +169,7 @@ def test_a_shared_encoder_draft_mixes_in_on_its_targets_encoding(setup, tmp_path
     generation.generate(_config(task, models, model=str(tmp_path / "other_target"),
                                 mix_model=shared, mix_fraction=1.0), str(tmp_path / "wrong"))
   assert not (tmp_path / "unpaired").exists() and not (tmp_path / "alone").exists()
+
 
 def test_bad_configs_name_the_problem(setup):
   root, task, models = setup

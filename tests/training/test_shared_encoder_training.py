@@ -105,7 +105,7 @@ def test_on_policy_student_samples_on_its_targets_encoding(setup):
   assert w.sum() > 8  # something was generated
   np.testing.assert_array_equal(np.asarray(logits).argmax(-1)[w], out["decoder_target_tokens"][w])
   wrapped, _ = shared_encoder.standalone(student, params, target, tparams)
-  assert hash(wrapped) == hash(shared_encoder.WithTargetEncoder(student, target))  # jit-static
+  assert hash(wrapped) == hash(shared_encoder.WithTargetEncoder(student, target=target))  # jit-static
 
 
 def test_on_policy_training_of_a_shared_draft(setup, tmp_path):
