@@ -35,7 +35,7 @@ import numpy as np
 from absl import flags, logging
 
 from specdec_jax import gin_utils, run as run_lib
-from specdec_jax.decoding.seam import Delegate
+from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.decoding import seam
+from specdec_jax import seam
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.metrics.exactness import chi_square_gof  # noqa: F401  (the tests' import)
 from specdec_jax.models.config import get_preset

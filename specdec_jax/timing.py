@@ -108,7 +108,8 @@ def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
   loop gives them for `max_decode_len` tokens at the largest gamma (attention reads every slot,
   so a shorter cache would time a cheaper step); None sizes them for the largest T only.
   """
-  from specdec_jax.decoding import seam, start  # pylint: disable=import-outside-toplevel
+  from specdec_jax import seam
+  from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
   inputs_BxP = jnp.asarray(inputs_BxP, jnp.int32)
   tokens = sorted(set(tokens) | {1})
   plen = inputs_BxP.shape[1]

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.models.kv_cache import rollback
 
 
 def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig, eos_id: int,
@@ -33,7 +32,7 @@ def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig, eos_
   return state.replace(
       tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, tok_Bx1, count_B),
       num_B=num_B, done_B=done_B, rng=rng, counters=counters,
-      target_cache=rollback(cache, state.base_B + num_B - 1))
+      target_cache=cache.rollback(state.base_B + num_B - 1))
 
 
 @functools.partial(jax.jit, static_argnames=("model", "sampling", "max_decode_len", "cache_len"))

@@ -53,6 +53,10 @@ class HistoryCache:
   index_B: jax.Array
   context_BxC: jax.Array
 
+  def rollback(self, index_B: jax.Array) -> "HistoryCache":
+    """Stale slots are overwritten by the next `extend`: an index move, as for a model cache."""
+    return self.replace(index_B=index_B.astype(jnp.int32))
+
 
 # ---- the shared seam ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)

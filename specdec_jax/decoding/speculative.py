@@ -24,7 +24,7 @@ from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.models.kv_cache import DecodeCache, rollback
+from specdec_jax.seam import Cache as DecodeCache
 
 
 @flax.struct.dataclass
@@ -63,7 +63,7 @@ def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Ar
                          jnp.where(pending_B, last_B, 0)], axis=1)
   index_B = cache.index_B
   logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
-  cache = rollback(cache, index_B + 1 + pending_B.astype(jnp.int32))
+  cache = cache.rollback(index_B + 1 + pending_B.astype(jnp.int32))
   return (jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]),
           logits_Bx2xV[:, 0], cache)
 
@@ -131,8 +131,8 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
       tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxG1, count_B),
       num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
       bonus_p_BxV=jnp.where(pending_B[:, None], p_n_BxV, 0.0),
-      target_cache=rollback(target_cache, last_slot_B),
-      draft_cache=rollback(draft_cache, last_slot_B - pending_B.astype(jnp.int32)))
+      target_cache=target_cache.rollback(last_slot_B),
+      draft_cache=draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
 
 
 def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,

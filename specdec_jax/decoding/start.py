@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.decoding import seam
+from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig
 

@@ -11,7 +11,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.models.kv_cache import DecodeCache
+from specdec_jax.seam import Cache
 
 
 @flax.struct.dataclass
@@ -58,10 +58,10 @@ class DecodeState:
   num_B: jax.Array
   done_B: jax.Array
   base_B: jax.Array
-  target_cache: DecodeCache
+  target_cache: Cache
   rng: jax.Array
   counters: Counters
-  draft_cache: DecodeCache | None = None
+  draft_cache: Cache | None = None
   draft_pending_B: jax.Array | None = None
   bonus_p_BxV: jax.Array | None = None
 

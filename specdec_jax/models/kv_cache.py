@@ -85,17 +85,16 @@ class DecodeCache:
   def batch_size(self) -> int:
     return self.index_B.shape[0]
 
+  def rollback(self, index_B: jax.Array) -> "DecodeCache":
+    """Each example's valid prefix cut to `index_B` slots (safe because writes replace)."""
+    return self.replace(index_B=index_B.astype(jnp.int32))
+
 
 def per_layer(kv) -> tuple[LayerKV, ...]:
   """A tuple of per-layer K/V from either cache layout (tuple, or one stacked [L, ...] LayerKV)."""
   if isinstance(kv, LayerKV):
     return tuple(jax.tree.map(lambda x, i=i: x[i], kv) for i in range(kv.k_BxHxKxS.shape[0]))
   return tuple(kv)
-
-
-def rollback(cache: DecodeCache, index_B: jax.Array) -> DecodeCache:
-  """Sets the valid prefix of each example to `index_B` slots (safe because writes replace)."""
-  return cache.replace(index_B=index_B.astype(jnp.int32))
 
 
 def valid_prefix_equal(a: DecodeCache, b: DecodeCache, atol: float = 0.0) -> bool:

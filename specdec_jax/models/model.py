@@ -19,9 +19,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.seam import Encoded
+from specdec_jax.seam import Encoded
 from specdec_jax.models.config import ModelConfig
-from specdec_jax.models.kv_cache import DecodeCache, LayerKV, rollback
+from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.transformer import _NEEDS_ENCODED, Transformer
 
 Params = Any
@@ -141,7 +141,7 @@ class Model:
       cache = _constrain_cache(cache)
       if plen > 1:
         _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
-      return rollback(cache, jnp.maximum(prompt_lengths(inputs_BxP) - 1, 0))
+      return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP) - 1, 0))
 
   def extend(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array
              ) -> tuple[jax.Array, DecodeCache]:

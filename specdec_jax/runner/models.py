@@ -80,7 +80,8 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   and is only checked for the encoder's width. `head_vocab` > 0 restricts a model draft's output
   head to that many tokens of its checkpoint's ranking for `task` (`models.head_vocab`).
   """
-  from specdec_jax.decoding import drafters, seam  # pylint: disable=import-outside-toplevel
+  from specdec_jax import seam
+  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
   if spec.kind == MODEL_DRAFT:
     draft, params = load_model(spec.checkpoint, vocab_size=vocab_size, dtype=dtype, seed=seed + 1)
     try:

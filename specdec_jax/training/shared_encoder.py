@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from specdec_jax.checkpoints import pairing
-from specdec_jax.decoding import seam
+from specdec_jax import seam
 from specdec_jax.models.config import ModelConfig
 
 

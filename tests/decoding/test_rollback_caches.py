@@ -15,7 +15,6 @@ import pytest
 from specdec_jax.decoding import start
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import spec_iteration
-from specdec_jax.models.kv_cache import rollback
 from specdec_jax.testing import tiny_pair
 
 GAMMA = 4
@@ -44,7 +43,7 @@ def _reference_caches(model, params, inputs, fed_lists, cache_len):
     padded[b, :len(fed)] = fed
   for j in range(longest):
     _, cache = extend(params, cache, jnp.asarray(padded[:, j:j + 1]))
-  return rollback(cache, start_B + jnp.asarray([len(f) for f in fed_lists], jnp.int32))
+  return cache.rollback(start_B + jnp.asarray([len(f) for f in fed_lists], jnp.int32))
 
 
 def _assert_prefix_equal(got, ref, b, what):

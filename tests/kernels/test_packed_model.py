@@ -12,7 +12,6 @@ import pytest
 
 from specdec_jax.models import packed
 from specdec_jax.models.config import get_preset
-from specdec_jax.models.kv_cache import rollback
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts, tiny_pair
 
@@ -77,7 +76,7 @@ def test_t5_cached_decode_with_kernel_matches_full_forward(block, matmul):
   extend = jax.jit(pmodel.extend)
   cache = jax.jit(pmodel.prefill, static_argnums=2)(pparams, jnp.asarray(T5_INPUTS), 24)
   _, cache = extend(pparams, cache, seq_BxT[:, :4])
-  cache = rollback(cache, jnp.asarray(starts))
+  cache = cache.rollback(jnp.asarray(starts))
   rest = jnp.asarray(np.stack([np.asarray(seq_BxT)[b, s:s + 8] for b, s in enumerate(starts)]))
   outs = []
   for s in range(0, 8, block):

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.models.kv_cache import rollback
 from specdec_jax.testing import ragged_prompts, tiny_pair
 
 BLOCKS = (1, 4)  # a draft step (T = 1) and a verification block (T = gamma + 1 with gamma 3)
@@ -36,7 +35,7 @@ def test_t5_extend_matches_full_forward_at_ragged_offsets(block):
   starts = np.array([4, 2, 1, 3])
   cache = jax.jit(model.prefill, static_argnums=2)(params, jnp.asarray(inputs), 24)
   _, cache = jax.jit(model.extend)(params, cache, seq_BxT[:, :4])
-  cache = rollback(cache, jnp.asarray(starts))
+  cache = cache.rollback(jnp.asarray(starts))
   rest = np.stack([np.asarray(seq_BxT)[b, s:s + 8] for b, s in enumerate(starts)])
   got, _ = _extend_in_blocks(model, params, cache, jnp.asarray(rest), block)
   want = np.stack([np.asarray(full)[b, s:s + 8] for b, s in enumerate(starts)])

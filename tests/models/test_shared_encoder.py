@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.checkpoints import pairing
-from specdec_jax.decoding import seam
+from specdec_jax import seam
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.speculative import generate_speculative

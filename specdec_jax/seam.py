@@ -1,4 +1,7 @@
-"""The decoding seam, typed: what every loop needs of a target or a draft, and nothing more.
+"""The decoding seam, typed: what every loop needs of a target, a draft and their caches.
+
+The ground floor: this module imports nothing of the project. Models, caches, drafters, the
+decoding loops and the test wrappers all import it; it imports none of them.
 
 Why a Protocol: the loops are written once and drive very different things through it: the T5 v1.1
 encoder-decoder and the decoder-only LM (`models.model.Model`), the model-free n-gram and prompt
@@ -35,6 +38,23 @@ Kind = Literal["t5", "decoder"]
 KINDS = ("t5", "decoder")
 
 
+@runtime_checkable
+class Cache(Protocol):
+  """What the loops need of a model's cache: where each example writes next, and rollback.
+
+  index_B: [B] int32, the slot the next token of each example is written to; slots at or past it
+    are invalid (masked by attention, overwritten by the next write).
+  rollback(index_B): the same cache with each example's valid prefix cut to `index_B` slots. An
+    index move only: safe because every write REPLACES slot contents (DESIGN.md, "The seam").
+  Implemented by `models.kv_cache.DecodeCache` and `decoding.drafters.HistoryCache`.
+  """
+
+  @property
+  def index_B(self) -> jax.Array: ...
+
+  def rollback(self, index_B: jax.Array) -> "Cache": ...
+
+
 @flax.struct.dataclass
 class Encoded:
   """A request's encoder output, as the target computed it (shared with an encoder-less draft)."""
@@ -69,10 +89,10 @@ class Decodable(Protocol):
     """[B] int32: the token in buffer slot 0 (BOS, or the last real prompt token)."""
 
   def prefill(self, params: Any, inputs_BxP: jax.Array, cache_len: int, *,
-              encoded: Optional[Encoded] = None) -> Any:
+              encoded: Optional[Encoded] = None) -> Cache:
     """A cache with `cache_len` decoder slots whose `index_B` is the start token's slot."""
 
-  def extend(self, params: Any, cache: Any, tokens_BxT: jax.Array) -> tuple[jax.Array, Any]:
+  def extend(self, params: Any, cache: Cache, tokens_BxT: jax.Array) -> tuple[jax.Array, Cache]:
     """Feeds T tokens per example at `cache.index_B`: (float logits [B, T, V], the new cache)."""
 
 
@@ -85,13 +105,16 @@ def shares_encoder(model: Any) -> bool:
   return bool(getattr(model, "shares_encoder", False))
 
 
+def _members(protocol) -> list[str]:
+  return sorted(n for n in vars(protocol) if not n.startswith("_"))
+
+
 def check(model: Any, role: str) -> None:
   """Raises a TypeError naming the members `model` lacks (before anything is traced)."""
-  missing = [m for m in ("kind", "vocab_size", "eos_id", "pad_id", "start_tokens", "prefill",
-                         "extend") if not hasattr(model, m)]
-  if missing:
+  if not isinstance(model, Decodable):
+    missing = [m for m in _members(Decodable) if not hasattr(model, m)]
     raise TypeError(f"the {role} ({type(model).__name__}) does not implement the decoding seam: "
-                    f"missing {', '.join(missing)} (see specdec_jax.decoding.seam.Decodable)")
+                    f"missing {', '.join(missing)} (see specdec_jax.seam.Decodable)")
   if model.kind not in KINDS:
     raise ValueError(f"the {role}'s kind must be one of {KINDS}, got {model.kind!r}")
 
