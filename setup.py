@@ -9,6 +9,7 @@ setuptools.setup(
     package_data={"specdec_jax": ["assets/**/*", "assets/*", "kernels/*.cc"]},
     include_package_data=True,
     python_requires=">=3.10",
+    license="Apache-2.0",
     install_requires=[
         "jax>=0.10.2,<0.12",
         "flax>=0.12.8,<0.13",

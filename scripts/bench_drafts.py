@@ -35,9 +35,9 @@ import numpy as np
 from specdec_jax import timing
 from specdec_jax.data import local_tasks
 from specdec_jax.decoding import adaptive, drafters
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.runner import inputs as inputs_lib, models as models_lib
 
@@ -119,10 +119,10 @@ def bench_task(task: str, args, log) -> list[dict]:
   rows = []
   for temperature in [float(t) for t in args.temperatures.split(",")]:
     sampling = SamplingConfig(temperature=temperature)
-    common = dict(sampling=sampling, max_decode_len=args.max_decode_length)
+    ar_decoder = Decoder(target, sampling=sampling, max_decode_len=args.max_decode_length)
 
     def ar_fn(inputs, rng):
-      return generate_autoregressive(target, tparams, inputs, rng=rng, **common)
+      return ar_decoder.generate(Params(tparams), inputs, rng)
 
     ar_results, ar_time = [], 0.0
     for i, b in enumerate(batches):
@@ -150,18 +150,16 @@ def bench_task(task: str, args, log) -> list[dict]:
             confidence_threshold=args.confidence_threshold), None))
       for vname, acfg, gamma in variants:
         results, secs, extra = [], 0.0, {}
+        decoder = Decoder(target, draft, acfg or Chain(gamma), sampling,
+                          rule="tokenwise" if acfg is not None else vname,
+                          max_decode_len=args.max_decode_length)
         for i, b in enumerate(batches):
           rng = jax.random.fold_in(jax.random.key(args.seed), i)
-          if acfg is None:
-            fn = (lambda b=b, rng=rng, rule=vname, gamma=gamma: generate_speculative(
-                target, tparams, draft, dparams, b, gamma=gamma, rng=rng, rule=rule, **common))
-          else:
-            fn = (lambda b=b, rng=rng, acfg=acfg: adaptive.generate_adaptive(
-                target, tparams, draft, dparams, b, cfg=acfg, rng=rng, **common))
+          fn = (lambda b=b, rng=rng, decoder=decoder: decoder.generate(
+              Params(tparams, dparams), b, rng))
           r, t = timed(fn, args.repeats)
           if acfg is not None:
-            r, stats = r
-            hist = np.asarray(stats.proposed_hist)
+            hist = np.asarray(r.stats.proposed_hist)
             extra["mean_proposed"] = extra.get("mean_proposed", 0.0) + float(
                 (hist * np.arange(len(hist))).sum())
             extra["blocks"] = extra.get("blocks", 0.0) + float(hist.sum())

@@ -91,19 +91,15 @@ def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int)
   import jax.numpy as jnp
   from specdec_jax import timing
   from specdec_jax.decoding import speculative as sp
-  from specdec_jax.decoding import start
   from specdec_jax.decoding import state as st
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   sampling = SamplingConfig(temperature=0.0)
-  max_len = 64
-  state = jax.jit(lambda x: start.init_state(target, tp, x, jax.random.key(0),
-                                             max_decode_len=max_len, gamma=gamma, draft=draft,
-                                             draft_params=dp))(inputs)
-  iteration = jax.jit(lambda s: sp.spec_iteration(target, tp, draft, dp, s, gamma=gamma,
-                                                   sampling=sampling, rule="tokenwise",
-                                                   max_decode_len=max_len))
-  drafting = jax.jit(lambda s, k: sp.draft_step(draft, dp, s.draft_cache, s.tokens_BxL, s.num_B,
-                                                s.draft_pending_B, k, gamma, sampling))
+  decoder = Decoder(target, draft, sp.Chain(gamma), sampling, max_decode_len=64)
+  params = Params(tp, dp)
+  state = jax.jit(lambda x: decoder.init(params, x, jax.random.key(0)))(inputs)
+  iteration = jax.jit(lambda s: decoder.iteration(params, s))
+  drafting = jax.jit(lambda s, k: sp.draft_step(draft, dp, s, k, gamma, sampling))
   x_BxG = jnp.full((inputs.shape[0], gamma), 5, jnp.int32)
   verifying = jax.jit(lambda s, x: sp.verify_step(target, tp, s.target_cache, st.last_tokens(s),
                                                   x, sampling))
@@ -125,11 +121,9 @@ def autoregressive_ms_per_tokens(variants: dict, inputs, tokens: int, repeats: i
   """{layout: ms per token} of a greedy autoregressive decode of `tokens` tokens, interleaved."""
   import jax
   from specdec_jax import timing
-  from specdec_jax.decoding.autoregressive import autoregressive_decode
-  from specdec_jax.decoding.sampling import SamplingConfig
-  programs = {k: (lambda m=m, p=p: autoregressive_decode(m, p, inputs, jax.random.key(0),
-                                                         sampling=SamplingConfig(),
-                                                         max_decode_len=tokens))
+  from specdec_jax.decoding.decoder import Decoder, Params, decode_program
+  programs = {k: (lambda m=m, p=p: decode_program(Decoder(m, max_decode_len=tokens), Params(p),
+                                                  inputs, jax.random.key(0), None))
               for k, (m, p) in variants.items()}
   med = timing.interleaved(programs, repeats)[1]
   return {k: 1e3 * s / tokens for k, s in med.items()}

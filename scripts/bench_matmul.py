@@ -6,7 +6,7 @@ Prints (and with --output writes as JSON):
 2. the target's `extend` over T = 1..9 tokens, and v(T) = time(T) / time(1), with XLA's dot, the
    kernel ("kernel": every row count) and "hybrid" (XLA's dot for one row, the kernel from two;
    what matmul='auto' chooses on CPU, see specdec_jax/models/packed.py);
-3. autoregressive ms/token with each (`generate_autoregressive`, greedy, batch 1, en-de prompts);
+3. autoregressive ms/token with each (`Decoder.generate`, greedy, batch 1, en-de prompts);
 4. the floor: weight bytes one step reads / measured read bandwidth (a jitted sum over 256 MB and
    the kernel's own T = 1 stream over 128 MB; the larger), and AR ms/token over that floor.
 Timings are medians over rounds; each round runs every candidate once, in rotated order, so the
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.kernels import build
 from specdec_jax.kernels import matmul as km
@@ -171,8 +171,8 @@ def bench_ar(variants: dict, prompts_NxP: np.ndarray, rounds: int, max_decode_le
   samplers = {}
   for k, (m, p) in variants.items():
     def run(p, m=m):  # every prompt at batch 1, one after another
-      return [generate_autoregressive(m, p, jnp.asarray(row[None]), sampling=greedy,
-                                      max_decode_len=max_decode_len) for row in prompts_NxP]
+      decoder = Decoder(m, sampling=greedy, max_decode_len=max_decode_len)
+      return [decoder.generate(Params(p), jnp.asarray(row[None])) for row in prompts_NxP]
     tokens[k] = int(sum(int(r.lengths_B[0]) for r in run(p)))
     samplers[k] = sampler(lambda p, run=run: [r.tokens_BxN for r in run(p)], p, min_sample_s=0)
   med = interleaved(samplers, rounds)

@@ -109,9 +109,9 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
   """Times the four programs per temperature; returns {temperature: {system: stats}, ...}."""
   import jax
   import torch
-  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.decoding.speculative import Chain
   from specdec_jax import timing
   from specdec_jax.data.local_tasks import batch_inputs
 
@@ -136,13 +136,14 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
     assist_kw = dict(assistant_model=hf_d, num_assistant_tokens=gamma,
                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
 
-    def ours_ar(row, key):
-      return generate_autoregressive(tm, tp, row, sampling=sampling,
-                                     max_decode_len=max_new_tokens, rng=key)
+    ar_decoder = Decoder(tm, sampling=sampling, max_decode_len=max_new_tokens)
+    spec_decoder = Decoder(tm, dm, Chain(gamma), sampling, max_decode_len=max_new_tokens)
 
-    def ours_spec(row, key):
-      return generate_speculative(tm, tp, dm, dp, row, gamma=gamma, sampling=sampling,
-                                  max_decode_len=max_new_tokens, rng=key)
+    def ours_ar(row, key, ar_decoder=ar_decoder):
+      return ar_decoder.generate(Params(tp), row, key)
+
+    def ours_spec(row, key, spec_decoder=spec_decoder):
+      return spec_decoder.generate(Params(tp, dp), row, key)
 
     def ours(fn):
       def call(i, r):

@@ -63,7 +63,7 @@ def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: 
   """Greedy target output vs the task's trivial baseline on the first `n` valid examples."""
   import jax
   from specdec_jax.data import local_tasks
-  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.metrics import quality as q
   examples = local_tasks.load_examples(task, "valid", n)
@@ -72,8 +72,8 @@ def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: 
   t0 = time.perf_counter()
   for rows in _batches(len(examples), batch):
     inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
-    res = generate_autoregressive(target, params, inputs, sampling=SamplingConfig(0.0),
-                                  max_decode_len=spec["max_decode"], rng=jax.random.key(0))
+    res = Decoder(target, sampling=SamplingConfig(0.0), max_decode_len=spec["max_decode"]
+                  ).generate(Params(params), inputs, jax.random.key(0))
     preds += _decode_texts(res, vocab, len(rows))
   refs = [ex.reference for ex in examples]
   if spec["metric"] == "bleu":
@@ -106,8 +106,9 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts."""
   import jax
   from specdec_jax.data import local_tasks
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.decoding.speculative import Chain
   from specdec_jax.metrics import acceptance
   examples = local_tasks.load_examples(task, "valid", n)
   ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True,
@@ -115,9 +116,9 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   totals = []
   for b, rows in enumerate(_batches(len(examples), batch)):
     inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
-    res = generate_speculative(target, tparams, draft, dparams, inputs, gamma=4,
-                               sampling=SamplingConfig(temperature), rng=jax.random.key(b),
-                               max_decode_len=spec["max_decode"])
+    decoder = Decoder(target, draft, Chain(4), SamplingConfig(temperature),
+                      max_decode_len=spec["max_decode"])
+    res = decoder.generate(Params(tparams, dparams), inputs, jax.random.key(b))
     totals.append(acceptance.counters_to_dict(res.counters))
   merged = acceptance.merge(totals)
   s = acceptance.summarize(merged)

@@ -142,11 +142,16 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sam
   """(autoregressive [N, k], speculative [N, k], (accepted, drafted), seconds), in chunks."""
   import jax  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import adaptive  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.autoregressive import generate_autoregressive  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.speculative import generate_speculative  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.speculative import Chain  # pylint: disable=import-outside-toplevel
   from specdec_jax.metrics import acceptance  # pylint: disable=import-outside-toplevel
   prompt = loaded.prompts.batch([opts.example])
   k = opts.num_tokens
+  ar_decoder = Decoder(loaded.target, sampling=sampling, max_decode_len=k)
+  scheme = (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
+                                    confidence_threshold=opts.confidence_threshold)
+            if opts.adaptive_gamma_max > 0 else Chain(gamma))
+  sp_decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k)
   key = jax.random.key(cfg.seed)
   ar_rows, sp_rows, accepted, drafted = [], [], 0, 0
   t0 = time.perf_counter()
@@ -154,17 +159,8 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sam
     n = min(opts.chunk, opts.num_samples - start)
     inputs = jax.device_put(np.repeat(prompt, n, axis=0))
     k_ar, k_sp = jax.random.split(jax.random.fold_in(key, start))
-    ar = generate_autoregressive(loaded.target, loaded.target_params, inputs, sampling=sampling,
-                                 max_decode_len=k, rng=k_ar)
-    if opts.adaptive_gamma_max > 0:
-      acfg = adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
-                                     confidence_threshold=opts.confidence_threshold)
-      sp, _ = adaptive.generate_adaptive(target, loaded.target_params, draft, dparams, inputs,
-                                         cfg=acfg, sampling=sampling, max_decode_len=k, rng=k_sp,
-                                         rule=rule)
-    else:
-      sp = generate_speculative(target, loaded.target_params, draft, dparams, inputs, gamma=gamma,
-                                sampling=sampling, max_decode_len=k, rng=k_sp, rule=rule)
+    ar = ar_decoder.generate(Params(loaded.target_params), inputs, k_ar)
+    sp = sp_decoder.generate(Params(loaded.target_params, dparams), inputs, k_sp)
     ar_rows.append(_first_tokens(ar, k))
     sp_rows.append(_first_tokens(sp, k))
     totals = acceptance.counters_to_dict(sp.counters)

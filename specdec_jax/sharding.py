@@ -15,17 +15,23 @@ rules are part of the (static, hashable) model, so they are part of every jit ca
 Everything is checked before anything is compiled: a mesh axis that does not divide a dimension it
 shards raises a ValueError naming the axis, the dimension and both sizes.
 
-The decoding programs that run on such a mesh (prefill, then the loop over a donated state) live
-in `specdec_jax.decoding.sharded` (`shard_models(...).speculative(...)`). The run pipeline
-(`python -m specdec_jax.run` with a gin/mesh/*.gin module) makes the mesh once, places target and
-drafts with `decoding.sharded.place_models`, then runs the same programs, one `ShardedModels` per
-draft.
+Decoding on such a mesh is a `decoding.decoder.Decoder` with `mesh=...` (prefill, then the loop
+over a donated state) over models placed here:
+
+  placed = shard_models(target, target_params, draft, draft_params,
+                        mesh_config=MeshConfig(data=1, model_outer=4, model_inner=2))
+  decoder = Decoder(placed.target, placed.draft, Chain(4), sampling, max_decode_len=32,
+                    mesh=placed.mesh)
+  result = decoder.generate(Params(placed.target_params, placed.draft_params), inputs_BxP, rng)
+
+The run pipeline (`python -m specdec_jax.run` with a gin/mesh/*.gin module) makes the mesh once
+and places the target and every draft with `place_models`.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -274,3 +280,52 @@ def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "
   model = with_rules(model, rules)
   validate(mesh, model, model.axis_rules, name=name, batch_size=batch_size)
   return model, place(params, param_shardings(model, mesh))
+
+
+def place_models(mesh: Mesh, mesh_config: MeshConfig, target: Model, target_params,
+                 drafts: dict, *, batch_size: Optional[int] = None):
+  """(target, params, drafts) with rules attached and params placed on `mesh`.
+
+  `drafts` maps a key to (Model, params) or to (model-free draft, tables): model drafts get the
+  draft rules (fewer chips); a model-free draft's tables are replicated on every device (with
+  several processes a table on one local device could not feed the global program). Everything
+  is validated, on shapes only, before anything is placed: a bad mesh fails before any transfer
+  or compile. `params` may be host (numpy) or device arrays; with several processes each must
+  pass the same.
+  """
+  t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
+  validate(mesh, target, t_rules, name="target", batch_size=batch_size)
+  for k, (d, _) in drafts.items():
+    if isinstance(d, Model):
+      validate(mesh, d, d_rules, name=f"draft {k}", batch_size=batch_size)
+  target, target_params = shard_model(target, target_params, mesh, t_rules, name="target")
+  replicated = NamedSharding(mesh, P())
+  out = {}
+  for k, (d, dp) in drafts.items():
+    if isinstance(d, Model):
+      out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
+    else:
+      out[k] = (d, place(dp, jax.tree.map(lambda _: replicated, dp)))
+  return target, target_params, out
+
+
+class Placed(NamedTuple):
+  """A target (and optionally a draft) with rules attached and params placed on one mesh."""
+
+  mesh: Mesh
+  target: Model
+  target_params: Any
+  draft: Any = None
+  draft_params: Any = None
+
+
+def shard_models(target: Model, target_params, draft=None, draft_params=None,
+                 mesh: Optional[Mesh] = None, *, mesh_config: MeshConfig = MeshConfig(),
+                 batch_size: Optional[int] = None) -> Placed:
+  """`place_models` for one target and (optionally) one draft, on `mesh` (made from
+  `mesh_config` when not given)."""
+  mesh = make_mesh(mesh_config) if mesh is None else mesh
+  drafts = {} if draft is None else {"draft": (draft, draft_params)}
+  target, tp, drafts = place_models(mesh, mesh_config, target, target_params, drafts,
+                                    batch_size=batch_size)
+  return Placed(mesh, target, tp, *drafts.get("draft", (None, None)))

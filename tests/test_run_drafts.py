@@ -33,8 +33,9 @@ def _library_alpha(name):
   import jax
   from specdec_jax.data import local_tasks
   from specdec_jax.decoding import drafters, ngram
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.decoding.speculative import Chain
   from specdec_jax.metrics import acceptance
   from specdec_jax.runner.models import load_model
   examples = local_tasks.load_examples("configs/local/smoke_prompts.jsonl", num_examples=4)
@@ -43,6 +44,6 @@ def _library_alpha(name):
   params = {} if name == "prompt_lookup" else jax.tree.map(
       jax.numpy.asarray, ngram.tables_for_examples(examples, None, target))
   inputs = local_tasks.batch_inputs([list(ex.input_ids)[:32] for ex in examples])
-  res = generate_speculative(target, tp, draft, params, inputs, gamma=2,
-                             sampling=SamplingConfig(), max_decode_len=8)
+  res = Decoder(target, draft, Chain(2), SamplingConfig(), max_decode_len=8).generate(
+      Params(tp, params), inputs)
   return acceptance.alpha_of(res.counters)

@@ -10,6 +10,7 @@ import gin
 import pytest
 
 from specdec_jax import run
+from specdec_jax.metrics.records import BatchRecord
 from specdec_jax.runner import store as store_lib
 from specdec_jax.runner.config import RunConfig
 
@@ -58,9 +59,16 @@ def test_killed_run_resumes_exactly_once(tmp_path, monkeypatch):
     assert p["output_ids"] == p["autoregressive_output_ids"]
 
 
+def _store_with_a_result(out, fingerprint):
+  """A store that finished one batch (a store with no result has no claim on its directory)."""
+  store = store_lib.ResultStore(out, fingerprint)
+  store.add_batch(BatchRecord(group="t0", indices=(0,), points={}), [])
+  return store
+
+
 def test_changed_config_refuses_to_resume(tmp_path):
   out = str(tmp_path / "run")
-  store_lib.ResultStore(out, {"gamma": 2})
+  _store_with_a_result(out, {"gamma": 2})
   with pytest.raises(ValueError, match="different configuration"):
     store_lib.ResultStore(out, {"gamma": 3})
 
@@ -82,7 +90,7 @@ def test_changed_checkpoint_files_refuse_to_resume(tmp_path):
   second = RunConfig(**base).fingerprint()
   assert second["contents"] != first["contents"]
   out = str(tmp_path / "run")
-  store_lib.ResultStore(out, first)
+  _store_with_a_result(out, first)
   with pytest.raises(ValueError, match=r"changed: \['contents'\].*files of a checkpoint"):
     store_lib.ResultStore(out, second)
 
@@ -99,6 +107,6 @@ def test_zoo_checkpoint_digested_from_any_directory(tmp_path, monkeypatch):
 
 def test_state_without_contents_names_the_reason(tmp_path):
   out = str(tmp_path / "run")
-  store_lib.ResultStore(out, {"gamma": 2})  # a run directory written before content digests
+  _store_with_a_result(out, {"gamma": 2})  # a run directory written before content digests
   with pytest.raises(ValueError, match="written before runs recorded"):
     store_lib.ResultStore(out, {"gamma": 2, "contents": {"draft": "0123456789abcdef"}})

@@ -15,9 +15,9 @@ import pytest
 from specdec_jax.checkpoints.loading import load_checkpoint
 from specdec_jax.data import local_tasks
 from specdec_jax.data.vocabulary import default_vocabulary
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.gin_utils import PACKAGE_PARENT
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
@@ -73,8 +73,10 @@ def test_trained_pair_greedy_speculative_equals_autoregressive(task, target, dra
   ids = local_tasks.tokenize_examples(examples, vocab, 48, truncate=True, add_eos=not decoder_only)
   inputs = jnp.asarray(local_tasks.batch_inputs(ids, pad_to=48))
   greedy = SamplingConfig(temperature=0.0)
-  ar = generate_autoregressive(models[0], models[1], inputs, sampling=greedy, max_decode_len=24)
-  spec = generate_speculative(*models, inputs, gamma=4, sampling=greedy, max_decode_len=24)
+  target, tp, draft, dp = models
+  ar = Decoder(target, sampling=greedy, max_decode_len=24).generate(Params(tp), inputs)
+  spec = Decoder(target, draft, Chain(4), greedy, max_decode_len=24).generate(Params(tp, dp),
+                                                                              inputs)
   np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
   # Trained, not random: the draft matches the target's argmax at a real share of positions

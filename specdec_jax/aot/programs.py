@@ -1,8 +1,8 @@
 """The programs a run or a training job executes, as lowerable thunks over abstract arguments.
 
-Why these and no others: the runner on a mesh runs `decoding.sharded`'s `_spec_prefill` then
-`_spec_loop` (the speculative `lax.while_loop` over the donated state) per draft and gamma, and
-`_ar_prefill` then `_ar_loop` for the autoregressive baseline; the trainer runs
+Why these and no others: the runner on a mesh runs its `Decoder`'s `prefill_program` then
+`loop_program` (the speculative `lax.while_loop` over the donated state) per draft and gamma, and
+the same two for the autoregressive baseline; the trainer runs
 `trainer.make_train_step`'s jitted step (its microbatches a `lax.scan` inside). Compiling exactly
 those, with the shardings the runner and trainer give their arguments (`sharding.param_shardings`,
 `sharding.batch_sharding`, `training.sharded.TrainMesh.opt_state_shardings`), is what tells whether
@@ -115,58 +115,43 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
 
 
 def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
-  """Prefill and loop programs of every draft (and the autoregressive baseline)."""
-  from specdec_jax.decoding import sharded, start  # pylint: disable=import-outside-toplevel
+  """Prefill and loop programs of every draft (and the autoregressive baseline): the runner's
+  `Decoder` on the mesh (`decoder.prefill_program`, then `decoder.loop_program`)."""
+  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import decoder as decoder_lib, start
+  from specdec_jax.decoding.autoregressive import Autoregressive
+  from specdec_jax.decoding.speculative import Chain
   s = setup
   inputs = abstract.abstract_batch((s.batch, s.prompt_len), np.int32, mesh, s.target.axis_rules)
   rng = abstract.abstract_key(mesh)
-  programs = []
-
-  def state_of(name):
-    return lambda compiled: abstract.like_outputs(compiled[name])
-
+  runs = []  # (prefill name and kind, loop kind, label, info, draft, params, scheme) per pair
   if s.runs_speculative:
     for dname, (draft, dparams) in s.drafts.items():
       gamma = s.gammas[dname]
-      for sampling in s.samplings:
-        start.check_decode_args(s.target, draft=draft, gamma=gamma, sampling=sampling,
-                                max_decode_len=s.max_decode_len, prompt_len=s.prompt_len,
-                                cache_len=None)
-      pname = f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]"
-      programs.append(Program(
-          pname, SPEC_PREFILL,
-          lambda _, draft=draft, dparams=dparams, gamma=gamma: (
-              sharded._spec_prefill, (s.target, s.target_params, draft, dparams, inputs, rng),
-              dict(gamma=gamma, max_decode_len=s.max_decode_len, cache_len=None)),
-          info=dict(draft=dname, gamma=gamma)))
-      for sampling in s.samplings:
-        programs.append(Program(
-            f"{SPEC_LOOP}[draft={dname},gamma={gamma},temperature={sampling.temperature:g}]",
-            SPEC_LOOP,
-            lambda compiled, draft=draft, dparams=dparams, gamma=gamma, sampling=sampling,
-            pname=pname: (
-                sharded._spec_loop,
-                (s.target, s.target_params, draft, dparams, state_of(pname)(compiled)),
-                dict(gamma=gamma, sampling=sampling, max_decode_len=s.max_decode_len,
-                     rule=s.rule)),
-            has_loop=True, needs=pname,
-            info=dict(draft=dname, gamma=gamma, temperature=sampling.temperature)))
+      runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
+                   f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
+                   draft, dparams, Chain(gamma)))
   if s.runs_autoregressive:
-    for sampling in s.samplings:
-      start.check_decode_args(s.target, gamma=0, sampling=sampling,
-                              max_decode_len=s.max_decode_len, prompt_len=s.prompt_len,
-                              cache_len=None)
+    runs.append((AR_PREFILL, AR_PREFILL, AR_LOOP, "", {}, None, None, Autoregressive()))
+  programs = []
+  for pname, prefill_kind, loop_kind, label, info, draft, dparams, scheme in runs:
+    params = decoder_lib.Params(s.target_params, dparams)
+    decoders = [decoder_lib.Decoder(s.target, draft, scheme, sampling, rule=s.rule,
+                                    max_decode_len=s.max_decode_len, mesh=mesh)
+                for sampling in s.samplings]
+    for d in decoders:
+      start.check_cache_len(d, s.prompt_len)
     programs.append(Program(
-        AR_PREFILL, AR_PREFILL,
-        lambda _: (sharded._ar_prefill, (s.target, s.target_params, inputs, rng),
-                   dict(max_decode_len=s.max_decode_len, cache_len=None))))
-    for sampling in s.samplings:
+        pname, prefill_kind,
+        lambda _, d=decoders[0], params=params: (
+            decoder_lib.prefill_program, (d, params, inputs, rng), {}), info=info))
+    for d in decoders:
       programs.append(Program(
-          f"{AR_LOOP}[temperature={sampling.temperature:g}]", AR_LOOP,
-          lambda compiled, sampling=sampling: (
-              sharded._ar_loop, (s.target, s.target_params, state_of(AR_PREFILL)(compiled)),
-              dict(sampling=sampling, max_decode_len=s.max_decode_len)),
-          has_loop=True, needs=AR_PREFILL, info=dict(temperature=sampling.temperature)))
+          f"{loop_kind}[{label}temperature={d.sampling.temperature:g}]", loop_kind,
+          lambda compiled, d=d, params=params, pname=pname: (
+              decoder_lib.loop_program,
+              (d, params, abstract.like_outputs(compiled[pname]), None), {}),
+          has_loop=True, needs=pname, info=dict(info, temperature=d.sampling.temperature)))
   return programs
 
 

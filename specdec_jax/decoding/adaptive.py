@@ -26,14 +26,12 @@ How, with static shapes:
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
-from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 from specdec_jax.decoding.speculative import Proposal, commit, first_draft_call, verify_step
@@ -82,6 +80,20 @@ class AdaptiveConfig:
     pows = [2 ** i for i in range(self.gamma_max.bit_length()) if 2 ** i < self.gamma_max]
     return tuple(pows) + (self.gamma_max,)
 
+  # ---- the Decoder scheme (see speculative.Chain) ----
+  needs_draft = True
+
+  @property
+  def gamma(self) -> int:
+    """Buffers, slack and counters are sized for gamma_max."""
+    return self.gamma_max
+
+  def init_stats(self, batch: int) -> "AdaptiveStats":
+    return AdaptiveStats.zeros(batch, self)
+
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    return adaptive_iteration(decoder, params, state, self)
+
 
 @flax.struct.dataclass
 class AdaptiveStats:
@@ -99,8 +111,8 @@ class AdaptiveStats:
                proposed_hist=jnp.zeros((cfg.gamma_max + 1,), jnp.int32))
 
 
-def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B, done_B,
-                        sched_B, key, cfg: AdaptiveConfig, sampling: SamplingConfig):
+def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key,
+                        cfg: AdaptiveConfig, sampling: SamplingConfig):
   """Drafts up to gamma_max tokens, stopping early once every active example has stopped.
 
   The first call is `speculative.draft_step`'s: it feeds [x_gamma, next] when the draft has not
@@ -108,16 +120,15 @@ def adaptive_draft_step(draft, draft_params, cache, tokens_BxL, num_B, pending_B
   fed_B = the draft calls made, calls, cache); positions >= g_B hold junk the rule never keeps.
   """
   gmax = cfg.gamma_max
-  batch = num_B.shape[0]
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, cache,
-                                                         tokens_BxL, num_B, pending_B)
+  batch = state.num_B.shape[0]
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
   keys = jax.random.split(key, gmax)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
   v = q_BxV.shape[-1]
   x_BxG = jnp.zeros((batch, gmax), jnp.int32).at[:, 0].set(x_B)
   q_BxGxV = jnp.zeros((batch, gmax, v), jnp.float32).at[:, 0].set(q_BxV)
-  stopped_B = done_B | (sched_B <= 1) | _unconfident(logits_BxV, cfg)
+  stopped_B = state.done_B | (sched_B <= 1) | _unconfident(logits_BxV, cfg)
   g_B = jnp.ones((batch,), jnp.int32)
 
   def cond(c):
@@ -190,59 +201,29 @@ def next_schedule(sched_B, n_B, active_B, cfg: AdaptiveConfig):
   return jnp.where(active_B, jnp.clip(new, 1, cfg.gamma_max), sched_B)
 
 
-def adaptive_iteration(target, target_params, draft, draft_params, state: st.DecodeState,
-                       stats: AdaptiveStats, *, cfg: AdaptiveConfig, sampling: SamplingConfig,
-                       rule: str, max_decode_len: int):
-  """One draft -> verify -> accept -> commit iteration with a per-example block length."""
+def adaptive_iteration(decoder, params, state: st.DecodeState, cfg: AdaptiveConfig
+                       ) -> st.DecodeState:
+  """One draft -> verify -> accept -> commit iteration with a per-example block length; the
+  schedule and the statistics live in `state.stats` (`AdaptiveStats`)."""
+  stats = state.stats
+  sampling = decoder.sampling
   rng, k_draft, k_accept = jax.random.split(state.rng, 3)
   active_B = ~state.done_B
-  proposal, calls, draft_cache = adaptive_draft_step(
-      draft, draft_params, state.draft_cache, state.tokens_BxL, state.num_B,
-      state.draft_pending_B, state.done_B, stats.gamma_B, k_draft, cfg, sampling)
+  proposal, calls, draft_cache = adaptive_draft_step(decoder.draft, params.draft, state,
+                                                     stats.gamma_B, k_draft, cfg, sampling)
   g_B = proposal.proposed_B
   width = jnp.max(jnp.where(active_B, g_B, 1))
-  p_BxG1xV, target_cache, w_used = bucketed_verify(target, target_params, state.target_cache,
-                                                   st.last_tokens(state), proposal.tokens_BxG,
-                                                   width, cfg, sampling)
-  n_B, next_B = masked_accept(rule, k_accept, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV,
-                              g_B)
-  new = commit(state.replace(rng=rng), proposal, n_B, next_B, p_BxG1xV, target_cache,
-               draft_cache, target.eos_id, max_decode_len)
-  stats = AdaptiveStats(
+  p_BxG1xV, target_cache, w_used = bucketed_verify(decoder.target, params.target,
+                                                   state.target_cache, st.last_tokens(state),
+                                                   proposal.tokens_BxG, width, cfg, sampling)
+  n_B, next_B = masked_accept(decoder.rule, k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
+                              p_BxG1xV, g_B)
+  state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
+  new = commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
+               decoder.max_decode_len)
+  return new.replace(stats=AdaptiveStats(
       draft_calls=stats.draft_calls + calls, verify_tokens=stats.verify_tokens + w_used + 1,
       gamma_B=next_schedule(stats.gamma_B, n_B, active_B, cfg),
       proposed_hist=stats.proposed_hist + jnp.sum(
           (jnp.arange(cfg.gamma_max + 1)[None, :] == g_B[:, None]) & active_B[:, None], axis=0,
-          dtype=jnp.int32))
-  return new, stats
-
-
-@functools.partial(jax.jit, static_argnames=("target", "draft", "cfg", "sampling", "rule",
-                                             "max_decode_len", "cache_len"))
-def adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng, *,
-                    cfg: AdaptiveConfig, sampling: SamplingConfig, max_decode_len: int,
-                    rule: str = "tokenwise", cache_len: int | None = None
-                    ) -> tuple[st.DecodeResult, AdaptiveStats]:
-  """Speculative decoding with an adaptive draft length; one compiled program."""
-  state = start.init_state(target, target_params, inputs_BxP, rng, max_decode_len=max_decode_len,
-                           gamma=cfg.gamma_max, cache_len=cache_len, draft=draft,
-                           draft_params=draft_params)
-
-  def step(s: st.DecodeState, stats: AdaptiveStats):
-    return adaptive_iteration(target, target_params, draft, draft_params, s, stats, cfg=cfg,
-                              sampling=sampling, rule=rule, max_decode_len=max_decode_len)
-
-  final, stats = st.run_loop(state, AdaptiveStats.zeros(inputs_BxP.shape[0], cfg), step)
-  return st.finish(final, max_decode_len), stats
-
-
-def generate_adaptive(target, target_params, draft, draft_params, inputs_BxP, *,
-                      cfg: AdaptiveConfig, sampling: SamplingConfig, max_decode_len: int,
-                      rng=None, rule: str = "tokenwise", cache_len: int | None = None):
-  """Validating front door of `adaptive_decode`."""
-  inputs_BxP, rng = start.front_door(target, inputs_BxP, rng, draft=draft, gamma=cfg.gamma_max,
-                                     sampling=sampling, max_decode_len=max_decode_len,
-                                     cache_len=cache_len, rule=rule)
-  return adaptive_decode(target, target_params, draft, draft_params, inputs_BxP, rng, cfg=cfg,
-                         sampling=sampling, max_decode_len=max_decode_len, rule=rule,
-                         cache_len=cache_len)
+          dtype=jnp.int32)))

@@ -1,21 +1,22 @@
-"""The autoregressive baseline: one target `extend` per token in one jitted `lax.while_loop`.
+"""The autoregressive scheme: one target `extend` per token, the baseline every speedup divides.
 
-It shares `extend`, logits processing, sampling, EOS/length handling and the buffer with the
-speculative loop, so a measured speedup compares like with like.
+A `Decoder` with `scheme=Autoregressive()` (the default, and no draft) runs `ar_step` in the same
+`lax.while_loop`, from the same initial state, with the same `extend`, logits processing, sampling,
+EOS / length handling and buffer as the speculative schemes, so a measured speedup compares like
+with like.
 """
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 
 
-def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig, eos_id: int,
+def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig,
             max_decode_len: int) -> st.DecodeState:
   """Feeds the last token, samples the next one, commits it for active examples."""
   rng, key = jax.random.split(state.rng)
@@ -23,7 +24,7 @@ def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig, eos_
                                     st.last_tokens(state)[:, None])
   tok_Bx1 = sample(key, process_logits(logits_Bx1xV[:, 0], sampling))[:, None]
   count_B, done_B = st.emit_count(tok_Bx1, jnp.ones_like(state.num_B), state.num_B,
-                                  state.done_B, eos_id, max_decode_len)
+                                  state.done_B, model.eos_id, max_decode_len)
   num_B = state.num_B + count_B
   c = state.counters
   counters = c.replace(iterations=c.iterations + 1,
@@ -35,26 +36,17 @@ def ar_step(model, params, state: st.DecodeState, sampling: SamplingConfig, eos_
       target_cache=cache.rollback(state.base_B + num_B - 1))
 
 
-@functools.partial(jax.jit, static_argnames=("model", "sampling", "max_decode_len", "cache_len"))
-def autoregressive_decode(model, params, inputs_BxP: jax.Array, rng: jax.Array, *,
-                          sampling: SamplingConfig, max_decode_len: int,
-                          cache_len: int | None = None) -> st.DecodeResult:
-  """Decodes up to max_decode_len tokens per example; one compiled program."""
-  state = start.init_state(model, params, inputs_BxP, rng, max_decode_len=max_decode_len,
-                           cache_len=cache_len)
+@dataclasses.dataclass(frozen=True)
+class Autoregressive:
+  """The target alone, one token per iteration (a `Decoder` scheme; see `speculative.Chain`)."""
 
-  def step(s: st.DecodeState, extra):
-    return ar_step(model, params, s, sampling, model.eos_id, max_decode_len), extra
+  gamma = 0
+  needs_draft = False
 
-  final, _ = st.run_loop(state, None, step)
-  return st.finish(final, max_decode_len)
+  def init_stats(self, batch: int):
+    del batch
+    return None
 
-
-def generate_autoregressive(model, params, inputs_BxP, *, sampling: SamplingConfig,
-                            max_decode_len: int, rng=None, cache_len: int | None = None
-                            ) -> st.DecodeResult:
-  """Validating front door of `autoregressive_decode`."""
-  inputs_BxP, rng = start.front_door(model, inputs_BxP, rng, sampling=sampling,
-                                     max_decode_len=max_decode_len, cache_len=cache_len)
-  return autoregressive_decode(model, params, inputs_BxP, rng, sampling=sampling,
-                               max_decode_len=max_decode_len, cache_len=cache_len)
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    return ar_step(decoder.target, params.target, state, decoder.sampling,
+                   decoder.max_decode_len)

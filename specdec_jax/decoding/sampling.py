@@ -9,6 +9,7 @@ one-hot of the argmax, and the same acceptance rule then accepts exactly when th
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +24,9 @@ class SamplingConfig:
   top_p: float = 1.0
 
   def __post_init__(self):
-    if not self.temperature >= 0.0:
-      raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+    if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+      raise ValueError(f"temperature must be finite and >= 0 (0 means greedy), got "
+                       f"{self.temperature}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
       raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
     if not 0.0 < self.top_p <= 1.0:

@@ -1,12 +1,13 @@
-"""Speculative decoding as one jitted `lax.while_loop`: draft -> verify -> accept -> commit.
+"""The chain scheme: gamma drafted tokens per iteration, draft -> verify -> accept -> commit.
 
-The host sees only the final tokens and the counters. Each stage is a small pure function:
+A `Decoder` (decoding/decoder.py) with `scheme=Chain(gamma)` runs `Chain.iteration` inside its one
+`lax.while_loop`. Each stage is a small pure function:
 - `draft_step`: gamma draft `extend` calls, sampling x_i ~ q_i (processed like p) -> a `Proposal`;
 - `verify_step`: one target `extend` over [last, x_1..x_gamma] -> p_1..p_{gamma+1};
 - an acceptance rule (`acceptance.tokenwise` by default) -> accepted count and the next token;
 - `commit`: write the accepted tokens and the next token, roll both caches back, count.
-`spec_iteration` composes them; the adaptive loop (decoding/adaptive.py) and the sharded programs
-(decoding/sharded.py) compose the same `commit` with their own draft and verify steps.
+The adaptive scheme (decoding/adaptive.py) composes the same `commit` with its own draft and
+verify steps; a new scheme (a tree verifier, a parallel draft) does the same.
 
 When all gamma tokens are accepted the draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
@@ -14,17 +15,16 @@ invalidated right after), so the draft costs exactly gamma calls per iteration w
 """
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
-from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.seam import Cache as DecodeCache
+from specdec_jax.seam import Cache
 
 
 @flax.struct.dataclass
@@ -47,33 +47,33 @@ class Proposal:
   bonus_q_BxV: jax.Array
 
 
-def first_draft_call(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array,
-                     num_B: jax.Array, pending_B: jax.Array
-                     ) -> tuple[jax.Array, jax.Array, DecodeCache]:
+def first_draft_call(draft, draft_params, state: st.DecodeState
+                     ) -> tuple[jax.Array, jax.Array, Cache]:
   """The draft's first call of an iteration: (logits for x_1 [B, V], logits at the previous
   bonus position [B, V] (meaningful where pending), the cache after it).
 
   It feeds [x_gamma, next] where the draft has not seen x_gamma yet (all were accepted last
-  time: `pending_B`), else [next, pad]; one static shape either way, then rolls back past the pad.
-  Fed x_gamma, the draft's first output is its q for `next`, the bonus token: kept for alpha.
+  time: `draft_pending_B`), else [next, pad]; one static shape either way, then rolls back past
+  the pad. Fed x_gamma, the draft's first output is its q for `next`, the bonus token: kept for
+  alpha.
   """
-  last_B = jnp.take_along_axis(tokens_BxL, (num_B - 1)[:, None], axis=1)[:, 0]
-  prev_B = jnp.take_along_axis(tokens_BxL, jnp.maximum(num_B - 2, 0)[:, None], axis=1)[:, 0]
+  pending_B = state.draft_pending_B
+  last_B = st.last_tokens(state)
+  prev_B = jnp.take_along_axis(state.tokens_BxL, jnp.maximum(state.num_B - 2, 0)[:, None],
+                               axis=1)[:, 0]
   first_Bx2 = jnp.stack([jnp.where(pending_B, prev_B, last_B),
                          jnp.where(pending_B, last_B, 0)], axis=1)
-  index_B = cache.index_B
-  logits_Bx2xV, cache = draft.extend(draft_params, cache, first_Bx2)
+  index_B = state.draft_cache.index_B
+  logits_Bx2xV, cache = draft.extend(draft_params, state.draft_cache, first_Bx2)
   cache = cache.rollback(index_B + 1 + pending_B.astype(jnp.int32))
   return (jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]),
           logits_Bx2xV[:, 0], cache)
 
 
-def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, num_B: jax.Array,
-               pending_B: jax.Array, key: jax.Array, gamma: int, sampling: SamplingConfig
-               ) -> tuple[Proposal, DecodeCache]:
+def draft_step(draft, draft_params, state: st.DecodeState, key: jax.Array, gamma: int,
+               sampling: SamplingConfig) -> tuple[Proposal, Cache]:
   """Proposes gamma tokens per example with gamma draft calls: (Proposal, draft cache)."""
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, cache, tokens_BxL,
-                                                         num_B, pending_B)
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
   keys = jax.random.split(key, gamma)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
@@ -88,14 +88,14 @@ def draft_step(draft, draft_params, cache: DecodeCache, tokens_BxL: jax.Array, n
   (cache, _), (xs_GxB, qs_GxBxV) = jax.lax.scan(one, (cache, x_B), keys[1:])
   tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
   q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
-  gamma_B = jnp.full(num_B.shape, gamma, jnp.int32)
+  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
   return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B,
                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), cache
 
 
-def verify_step(target, target_params, cache: DecodeCache, last_B: jax.Array,
+def verify_step(target, target_params, cache: Cache, last_B: jax.Array,
                 draft_tokens_BxG: jax.Array, sampling: SamplingConfig
-                ) -> tuple[jax.Array, DecodeCache]:
+                ) -> tuple[jax.Array, Cache]:
   """One target call over [last, x_1..x_G]; returns processed p_Bx(G+1)xV (float32)."""
   block_BxG1 = jnp.concatenate([last_B[:, None], draft_tokens_BxG], axis=1)
   logits_BxG1xV, cache = target.extend(target_params, cache, block_BxG1)
@@ -103,12 +103,12 @@ def verify_step(target, target_params, cache: DecodeCache, last_B: jax.Array,
 
 
 def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: jax.Array,
-           p_BxG1xV: jax.Array, target_cache: DecodeCache, draft_cache: DecodeCache,
-           eos_id: int, max_decode_len: int) -> st.DecodeState:
+           p_BxG1xV: jax.Array, eos_id: int, max_decode_len: int) -> st.DecodeState:
   """Writes x_1..x_n, next for active examples; rolls both caches back; counts what was written.
 
-  n_B comes from the acceptance rule (n <= proposed_B). Tokens past EOS or the length limit are
-  not written, and the counters only count written tokens (`kept_B` = accepted and written).
+  `state` holds the caches after this iteration's draft and verify calls. n_B comes from the
+  acceptance rule (n <= proposed_B). Tokens past EOS or the length limit are not written, and the
+  counters only count written tokens (`kept_B` = accepted and written).
   """
   gamma = proposal.tokens_BxG.shape[1]
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
@@ -131,8 +131,8 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
       tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxG1, count_B),
       num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
       bonus_p_BxV=jnp.where(pending_B[:, None], p_n_BxV, 0.0),
-      target_cache=target_cache.rollback(last_slot_B),
-      draft_cache=draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
+      target_cache=state.target_cache.rollback(last_slot_B),
+      draft_cache=state.draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
 
 
 def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
@@ -169,47 +169,38 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax
       beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG1, axis=1, dtype=jnp.int32))
 
 
-def spec_iteration(target, target_params, draft, draft_params, state: st.DecodeState, *,
-                   gamma: int, sampling: SamplingConfig, rule: str, max_decode_len: int
-                   ) -> st.DecodeState:
-  """One draft -> verify -> accept -> commit iteration."""
-  rng, k_draft, k_accept = jax.random.split(state.rng, 3)
-  proposal, draft_cache = draft_step(draft, draft_params, state.draft_cache, state.tokens_BxL,
-                                     state.num_B, state.draft_pending_B, k_draft, gamma, sampling)
-  p_BxG1xV, target_cache = verify_step(target, target_params, state.target_cache,
-                                       st.last_tokens(state), proposal.tokens_BxG, sampling)
-  n_B, next_B = acc.get_rule(rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV)
-  return commit(state.replace(rng=rng), proposal, n_B, next_B, p_BxG1xV, target_cache,
-                draft_cache, target.eos_id, max_decode_len)
+@dataclasses.dataclass(frozen=True)
+class Chain:
+  """Draft a chain of `gamma` tokens per iteration, verify them in one target call.
 
+  A decoding scheme (`decoder.Decoder.scheme`): `gamma` sizes the buffer slack and the
+  per-position counters, `init_stats` the scheme's own statistics (none), `iteration` is one
+  draft -> verify -> accept -> commit step. Hashable: part of the Decoder, a static jit argument.
+  """
 
-@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "sampling", "rule",
-                                             "max_decode_len", "cache_len"))
-def speculative_decode(target, target_params, draft, draft_params, inputs_BxP: jax.Array,
-                       rng: jax.Array, *, gamma: int, sampling: SamplingConfig,
-                       max_decode_len: int, rule: str = "tokenwise",
-                       cache_len: int | None = None) -> st.DecodeResult:
-  """Speculative decoding of a batch; the whole loop is one compiled program."""
-  state = start.init_state(target, target_params, inputs_BxP, rng, max_decode_len=max_decode_len,
-                           gamma=gamma, cache_len=cache_len, draft=draft,
-                           draft_params=draft_params)
+  gamma: int = 4
 
-  def step(s: st.DecodeState, extra):
-    return spec_iteration(target, target_params, draft, draft_params, s, gamma=gamma,
-                          sampling=sampling, rule=rule, max_decode_len=max_decode_len), extra
+  def __post_init__(self):
+    if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
+      raise ValueError(f"gamma (draft tokens per iteration) must be an integer >= 1, got "
+                       f"{self.gamma!r}")
 
-  final, _ = st.run_loop(state, None, step)
-  return st.finish(final, max_decode_len)
+  needs_draft = True
 
+  def init_stats(self, batch: int):
+    del batch
+    return None
 
-def generate_speculative(target, target_params, draft, draft_params, inputs_BxP, *, gamma: int,
-                         sampling: SamplingConfig, max_decode_len: int, rng=None,
-                         rule: str = "tokenwise", cache_len: int | None = None
-                         ) -> st.DecodeResult:
-  """Validating front door of `speculative_decode`."""
-  inputs_BxP, rng = start.front_door(target, inputs_BxP, rng, draft=draft, gamma=gamma,
-                                     sampling=sampling, max_decode_len=max_decode_len,
-                                     cache_len=cache_len, rule=rule)
-  return speculative_decode(target, target_params, draft, draft_params, inputs_BxP, rng,
-                            gamma=gamma, sampling=sampling, max_decode_len=max_decode_len,
-                            rule=rule, cache_len=cache_len)
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    """One draft -> verify -> accept -> commit iteration."""
+    rng, k_draft, k_accept = jax.random.split(state.rng, 3)
+    proposal, draft_cache = draft_step(decoder.draft, params.draft, state, k_draft, self.gamma,
+                                       decoder.sampling)
+    p_BxG1xV, target_cache = verify_step(decoder.target, params.target, state.target_cache,
+                                         st.last_tokens(state), proposal.tokens_BxG,
+                                         decoder.sampling)
+    n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
+                                             p_BxG1xV)
+    state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
+    return commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
+                  decoder.max_decode_len)

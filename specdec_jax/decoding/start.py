@@ -1,8 +1,8 @@
-"""Starting a decode: the one validating front door and the one initial-state builder.
+"""Starting a decode: the checks of the front door and the one initial-state builder.
 
-Every loop (autoregressive, fixed-gamma and adaptive speculative, their sharded programs), every
-calibration and benchmark goes through these two functions, so a prompt, a pair of models or a
-cache length is judged the same way everywhere and the state a loop starts from is built once.
+Every `Decoder` (every scheme, sharded or not), every calibration and benchmark goes through these
+functions, so a prompt, a pair of models or a cache length is judged the same way everywhere and
+the state a loop starts from is built once.
 
 Why the slack: a verify call writes gamma + 1 tokens past the last kept one (into the cache and,
 through `write_tokens`, possibly up to gamma + 1 buffer slots past `max_decode_len`), and the
@@ -11,13 +11,14 @@ both; the autoregressive loop is gamma = 0.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import seam
+from specdec_jax.decoding import acceptance
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig
 
@@ -55,47 +56,46 @@ def check_prompts(inputs_BxP, pad_id: int = 0) -> None:
         "in this batch)")
 
 
-def check_decode_args(target: seam.Decodable, *, draft: Optional[seam.Decodable] = None,
-                      gamma: int, sampling: SamplingConfig, max_decode_len: int, prompt_len: int,
-                      cache_len: int | None) -> None:
-  """Raises a ValueError (or TypeError) naming the problem, before anything is compiled.
-
-  gamma: drafts per iteration (the adaptive loop's gamma_max); 0 for the autoregressive loop.
-  """
-  if not isinstance(sampling, SamplingConfig):
-    raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-  seam.check(target, "target")
-  if seam.shares_encoder(target):
+def check_decoder(decoder) -> None:
+  """Raises a ValueError (or TypeError) naming the problem of a `Decoder`, before anything is
+  compiled: the models against the seam and each other, the scheme against the draft, the
+  sampling settings, the rule and the length."""
+  if not isinstance(decoder.sampling, SamplingConfig):
+    raise TypeError(f"sampling must be a SamplingConfig, got {type(decoder.sampling).__name__}")
+  seam.check(decoder.target, "target")
+  if seam.shares_encoder(decoder.target):
     raise ValueError("the target is a shared-encoder draft (no encoder of its own): it cannot "
                      "decode alone; use it as the draft of the target whose encoder it reads")
-  if draft is not None:
-    seam.check_pair(target, draft)
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-      raise ValueError(f"gamma (draft tokens per iteration) must be an integer >= 1, got "
-                       f"{gamma!r}")
-  if max_decode_len < 1:
-    raise ValueError(f"max_decode_len must be >= 1, got {max_decode_len}")
-  needed = cache_len_needed(target, prompt_len, max_decode_len, gamma)
+  needs_draft = decoder.scheme.needs_draft
+  if needs_draft and decoder.draft is None:
+    raise ValueError(f"the {type(decoder.scheme).__name__} scheme needs a draft; pass draft=...")
+  if not needs_draft and decoder.draft is not None:
+    raise ValueError(f"the {type(decoder.scheme).__name__} scheme decodes with the target alone "
+                     "but a draft was given; choose a speculative scheme (e.g. Chain(gamma))")
+  if decoder.draft is not None:
+    seam.check_pair(decoder.target, decoder.draft)
+  if not isinstance(decoder.max_decode_len, int) or decoder.max_decode_len < 1:
+    raise ValueError(f"max_decode_len must be an integer >= 1, got {decoder.max_decode_len!r}")
+  acceptance.get_rule(decoder.rule)
+
+
+def check_cache_len(decoder, prompt_len: int) -> None:
+  """Refuses a fixed `cache_len` too short for a prompt of `prompt_len` tokens."""
+  gamma, cache_len = decoder.scheme.gamma, decoder.cache_len
+  needed = cache_len_needed(decoder.target, prompt_len, decoder.max_decode_len, gamma)
   if cache_len is not None and needed > cache_len:
     raise ValueError(
-        f"prompt of length {prompt_len} plus max_decode_len {max_decode_len} (+ {slack(gamma)} "
-        f"slots of verification slack) needs {needed} cache slots, but the cache has "
-        f"{cache_len}; shorten the prompt or raise the cache length")
+        f"prompt of length {prompt_len} plus max_decode_len {decoder.max_decode_len} (+ "
+        f"{slack(gamma)} slots of verification slack) needs {needed} cache slots, but the cache "
+        f"has {cache_len}; shorten the prompt or raise the cache length")
 
 
-def front_door(target: seam.Decodable, inputs_BxP, rng=None, *,
-               draft: Optional[seam.Decodable] = None, gamma: int = 0,
-               sampling: SamplingConfig, max_decode_len: int, cache_len: int | None = None,
-               rule: str | None = None) -> tuple[Any, jax.Array]:
-  """Every check of a decode call, then (int32 inputs, rng). `inputs_BxP` keeps its placement
-  (a host array stays on the host for the sharded programs to place)."""
-  from specdec_jax.decoding import acceptance  # pylint: disable=import-outside-toplevel
-  check_decode_args(target, draft=draft, gamma=gamma, sampling=sampling,
-                    max_decode_len=max_decode_len, prompt_len=np.shape(inputs_BxP)[1],
-                    cache_len=cache_len)
-  check_prompts(inputs_BxP, target.pad_id)
-  if rule is not None:
-    acceptance.get_rule(rule)
+def front_door(decoder, inputs_BxP, rng=None) -> tuple[Any, jax.Array]:
+  """Every check of a decode call that depends on its prompts, then (int32 inputs, rng).
+  `inputs_BxP` keeps its placement (a host array stays on the host for a sharded decode to
+  place). The decoder itself was checked when it was made (`check_decoder`)."""
+  check_cache_len(decoder, np.shape(inputs_BxP)[1])
+  check_prompts(inputs_BxP, decoder.target.pad_id)
   if not isinstance(inputs_BxP, jax.Array):
     inputs_BxP = np.asarray(inputs_BxP, np.int32)
   elif inputs_BxP.dtype != jnp.int32:
@@ -104,30 +104,30 @@ def front_door(target: seam.Decodable, inputs_BxP, rng=None, *,
 
 
 # ---- the initial state ---------------------------------------------------------------------------
-def init_state(target: seam.Decodable, target_params, inputs_BxP: jax.Array, rng: jax.Array, *,
-               max_decode_len: int, gamma: int = 0, cache_len: int | None = None,
-               draft: Optional[seam.Decodable] = None, draft_params=None) -> st.DecodeState:
+def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.DecodeState:
   """Prefills the target (and the draft) and lays out the buffer: slot 0 = the start token.
 
-  Traceable (called inside the jitted programs). `gamma` sizes the slack and the per-position
-  counters (0: the autoregressive loop; the adaptive loop passes gamma_max).
+  Traceable (called inside the jitted programs). The scheme's `gamma` sizes the slack and the
+  per-position counters (0: autoregressive; the adaptive scheme's gamma_max).
   """
+  target, draft, gamma = decoder.target, decoder.draft, decoder.scheme.gamma
   batch, plen = inputs_BxP.shape
+
+  def cache_len(model):
+    return decoder.cache_len or cache_len_needed(model, plen, decoder.max_decode_len, gamma)
+
   # A shared-encoder draft decodes on the target's encoder output: encode once, for both.
-  encoded = (target.encode(target_params, inputs_BxP)
+  encoded = (target.encode(params.target, inputs_BxP)
              if draft is not None and seam.shares_encoder(draft) else None)
-  cache = target.prefill(target_params, inputs_BxP,
-                         cache_len or cache_len_needed(target, plen, max_decode_len, gamma),
-                         encoded=encoded)
-  tokens_BxL = jnp.zeros((batch, max_decode_len + slack(gamma)), jnp.int32)
+  cache = target.prefill(params.target, inputs_BxP, cache_len(target), encoded=encoded)
+  tokens_BxL = jnp.zeros((batch, decoder.max_decode_len + slack(gamma)), jnp.int32)
   tokens_BxL = tokens_BxL.at[:, 0].set(target.start_tokens(inputs_BxP))
   state = st.DecodeState(tokens_BxL=tokens_BxL, num_B=jnp.ones((batch,), jnp.int32),
                          done_B=jnp.zeros((batch,), bool), base_B=cache.index_B,
-                         target_cache=cache, rng=rng, counters=st.Counters.zeros(batch, gamma))
+                         target_cache=cache, rng=rng, counters=st.Counters.zeros(batch, gamma),
+                         stats=decoder.scheme.init_stats(batch))
   if draft is None:
     return state
-  draft_cache = draft.prefill(draft_params, inputs_BxP,
-                              cache_len or cache_len_needed(draft, plen, max_decode_len, gamma),
-                              encoded=encoded)
+  draft_cache = draft.prefill(params.draft, inputs_BxP, cache_len(draft), encoded=encoded)
   return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool),
                        bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32))

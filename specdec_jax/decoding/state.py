@@ -7,6 +7,8 @@ buffer slot j is `base_B + j`, where `base_B` is the cache index right after pre
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -52,6 +54,8 @@ class DecodeState:
   bonus_p_BxV: where draft_pending_B, the target's processed p at the bonus position (the token
     after the fully accepted block); the draft's q there comes with its next first call, and the
     pair is that position's beta (alpha counts every generated position).
+  stats: the decoding scheme's own on-device statistics (None, or the adaptive loop's
+    `AdaptiveStats`), returned with the result.
   """
 
   tokens_BxL: jax.Array
@@ -64,22 +68,25 @@ class DecodeState:
   draft_cache: Cache | None = None
   draft_pending_B: jax.Array | None = None
   bonus_p_BxV: jax.Array | None = None
+  stats: Any = None
 
 
 @flax.struct.dataclass
 class DecodeResult:
-  """tokens_BxN: generated tokens (N = max_decode_len), 0 after each example's end."""
+  """tokens_BxN: generated tokens (N = max_decode_len), 0 after each example's end.
+  stats: the scheme's statistics (the adaptive loop's `AdaptiveStats`), else None."""
 
   tokens_BxN: jax.Array
   lengths_B: jax.Array
   counters: Counters
+  stats: Any = None
 
 
 def finish(state: DecodeState, max_decode_len: int) -> DecodeResult:
   gen = state.tokens_BxL[:, 1:1 + max_decode_len]
   lengths_B = state.num_B - 1
   gen = jnp.where(jnp.arange(max_decode_len)[None, :] < lengths_B[:, None], gen, 0)
-  return DecodeResult(gen, lengths_B, state.counters)
+  return DecodeResult(gen, lengths_B, state.counters, state.stats)
 
 
 def write_tokens(tokens_BxL: jax.Array, num_B: jax.Array, new_BxT: jax.Array,
@@ -117,17 +124,23 @@ def last_tokens(state: DecodeState) -> jax.Array:
   return jnp.take_along_axis(state.tokens_BxL, (state.num_B - 1)[:, None], axis=1)[:, 0]
 
 
-def run_loop(state: DecodeState, extra, step, constrain=lambda s: s):
-  """The one `lax.while_loop` every decode runs: `step(state, extra) -> (state, extra)` until
-  every example is done. Each iteration writes >= 1 token per active example and an example is
-  done at EOS or at max_decode_len, so the loop ends. `constrain` re-applies a sharded program's
-  layout to the carry (the identity on one device). `extra` is a loop's own carry (None, or the
-  adaptive loop's statistics)."""
-  def cond(c):
-    return jnp.any(~c[0].done_B)
+def run_loop(state: DecodeState, step, constrain=lambda s: s,
+             max_iterations: jax.Array | None = None) -> DecodeState:
+  """The one `lax.while_loop` every decode runs: `step(state) -> state` until every example is
+  done. Each iteration writes >= 1 token per active example and an example is done at EOS or at
+  max_decode_len, so the loop ends. `constrain` re-applies a sharded program's layout to the carry
+  (the identity on one device). `max_iterations` (a traced int, so one compile serves every cap)
+  stops the loop after that many iterations by marking every row done: the calibration times a
+  decode with no iteration (cap 0) against the full one; it adds one counter and one `or` over
+  the batch per iteration, and None adds nothing."""
+  if max_iterations is None:
+    return jax.lax.while_loop(lambda s: jnp.any(~s.done_B), lambda s: constrain(step(s)), state)
+  left = jnp.asarray(max_iterations, jnp.int32)
+  state = state.replace(done_B=state.done_B | (left <= 0))
 
   def body(c):
-    s, e = step(*c)
-    return constrain(s), e
+    s, left = c
+    s = step(s)
+    return constrain(s.replace(done_B=s.done_B | (left <= 1))), left - 1
 
-  return jax.lax.while_loop(cond, body, (state, extra))
+  return jax.lax.while_loop(lambda c: jnp.any(~c[0].done_B), body, (state, left))[0]

@@ -10,8 +10,8 @@ Two cost measurements:
   the verify curve v(T) on caches as long as the loop's. They are the record's `c` and `v` (public
   contract) and the lone-extend model theory.predicted_speedup; on a mesh they are all there is.
 - the loops themselves (`measure_loops`, one device): for each gamma a run needs, the program the
-  run decodes with (`spec_iteration` or `ar_step` in `state.run_loop`, after `start.init_state`)
-  is compiled once with a dynamic iteration cap (`capped_decode`) and timed through
+  run decodes with (the run's `Decoder` with `Chain(gamma)`, or `Autoregressive()`) is compiled
+  once with a dynamic iteration cap (`Decoder.generate(..., max_iterations=cap)`) and timed through
   `timing.interleaved` on the calibration prompts, in the run's batch shape, all gammas and the
   autoregressive loop side by side: uncapped (the full decode of those prompts) and with cap 0
   (prefill, layout and finish only). T_iter(G) = (full - capped at 0) / iterations, the same for
@@ -41,7 +41,6 @@ unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,11 +48,9 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax import distributed, timing
-from specdec_jax.decoding import start
-from specdec_jax.decoding import state as st
-from specdec_jax.decoding.autoregressive import ar_step
-from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative, spec_iteration
+from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import keys
 from specdec_jax.runner.config import ADAPTIVE, AUTO, GAMMA_WORDS, DraftSpec, Point, as_list
@@ -173,112 +170,72 @@ def calibration_gamma(gamma: int, gamma_max: int) -> int:
   return max(gamma, gamma_max)
 
 
-def calibration_acceptance(target, target_params, draft, draft_params, inputs_BxP, *, rows: int,
-                           gamma: int, sampling: SamplingConfig, max_decode_len: int, seed: int,
-                           rule: str) -> dict[str, Any]:
-  """{'alpha', 'accept_at_least'} of a short speculative decode of `inputs_BxP` over its first
-  `rows` rows (the rest pads the batch to a data-parallel mesh and is not a prompt):
-  alpha = sum beta / positions; accept_at_least[i - 1] = fraction of target calls that kept at
-  least i drafts (A_i of metrics/theory.py), i = 1..gamma."""
-  res = generate_speculative(target, target_params, draft, draft_params, inputs_BxP, gamma=gamma,
-                             sampling=sampling, max_decode_len=max_decode_len,
-                             rng=jax.random.key(seed + 7919), rule=rule)
+def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows: int,
+                           seed: int) -> dict[str, Any]:
+  """{'alpha', 'accept_at_least'} of a short speculative decode (`decoder`, at the calibration
+  gamma) of `inputs_BxP` over its first `rows` rows (the rest pads the batch to a data-parallel
+  mesh and is not a prompt): alpha = sum beta / positions; accept_at_least[i - 1] = fraction of
+  target calls that kept at least i drafts (A_i of metrics/theory.py), i = 1..gamma."""
+  res = decoder.generate(params, inputs_BxP, jax.random.key(seed + 7919))
   counters = distributed.gather(res.counters)  # rows of every process
   stats = acceptance.summarize(acceptance.counters_to_dict(counters, rows))
   return {"alpha": acceptance.alpha_of(counters, rows),
           "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
 
 
-def calibration_alpha(target, target_params, draft, draft_params, inputs_BxP, *, rows: int,
-                      gamma: int, sampling: SamplingConfig, max_decode_len: int, seed: int,
-                      rule: str) -> float:
-  """alpha of `calibration_acceptance`."""
-  return calibration_acceptance(target, target_params, draft, draft_params, inputs_BxP,
-                                rows=rows, gamma=gamma, sampling=sampling,
-                                max_decode_len=max_decode_len, seed=seed, rule=rule)["alpha"]
-
-
 # ---- the loops' own costs ------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("target", "draft", "gamma", "sampling", "rule",
-                                             "max_decode_len"))
-def capped_decode(target, target_params, draft, draft_params, inputs_BxP: jax.Array,
-                  rng: jax.Array, cap: jax.Array, *, gamma: int, sampling: SamplingConfig,
-                  rule: str, max_decode_len: int) -> st.DecodeResult:
-  """The run's decode program, stopped after `cap` iterations (a traced int: one compile serves
-  every cap). gamma 0 is `autoregressive_decode`, gamma >= 1 `speculative_decode`: the same
-  initial state, iteration and `state.run_loop`; the cap adds one counter and one `or` over the
-  batch per iteration. A cap of max_decode_len or more is the full decode (same tokens, same
-  counters); 0 runs no iteration (prefill, layout, finish)."""
-  if gamma == 0:
-    state = start.init_state(target, target_params, inputs_BxP, rng,
-                             max_decode_len=max_decode_len)
-
-    def iteration(s):
-      return ar_step(target, target_params, s, sampling, target.eos_id, max_decode_len)
-  else:
-    state = start.init_state(target, target_params, inputs_BxP, rng,
-                             max_decode_len=max_decode_len, gamma=gamma, draft=draft,
-                             draft_params=draft_params)
-
-    def iteration(s):
-      return spec_iteration(target, target_params, draft, draft_params, s, gamma=gamma,
-                            sampling=sampling, rule=rule, max_decode_len=max_decode_len)
-  state = state.replace(done_B=state.done_B | (cap <= 0))
-
-  def step(s, left):
-    s = iteration(s)
-    return s.replace(done_B=s.done_B | (left <= 1)), left - 1
-
-  final, _ = st.run_loop(state, cap, step)
-  return st.finish(final, max_decode_len)
-
-
-def measure_loops(target, target_params, drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
-                  batches: Sequence[jax.Array], *, sampling: SamplingConfig, rule: str,
-                  max_decode_len: int, seed: int, repeats: int = LOOP_REPEATS
+def measure_loops(template: Decoder, target_params,
+                  drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
+                  batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS
                   ) -> dict[Any, LoopCosts]:
   """{key: LoopCosts} for drafts {key: (draft, params, gammas >= 1)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
-  autoregressive loop in one `timing.interleaved` call (see the module docstring)."""
-  full_cap = jnp.int32(max_decode_len + 1)  # every iteration writes >= 1 token per active row
+  autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
+  the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
+  the same Decoder with the draft and `Chain(gamma)`."""
+  full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
   rng = jax.random.key(seed + 7919)
 
-  def program(model, params, gamma, cap):
-    fn = functools.partial(capped_decode, target, target_params, model, params, gamma=gamma,
-                           sampling=sampling, rule=rule, max_decode_len=max_decode_len)
-    return lambda: [jax.block_until_ready(fn(x, rng, cap)) for x in batches]
+  def program(decoder, params, cap):
+    return lambda: [jax.block_until_ready(decoder.generate(params, x, rng, max_iterations=cap))
+                    for x in batches]
 
-  programs = {("ar", 0, "full"): program(None, None, 0, full_cap),
-              ("ar", 0, "zero"): program(None, None, 0, zero_cap)}
+  ar = dataclasses.replace(template, draft=None, scheme=Autoregressive())
+  programs = {("ar", 0, "full"): program(ar, Params(target_params), full_cap),
+              ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
-      programs[(key, g, "full")] = program(draft, params, g, full_cap)
-      programs[(key, g, "zero")] = program(draft, params, g, zero_cap)
+      spec = dataclasses.replace(template, draft=draft, scheme=Chain(g))
+      programs[(key, g, "full")] = program(spec, Params(target_params, params), full_cap)
+      programs[(key, g, "zero")] = program(spec, Params(target_params, params), zero_cap)
   results, seconds = timing.interleaved(programs, repeats)
+  return {key: _loop_costs(results, seconds, key, gammas, len(batches))
+          for key, (_, _, gammas) in drafts.items()}
 
+
+def _loop_costs(results, seconds, key, gammas, n_batches: int) -> LoopCosts:
+  """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared)."""
   def per_iteration(key, g):
     counts = [acceptance.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
     iterations = sum(c["iterations"] for c in counts)
     ms = 1e3 * max(seconds[(key, g, "full")] - seconds[(key, g, "zero")], 0.0) / max(iterations, 1)
-    return ms, 1e3 * seconds[(key, g, "zero")] / len(batches), iterations, counts
+    return ms, 1e3 * seconds[(key, g, "zero")] / n_batches, iterations, counts
 
   ar_ms, ar_fixed, ar_iterations, _ = per_iteration("ar", 0)
-  out = {}
-  for key, (_, _, gammas) in drafts.items():
-    it, fixed, tpi = {}, {}, {}
-    for g in sorted(gammas):
-      it[g], fixed[g], _, counts = per_iteration(key, g)
-      merged = acceptance.merge(counts)
-      tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
-    # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
-    # (taken at face value, 'auto' would favour that gamma). Running maximum, as for v(T).
-    for prev, g in zip(sorted(it), sorted(it)[1:]):
-      it[g] = max(it[g], it[prev])
-    out[key] = LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / len(batches),
-                         iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
-                         batches=len(batches), rows=int(batches[0].shape[0]))
-  return out
+  it, fixed, tpi = {}, {}, {}
+  for g in sorted(gammas):
+    it[g], fixed[g], _, counts = per_iteration(key, g)
+    merged = acceptance.merge(counts)
+    tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
+  # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
+  # (taken at face value, 'auto' would favour that gamma). Running maximum, as for v(T).
+  for prev, g in zip(sorted(it), sorted(it)[1:]):
+    it[g] = max(it[g], it[prev])
+  first = results[("ar", 0, "full")]
+  return LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / n_batches,
+                   iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
+                   batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]))
 
 
 # ---- resolving points ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -92,7 +93,7 @@ def write_outputs(cfg: RunConfig, output_dir: str, metrics: list[dict]) -> None:
   payload = metrics if (cfg.is_sweep or len(metrics) != 1) else metrics[0]
   tmp = os.path.join(output_dir, METRICS_FILE + ".tmp")
   with open(tmp, "w") as f:
-    json.dump(payload, f, indent=2, sort_keys=True)
+    json.dump(finite_json(payload), f, indent=2, sort_keys=True, allow_nan=False)
   os.replace(tmp, os.path.join(output_dir, METRICS_FILE))
   for m in metrics:
     w = RunWriter(run_dir(output_dir, m["run"]))
@@ -101,6 +102,18 @@ def write_outputs(cfg: RunConfig, output_dir: str, metrics: list[dict]) -> None:
   if cfg.is_sweep and cfg.plots:
     from specdec_jax.metrics import plots
     plots.plot_sweep(metrics, output_dir)
+
+
+def finite_json(obj: Any) -> Any:
+  """`obj` with every non-finite float as None: metrics.json stays standard JSON (NaN and
+  Infinity are not JSON, and a reader in another language rejects them)."""
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: finite_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite_json(v) for v in obj]
+  return obj
 
 
 def sweep_notes(metrics: list[dict]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 from absl import logging
 
-from specdec_jax import distributed
+from specdec_jax import distributed, lock
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
@@ -91,9 +91,16 @@ def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
 
 def _execute(cfg: RunConfig, output_dir: str, *, config_text: str | None,
              log: Callable[[str], None], echo: Callable[[str], None], mesh) -> list[dict]:
-  t_start = time.perf_counter()
   if not distributed.is_main_process():
     return _follow(cfg, output_dir, log, mesh)
+  with lock.hold(output_dir, "run"):
+    return _lead(cfg, output_dir, config_text=config_text, log=log, echo=echo, mesh=mesh)
+
+
+def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
+          log: Callable[[str], None], echo: Callable[[str], None], mesh) -> list[dict]:
+  """Process 0 (the only one of a single-host run): decodes, writes, reports."""
+  t_start = time.perf_counter()
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
   distributed.agree(store.snapshot())  # what a resumed run has done, for the other processes
   if config_text is not None:

@@ -6,9 +6,10 @@ and the batch is appended to the result files before the next one starts (runner
 published metrics are then computed from those files alone (runner/collect.py), so a killed and
 resumed run reports exactly what an uninterrupted one would, up to timing noise.
 
-On a mesh (`RunConfig.mesh`, gin/mesh/*.gin) each batch runs through `decoding.sharded`'s donated
-programs: every process feeds only the rows its devices hold, the results are gathered, and only
-process 0 writes (runner/experiment.py). Anything chosen from local timings is agreed first.
+Every decode is a `decoding.decoder.Decoder` (`decoder_for`). On a mesh (`RunConfig.mesh`,
+gin/mesh/*.gin) the same Decoder carries the mesh and runs its donated-state programs: every
+process feeds only the rows its devices hold, the results are gathered, and only process 0 writes
+(runner/experiment.py). Anything chosen from local timings is agreed first.
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ import jax
 import numpy as np
 from absl import logging
 
-from specdec_jax import distributed, timing
-from specdec_jax.decoding.adaptive import generate_adaptive
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax import distributed, sharding, timing
+from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
@@ -49,7 +50,6 @@ class Loaded:
     """Rows a batch must be a multiple of: the size of the mesh axes `batch` maps to."""
     if self.mesh is None:
       return 1
-    from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
     return sharding.data_parallel_size(self.mesh, self.target.axis_rules)
 
 
@@ -91,8 +91,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
                                width=max(len(r) for r in ids))
   if mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
-    from specdec_jax.decoding import sharded  # pylint: disable=import-outside-toplevel
-    target, tparams, drafts = sharded.place_models(mesh, cfg.mesh, target, tparams, drafts,
+    target, tparams, drafts = sharding.place_models(mesh, cfg.mesh, target, tparams, drafts,
                                                    batch_size=cfg.batch_size)
   # The weights in the layout the decode's matmul reads (packed once for the CPU kernel; on a
   # mesh XLA's dot, unchanged); everything below decodes, calibrates and times these.
@@ -116,7 +115,6 @@ def global_batch(loaded: Loaded, positions) -> tuple[object, int]:
   rows = len(positions)
   if loaded.mesh is None:
     return loaded.prompts.batch(positions), rows
-  from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
   batch = loaded.prompts.batch(padded(positions, loaded.data_parallel()))
   return sharding.shard_batch(batch, loaded.mesh, loaded.target.axis_rules), rows
 
@@ -142,14 +140,10 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   for p in pts:
     if p.gamma != AUTO:
       continue
-    draft, dparams = loaded.drafts[p.draft]
     cal_gamma = calibrate.calibration_gamma(cfg.auto_calibration_gamma, cfg.gamma_max)
-    acceptance_fn = lambda p=p, draft=draft, dparams=dparams, g=cal_gamma: (  # noqa: E731
-        calibrate.calibration_acceptance(
-            loaded.target, loaded.target_params, draft, dparams,
-            global_batch(loaded, cal_rows)[0], rows=len(cal_rows), gamma=g,
-            sampling=sampling_of(cfg, p.temperature), max_decode_len=cfg.max_decode_length,
-            seed=cfg.seed, rule=cfg.rule))
+    acceptance_fn = lambda p=p, g=cal_gamma: calibrate.calibration_acceptance(  # noqa: E731
+        *decoder_for(cfg, loaded, p.temperature, p.draft, Chain(g)),
+        global_batch(loaded, cal_rows)[0], rows=len(cal_rows), seed=cfg.seed)
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, acceptance_fn,
                                    gamma_max=cfg.gamma_max, min_speedup=cfg.auto_min_speedup,
                                    rule=cfg.rule)
@@ -204,9 +198,8 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
   for t, by_draft in need.items():
     t0 = time.perf_counter()
     loops = calibrate.measure_loops(
-        loaded.target, loaded.target_params,
+        decoder_for(cfg, loaded, t)[0], loaded.target_params,
         {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
-        sampling=sampling_of(cfg, t), rule=cfg.rule, max_decode_len=cfg.max_decode_length,
         seed=cfg.seed)
     for d, lc in loops.items():
       out[(d, t)] = lc
@@ -223,24 +216,30 @@ def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
                         top_p=float(cfg.top_p))
 
 
+def decoder_for(cfg: RunConfig, loaded: Loaded, temperature: float, spec: DraftSpec | None = None,
+                scheme=Autoregressive()) -> tuple[Decoder, Params]:
+  """The run's Decoder for a draft (None: the autoregressive baseline) and scheme, with its
+  params; on the run's mesh when it has one."""
+  draft, dparams = loaded.drafts[spec] if spec is not None else (None, None)
+  decoder = Decoder(loaded.target, draft, scheme, sampling_of(cfg, temperature), rule=cfg.rule,
+                    max_decode_len=cfg.max_decode_length, mesh=loaded.mesh)
+  return decoder, Params(loaded.target_params, dparams)
+
+
 def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: float, positions
                  ) -> tuple[BatchRecord, list]:
   """Decodes and times one batch for the AR baseline and the group's points; record + lines."""
   rows = len(positions)
   examples = [loaded.prompts.examples[p] for p in positions]
   rng = jax.random.fold_in(jax.random.key(cfg.seed), examples[0].index)
-  sampling = sampling_of(cfg, temperature)
-  common = dict(sampling=sampling, max_decode_len=cfg.max_decode_length)
-  decoders = (_sharded_decoders(loaded, positions, rng, common) if loaded.mesh is not None
-              else _local_decoders(loaded, positions, rng, common))
+  program = _programs(cfg, loaded, temperature, positions, rng)
   programs = {}
   if cfg.runs_autoregressive or any(p.gamma == 0 for p in group_points):
-    programs[AR] = decoders(None, 0)
+    programs[AR] = program(None, Autoregressive())
   for p in group_points:
     if p.gamma > 0:
-      programs[p.key] = decoders(p.draft, p.gamma, cfg.rule, p.adaptive)
+      programs[p.key] = program(p.draft, p.adaptive or Chain(p.gamma))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
-  results = {k: r[0] if isinstance(r, tuple) else r for k, r in results.items()}  # adaptive: stats
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
   counters = {k: acceptance.counters_to_dict(r.counters, rows) for k, r in results.items()}
@@ -249,6 +248,12 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
       points={p.key: ProgramRecord(seconds[k], counters[k], gamma=p.gamma)
               for p in group_points for k in [p.key if p.gamma > 0 else AR]},
       autoregressive=ProgramRecord(seconds[AR], counters[AR]) if AR in programs else None)
+  return record, _lines(loaded, examples, record.group, group_points, outputs, temperature)
+
+
+def _lines(loaded: Loaded, examples, group: str, group_points, outputs: dict,
+           temperature: float) -> list[dict]:
+  """predictions.jsonl's lines of one batch: every run's outputs beside the autoregressive ones."""
   lines = []
   ar_out = outputs.get(AR)
   runs = [(p.key, outputs[p.key if p.gamma > 0 else AR]) for p in group_points]
@@ -256,7 +261,7 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     runs = [(keys.autoregressive(temperature), ar_out)]
   for run, out in runs:
     for i, ex in enumerate(examples):
-      line = {"run": run, "group": record.group, "index": ex.index,
+      line = {"run": run, "group": group, "index": ex.index,
               "output_ids": out[i], "text": loaded.prompts.decode(out[i]),
               "reference": ex.reference}
       if ar_out is not None and group_points:
@@ -264,48 +269,25 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
         line["autoregressive_text"] = loaded.prompts.decode(ar_out[i])
         line["match"] = out[i] == ar_out[i]
       lines.append(line)
-  return record, lines
+  return lines
 
 
-def _local_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
-  """decoders(draft spec or None, gamma, rule, adaptive) -> a program decoding the batch on one
-  device (adaptive: an AdaptiveConfig for GAMMA='adaptive', else None)."""
-  inputs = jax.device_put(loaded.prompts.batch(positions))
+def _programs(cfg: RunConfig, loaded: Loaded, temperature: float, positions, rng) -> Callable:
+  """program(draft spec or None, scheme) -> a callable decoding the batch. On a mesh each
+  process feeds only its rows (`distributed.local_rows`) and a short batch is padded to the data
+  axis."""
+  if loaded.mesh is None:
+    inputs, local = jax.device_put(loaded.prompts.batch(positions)), False
+  else:
+    batch = loaded.prompts.batch(padded(positions, loaded.data_parallel()))
+    rows = distributed.local_rows(
+        sharding.batch_sharding(loaded.mesh, loaded.target.axis_rules), batch.shape[0])
+    inputs, local = batch[rows], True  # this process's rows only
 
-  def decoder(spec, gamma, rule="tokenwise", adaptive=None):
-    if spec is None:
-      return lambda: generate_autoregressive(loaded.target, loaded.target_params, inputs, rng=rng,
-                                             **common)
-    draft, dparams = loaded.drafts[spec]
-    if adaptive is not None:
-      return lambda: generate_adaptive(loaded.target, loaded.target_params, draft, dparams,
-                                       inputs, cfg=adaptive, rule=rule, rng=rng, **common)
-    return lambda: generate_speculative(loaded.target, loaded.target_params, draft, dparams,
-                                        inputs, gamma=gamma, rule=rule, rng=rng, **common)
-  return decoder
-
-
-def _sharded_decoders(loaded: Loaded, positions, rng, common: dict) -> Callable:
-  """The same on the mesh: each process feeds only its rows (`distributed.local_rows`) to the
-  donated-state programs of `decoding.sharded`; a short batch is padded to the data axis."""
-  from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.sharded import ShardedModels  # pylint: disable=import-outside-toplevel
-  batch = loaded.prompts.batch(padded(positions, loaded.data_parallel()))
-  rows = distributed.local_rows(sharding.batch_sharding(loaded.mesh, loaded.target.axis_rules),
-                                batch.shape[0])
-  local = batch[rows]  # this process's rows only
-
-  def decoder(spec, gamma, rule="tokenwise", adaptive=None):
-    if spec is None:
-      sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params)
-      return lambda: sm.autoregressive(local, rng, process_local=True, **common)
-    draft, dparams = loaded.drafts[spec]
-    sm = ShardedModels(loaded.mesh, loaded.target, loaded.target_params, draft, dparams)
-    if adaptive is not None:
-      return lambda: sm.adaptive(local, rng, cfg=adaptive, rule=rule, process_local=True,
-                                 **common)
-    return lambda: sm.speculative(local, rng, gamma=gamma, rule=rule, process_local=True, **common)
-  return decoder
+  def program(spec, scheme):
+    decoder, params = decoder_for(cfg, loaded, temperature, spec, scheme)
+    return lambda: decoder.generate(params, inputs, rng, process_local=local)
+  return program
 
 
 def _outputs(result, rows: int) -> list[list[int]]:

@@ -79,6 +79,10 @@ class ResultStore:
       with open(path) as f:
         state = json.load(f)
       old = state.get("fingerprint", {})
+      if old != fingerprint and not _read_lines(self._paths[BATCHES]):
+        # The run that wrote this state finished no batch (it failed first): no result to
+        # protect, so it has no claim on the directory; start over with this configuration.
+        return {"fingerprint": fingerprint, "gammas": {}, "calibration": {}}
       if old != fingerprint:
         changed = sorted(k for k in set(fingerprint) | set(old) if fingerprint.get(k) != old.get(k))
         why = ""

@@ -7,7 +7,7 @@ Why it is shaped this way:
   predict while drafting, not the references of the data. This job produces such datasets; the
   trainer then reads a finished directory as a task (`TaskSpec.name` = its path).
 - Generation runs in the framework's own batched on-device loop through its public front door
-  (`decoding.autoregressive.generate_autoregressive`), so it is what a decode run does, jitted
+  (`decoding.decoder.Decoder`, autoregressive), so it is what a decode run does, jitted
   once per task (prompts padded to `TaskSpec.input_len`, a short last batch padded with copies
   of its last row whose outputs are dropped).
 - Everything a batch depends on is a pure function of (seed, task, batch number): which model
@@ -40,7 +40,7 @@ from absl import logging
 from specdec_jax import sharding
 from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io, pairing
 from specdec_jax.data import vocabulary as vocab_lib
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
@@ -271,10 +271,8 @@ def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
       model, params, place = generators[name]
       # T5: up to target_len output tokens; decoder-only: what target_len leaves after the prompt.
       budget_len = spec.target_len - (0 if kind == "t5" else task.inputs_NxP.shape[1])
-      result = generate_autoregressive(model, params, place(task.inputs_NxP[take]),
-                                       sampling=sampling,
-                                       max_decode_len=budget_len,
-                                       rng=_batch_rng(cfg.seed, task_idx, k))
+      result = Decoder(model, sampling=sampling, max_decode_len=budget_len).generate(
+          Params(params), place(task.inputs_NxP[take]), _batch_rng(cfg.seed, task_idx, k))
       tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
       lines = []
       for j, row in enumerate(rows):

@@ -9,7 +9,7 @@ of them; no gradient flows through the sampling.
 For exact resume both choices are pure functions of (seed, step): whether step s is on-policy, and
 the sampling key. A resumed run restores the very parameters the killed one had at that step, so
 it regenerates the same continuations (the trainer's `batches.jsonl` digests show it).
-Generation is the framework's own batched on-device loop (`generate_autoregressive`), jitted once
+Generation is the framework's own batched on-device loop (an autoregressive `decoding.decoder.Decoder`), jitted once
 per task shape; in a sharded run it reads the student's sharded parameters where they are (XLA
 partitions the loop like the train step). Encoder-decoder (T5) students only: the prompt is the
 encoder input. A shared-encoder student samples on its target's encoder output, as it drafts
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from specdec_jax.data.vocabulary import PAD_ID
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.training import shared_encoder
 
@@ -54,9 +54,9 @@ def student_batch(model, params, batch: dict[str, np.ndarray], *, temperature: f
   enc_BxP = batch["encoder_input_tokens"]
   target_len = batch["decoder_target_tokens"].shape[1]
   model, params = shared_encoder.standalone(model, params, teacher, teacher_params)
-  result = generate_autoregressive(model, params, enc_BxP,
-                                   sampling=SamplingConfig(temperature=temperature),
-                                   max_decode_len=target_len, rng=sampling_key(seed, step))
+  decoder = Decoder(model, sampling=SamplingConfig(temperature=temperature),
+                    max_decode_len=target_len)
+  result = decoder.generate(Params(params), enc_BxP, sampling_key(seed, step))
   tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
   targets_BxN = np.asarray(tokens_BxN, np.int32)
   weights_BxN = (np.arange(target_len)[None, :] < np.asarray(lengths_B)[:, None])

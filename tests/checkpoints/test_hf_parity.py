@@ -72,7 +72,7 @@ def greedy(config, params, inputs, steps):
   model = model_lib.build_model(config)
   inputs = jnp.asarray(inputs, jnp.int32)
   try:
-    from specdec_jax.decoding.autoregressive import generate_autoregressive
+    from specdec_jax.decoding.decoder import Decoder, Params
     from specdec_jax.decoding.sampling import SamplingConfig
   except ImportError:
     cache = model.prefill(params, inputs, steps + 1)
@@ -83,7 +83,8 @@ def greedy(config, params, inputs, steps):
       tok = jnp.argmax(logits[:, -1], -1)[:, None].astype(jnp.int32)
       out.append(tok)
     return np.asarray(jnp.concatenate(out, 1))
-  res = generate_autoregressive(model, params, inputs, sampling=SamplingConfig(), max_decode_len=steps)
+  res = Decoder(model, sampling=SamplingConfig(), max_decode_len=steps).generate(Params(params),
+                                                                                 inputs)
   return np.asarray(res.tokens_BxN)
 
 

@@ -15,7 +15,7 @@ import pytest
 from specdec_jax.decoding import adaptive as ad
 from specdec_jax.decoding import drafters as dr
 from specdec_jax.decoding import ngram
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.testing import chi_square_gof, tiny_pair
 
@@ -33,6 +33,19 @@ def bigram_pair(v=V, seed=0):
   mats = [rng.dirichlet(np.full(v, 0.4), size=v) for _ in range(2)]
   params = [{k: jnp.asarray(x) for k, x in ngram.dense_bigram_params(m).items()} for m in mats]
   return dr.BigramDraft(**cfg), params[0], dr.BigramDraft(**cfg), params[1], mats[0]
+
+
+def _ar(model, params, inputs, *, sampling, max_decode_len):
+  return Decoder(model, sampling=sampling, max_decode_len=max_decode_len).generate(
+      Params(params), inputs)
+
+
+def _adaptive(target, tp, draft, dp, inputs, *, cfg, sampling, max_decode_len, rng=None,
+              rule="tokenwise"):
+  """(result, the adaptive statistics) of the adaptive scheme's decode."""
+  res = Decoder(target, draft, cfg, sampling, rule=rule, max_decode_len=max_decode_len).generate(
+      Params(tp, dp), inputs, rng)
+  return res, res.stats
 
 
 def exact_bigram_joint(matrix, last_token, num_tokens, sampling):
@@ -74,9 +87,9 @@ def test_greedy_adaptive_equals_autoregressive_bigram(name):
   target, tp, draft, dp, _ = bigram_pair(v=16, seed=3)
   inputs = jnp.asarray([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]],
                        jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=20)
-  out, stats = ad.generate_adaptive(target, tp, draft, dp, inputs, cfg=CONFIGS[name],
-                                    sampling=GREEDY, max_decode_len=20)
+  ar = _ar(target, tp, inputs, sampling=GREEDY, max_decode_len=20)
+  out, stats = _adaptive(target, tp, draft, dp, inputs, cfg=CONFIGS[name], sampling=GREEDY,
+                         max_decode_len=20)
   np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(out.lengths_B), np.asarray(ar.lengths_B))
   c = out.counters
@@ -93,10 +106,10 @@ def test_greedy_adaptive_equals_autoregressive_models(kind):
                        if kind == "decoder" else
                        [[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]],
                        jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
+  ar = _ar(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
   cfg = ad.AdaptiveConfig(gamma_max=4, gamma_init=1, confidence_threshold=0.05)
-  out, stats = ad.generate_adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=GREEDY,
-                                    max_decode_len=14)
+  out, stats = _adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=GREEDY,
+                         max_decode_len=14)
   np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(out.lengths_B), np.asarray(ar.lengths_B))
   c = out.counters
@@ -112,12 +125,12 @@ def test_identical_draft_grows_the_schedule():
   target, tp, draft, dp = tiny_pair("decoder")
   inputs = jnp.asarray([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]],
                        jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
+  ar = _ar(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
   cfg = ad.AdaptiveConfig(gamma_max=4, gamma_init=1)
-  same, stats_same = ad.generate_adaptive(target, tp, target, tp, inputs, cfg=cfg,
-                                          sampling=GREEDY, max_decode_len=14)
-  other, _ = ad.generate_adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=GREEDY,
-                                  max_decode_len=14)
+  same, stats_same = _adaptive(target, tp, target, tp, inputs, cfg=cfg, sampling=GREEDY,
+                               max_decode_len=14)
+  other, _ = _adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=GREEDY,
+                       max_decode_len=14)
   np.testing.assert_array_equal(np.asarray(same.tokens_BxN), np.asarray(ar.tokens_BxN))
   assert int(same.counters.iterations) < int(other.counters.iterations)
   assert int(np.asarray(stats_same.proposed_hist)[4]) > 0
@@ -130,8 +143,8 @@ def test_adaptive_matches_exact_target_distribution(rule):
   sampling = SamplingConfig(temperature=1.0)
   cfg = ad.AdaptiveConfig(gamma_max=3, gamma_init=2, confidence_threshold=0.5)
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out, stats = ad.generate_adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=sampling,
-                                    max_decode_len=NUM_TOKENS, rng=jax.random.key(7), rule=rule)
+  out, stats = _adaptive(target, tp, draft, dp, inputs, cfg=cfg, sampling=sampling,
+                         max_decode_len=NUM_TOKENS, rng=jax.random.key(7), rule=rule)
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
   hist = np.asarray(stats.proposed_hist)
   assert np.count_nonzero(hist[1:]) >= 2, hist  # block lengths really vary

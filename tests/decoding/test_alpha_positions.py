@@ -9,8 +9,9 @@ positions out made a draft that always agrees on one row and never on the other 
 import numpy as np
 import pytest
 
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.models.model import Model
 from specdec_jax.testing import WrongOnRows, tiny_pair
@@ -23,8 +24,9 @@ def test_two_row_draft_reads_one_half(gamma):
   target, tp, _, _ = tiny_pair("decoder", seed=11)
   target = Model(target.config.replace(eos_id=-1))  # no early stop: 31 tokens on both rows
   inputs = np.array([[5, 6, 7], [9, 4, 2]], np.int32)
-  res = generate_speculative(target, tp, WrongOnRows(target, rows=(1,)), tp, inputs, gamma=gamma,
-                             sampling=SamplingConfig(), max_decode_len=31)
+  decoder = Decoder(target, WrongOnRows(target, rows=(1,)), Chain(gamma), SamplingConfig(),
+                    max_decode_len=31)
+  res = decoder.generate(Params(tp, tp), inputs)
   c = res.counters
   assert np.asarray(c.beta_count_B).tolist() == [31, 31]  # every generated position, both rows
   assert np.asarray(c.beta_sum_B).tolist() == pytest.approx([31.0, 0.0])

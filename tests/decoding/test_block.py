@@ -229,11 +229,12 @@ def sharp_models():
 
 
 def _loop_counts(models, sampling, rule, gamma=3, seed=0):
-  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.decoding.decoder import Decoder, Params
+  from specdec_jax.decoding.speculative import Chain
   target, tp, draft, dp, _ = models
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = generate_speculative(target, tp, draft, dp, inputs, gamma=gamma, sampling=sampling,
-                             max_decode_len=NUM_TOKENS, rng=jax.random.key(seed), rule=rule)
+  decoder = Decoder(target, draft, Chain(gamma), sampling, rule=rule, max_decode_len=NUM_TOKENS)
+  out = decoder.generate(Params(tp, dp), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
   flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :NUM_TOKENS]).T, (V,) * NUM_TOKENS)
   return np.bincount(flat, minlength=V ** NUM_TOKENS), out.counters
@@ -285,9 +286,9 @@ def test_broken_block_variant_is_detected(sharp_models, monkeypatch):
 @pytest.mark.parametrize("kind", ["bigram", pytest.param("decoder", marks=pytest.mark.slow),
                                   pytest.param("t5", marks=pytest.mark.slow)])
 def test_block_greedy_loop_equals_tokenwise_and_autoregressive(kind):
-  from specdec_jax.decoding.autoregressive import generate_autoregressive
+  from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.decoding.speculative import generate_speculative
+  from specdec_jax.decoding.speculative import Chain
   from specdec_jax.testing import tiny_pair
   if kind == "bigram":
     target, tp, draft, dp, _ = bigram_pair(v=16, seed=3)
@@ -298,9 +299,9 @@ def test_block_greedy_loop_equals_tokenwise_and_autoregressive(kind):
                        [[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]],
                        jnp.int32)
   greedy = SamplingConfig(temperature=0.0)
-  ar = generate_autoregressive(target, tp, inputs, sampling=greedy, max_decode_len=12)
-  outs = {rule: generate_speculative(target, tp, draft, dp, inputs, gamma=3, sampling=greedy,
-                                     max_decode_len=12, rule=rule)
+  ar = Decoder(target, sampling=greedy, max_decode_len=12).generate(Params(tp), inputs)
+  outs = {rule: Decoder(target, draft, Chain(3), greedy, rule=rule, max_decode_len=12).generate(
+              Params(tp, dp), inputs)
           for rule in ("tokenwise", "block")}
   for rule, out in outs.items():
     np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN), rule)

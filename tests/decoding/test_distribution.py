@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding import acceptance
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, sample
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, exact_joint
@@ -53,8 +53,8 @@ def _counts(tokens_BxN):
 def _spec_counts(models, sampling, rule="tokenwise", gamma=2, seed=0):
   target, tp, draft, dp = models
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = generate_speculative(target, tp, draft, dp, inputs, gamma=gamma, sampling=sampling,
-                             max_decode_len=NUM_TOKENS, rng=jax.random.key(seed), rule=rule)
+  decoder = Decoder(target, draft, Chain(gamma), sampling, rule=rule, max_decode_len=NUM_TOKENS)
+  out = decoder.generate(Params(tp, dp), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
   return _counts(out.tokens_BxN)
 
@@ -79,8 +79,8 @@ def test_autoregressive_matches_exact_target_distribution(models):
   target, tp, _, _ = models
   sampling = CONFIGS["t1"]
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = generate_autoregressive(target, tp, inputs, sampling=sampling, max_decode_len=NUM_TOKENS,
-                                rng=jax.random.key(1))
+  out = Decoder(target, sampling=sampling, max_decode_len=NUM_TOKENS).generate(
+      Params(tp), inputs, jax.random.key(1))
   _, _, pvalue = chi_square_gof(_counts(out.tokens_BxN), _exact(models, sampling))
   assert pvalue > 1e-3
 

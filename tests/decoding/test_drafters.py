@@ -15,9 +15,9 @@ import pytest
 
 from specdec_jax.decoding import drafters as dr
 from specdec_jax.decoding import ngram
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, exact_joint, tiny_pair
@@ -143,7 +143,7 @@ def _setup(kind):
   if kind not in _AR:
     target, tp, _, _ = tiny_pair(kind)
     inputs = jnp.asarray(INPUTS[kind], jnp.int32)
-    ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
+    ar = Decoder(target, sampling=GREEDY, max_decode_len=MAX_LEN).generate(Params(tp), inputs)
     _AR[kind] = (target, tp, inputs, ar)
   return _AR[kind]
 
@@ -157,8 +157,8 @@ def _setup(kind):
 def test_greedy_speculative_equals_autoregressive(kind, name):
   target, tp, inputs, ar = _setup(kind)
   draft = dr.make_draft(name, target.config)
-  spec = generate_speculative(target, tp, draft, _tables(), inputs, gamma=3, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=MAX_LEN).generate(
+      Params(tp, _tables()), inputs)
   np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
   assert int(spec.counters.iterations) <= MAX_LEN
@@ -179,8 +179,8 @@ def test_prompt_lookup_sampling_matches_exact_target_distribution():
   sampling = SamplingConfig(temperature=1.0)
   draft = dr.make_draft("prompt_lookup", cfg)
   inputs = jnp.asarray(np.broadcast_to(prompt, (n, len(prompt))))
-  out = generate_speculative(target, tp, draft, {}, inputs, gamma=2, sampling=sampling,
-                             max_decode_len=num, rng=jax.random.key(5))
+  out = Decoder(target, draft, Chain(2), sampling, max_decode_len=num).generate(
+      Params(tp, {}), inputs, jax.random.key(5))
   assert int(np.asarray(out.counters.accepted_B).sum()) > 0.05 * n  # the draft does get used
   flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :num]).T, (v,) * num)
   counts = np.bincount(flat, minlength=v ** num)

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import tiny_pair
@@ -23,7 +23,8 @@ def _spec(pair, **kw):
   target, tp, draft, dp = pair
   args = dict(gamma=3, sampling=SamplingConfig(temperature=1.0), max_decode_len=8)
   args.update(kw)
-  return generate_speculative(target, tp, draft, dp, INPUTS, **args)
+  gamma, sampling = args.pop("gamma"), args.pop("sampling")
+  return Decoder(target, draft, Chain(gamma), sampling, **args).generate(Params(tp, dp), INPUTS)
 
 
 @pytest.mark.parametrize("gamma", [0, -2, 2.5])
@@ -33,8 +34,8 @@ def test_gamma_below_one(pair, gamma):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(temperature=-0.5), r"temperature must be >= 0 .* got -0.5"),
-    (dict(temperature=float("nan")), r"temperature must be >= 0"),
+    (dict(temperature=-0.5), r"temperature must be finite and >= 0 .* got -0.5"),
+    (dict(temperature=float("nan")), r"temperature must be finite and >= 0"),
     (dict(top_p=0.0), r"top_p must be in \(0, 1\] .* got 0.0"),
     (dict(top_p=1.5), r"top_p must be in \(0, 1\] .* got 1.5"),
     (dict(top_k=-1), r"top_k must be an integer >= 0"),
@@ -48,8 +49,8 @@ def test_vocabulary_mismatch(pair):
   target, tp, _, _ = pair
   small = Model(get_preset("decoder_test_draft", vocab_size=32))
   with pytest.raises(ValueError, match=r"vocabularies differ in size: draft 32 vs target 64"):
-    generate_speculative(target, tp, small, small.init(jax.random.key(0)), INPUTS, gamma=2,
-                         sampling=SamplingConfig(), max_decode_len=4)
+    Decoder(target, small, Chain(2), SamplingConfig(), max_decode_len=4).generate(
+        Params(tp, small.init(jax.random.key(0))), INPUTS)
 
 
 def test_prompt_longer_than_cache(pair):
@@ -58,8 +59,8 @@ def test_prompt_longer_than_cache(pair):
                                        r"cache has 6"):
     _spec(pair, cache_len=6)
   with pytest.raises(ValueError, match=r"prompt of length 5 .* cache has 6"):
-    generate_autoregressive(target, tp, INPUTS, sampling=SamplingConfig(), max_decode_len=4,
-                            cache_len=6)
+    Decoder(target, sampling=SamplingConfig(), max_decode_len=4, cache_len=6).generate(
+        Params(tp), INPUTS)
 
 
 def test_unknown_acceptance_rule(pair):
@@ -68,5 +69,5 @@ def test_unknown_acceptance_rule(pair):
 
 
 def test_max_decode_len(pair):
-  with pytest.raises(ValueError, match=r"max_decode_len must be >= 1, got 0"):
+  with pytest.raises(ValueError, match=r"max_decode_len must be an integer >= 1, got 0"):
     _spec(pair, max_decode_len=0)

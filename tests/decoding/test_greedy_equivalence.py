@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.testing import AlwaysWrong, EosAt, tiny_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -21,6 +21,16 @@ INPUTS = {
     "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
     "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
 }
+
+
+def _ar(model, params, inputs, *, sampling, max_decode_len):
+  return Decoder(model, sampling=sampling, max_decode_len=max_decode_len).generate(
+      Params(params), inputs)
+
+
+def _spec(target, tp, draft, dp, inputs, *, gamma, sampling, max_decode_len):
+  return Decoder(target, draft, Chain(gamma), sampling, max_decode_len=max_decode_len).generate(
+      Params(tp, dp), inputs)
 
 
 def _assert_same(spec, ar):
@@ -32,14 +42,14 @@ def _assert_same(spec, ar):
 def setup(request):
   target, tp, draft, dp = tiny_pair(request.param)
   inputs = jnp.asarray(INPUTS[request.param], jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
+  ar = _ar(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
   return target, tp, draft, dp, inputs, ar
 
 
 def test_identical_draft_accepts_everything(setup):
   target, tp, _, _, inputs, ar = setup
-  spec = generate_speculative(target, tp, target, tp, inputs, gamma=3, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = _spec(target, tp, target, tp, inputs, gamma=3, sampling=GREEDY,
+               max_decode_len=MAX_LEN)
   _assert_same(spec, ar)
   c = spec.counters
   assert np.all(np.asarray(c.accepted_B) == np.asarray(c.drafted_B))
@@ -51,16 +61,16 @@ def test_identical_draft_accepts_everything(setup):
 @pytest.mark.parametrize("gamma", [1, 4])
 def test_random_draft(setup, gamma):
   target, tp, draft, dp, inputs, ar = setup
-  spec = generate_speculative(target, tp, draft, dp, inputs, gamma=gamma, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = _spec(target, tp, draft, dp, inputs, gamma=gamma, sampling=GREEDY,
+               max_decode_len=MAX_LEN)
   _assert_same(spec, ar)
 
 
 def test_always_wrong_draft_emits_one_token_per_call(setup):
   target, tp, _, _, inputs, ar = setup
   wrong = AlwaysWrong(target)
-  spec = generate_speculative(target, tp, wrong, tp, inputs, gamma=3, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = _spec(target, tp, wrong, tp, inputs, gamma=3, sampling=GREEDY,
+               max_decode_len=MAX_LEN)
   _assert_same(spec, ar)
   assert int(np.asarray(spec.counters.accepted_B).sum()) == 0
   assert int(spec.counters.iterations) == MAX_LEN
@@ -71,10 +81,10 @@ def test_batch_with_different_acceptance_per_example():
   per-example cache indices then diverge every iteration."""
   target, tp, _, _ = tiny_pair("decoder")
   inputs = jnp.asarray(INPUTS["decoder"], jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
+  ar = _ar(target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
   mixed = _RowMixed(target)
-  spec = generate_speculative(target, tp, mixed, tp, inputs, gamma=3, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = _spec(target, tp, mixed, tp, inputs, gamma=3, sampling=GREEDY,
+               max_decode_len=MAX_LEN)
   _assert_same(spec, ar)
   acc = np.asarray(spec.counters.accepted_B)
   assert acc[0] > 0 and acc[2] > 0 and acc[1] == 0 and acc[3] == 0
@@ -86,10 +96,10 @@ def test_eos_inside_a_block_ends_the_example_there():
   slots = (5, 2, 9, 13)  # T5 decoder slot j+1 holds generated token j
   eos_target = EosAt(target, slots=slots)
   inputs = jnp.asarray(INPUTS["t5"], jnp.int32)
-  ar = generate_autoregressive(eos_target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
+  ar = _ar(eos_target, tp, inputs, sampling=GREEDY, max_decode_len=MAX_LEN)
   np.testing.assert_array_equal(np.asarray(ar.lengths_B), np.minimum(np.array(slots) + 1, MAX_LEN))
-  spec = generate_speculative(eos_target, tp, eos_target, tp, inputs, gamma=4, sampling=GREEDY,
-                              max_decode_len=MAX_LEN)
+  spec = _spec(eos_target, tp, eos_target, tp, inputs, gamma=4, sampling=GREEDY,
+               max_decode_len=MAX_LEN)
   _assert_same(spec, ar)
   toks = np.asarray(spec.tokens_BxN)
   for b, n in enumerate(np.asarray(spec.lengths_B)):

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.autoregressive import autoregressive_decode
+from specdec_jax.decoding.decoder import Decoder, Params, decode_program
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import speculative_decode
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.testing import tiny_pair
 
 HOST_OPS = re.compile(r"custom_call_target=\"[^\"]*(callback|host)[^\"]*\"|\b(outfeed|infeed|send|"
@@ -31,8 +31,9 @@ def _texts(fn, *args, **kwargs):
 def test_speculative_loop_is_one_while_without_host_ops(kind):
   target, tp, draft, dp = tiny_pair(kind)
   inputs = jnp.asarray(np.array([[5, 6, 1, 0], [7, 8, 9, 1]]), jnp.int32)
-  stablehlo, hlo = _texts(speculative_decode, target, tp, draft, dp, inputs, jax.random.key(0),
-                          gamma=3, sampling=SamplingConfig(temperature=1.0), max_decode_len=8)
+  decoder = Decoder(target, draft, Chain(3), SamplingConfig(temperature=1.0), max_decode_len=8)
+  stablehlo, hlo = _texts(decode_program, decoder, Params(tp, dp), inputs, jax.random.key(0),
+                          None)
   assert "stablehlo.while" in stablehlo
   assert re.search(r"\bwhile\(", hlo), "the compiled program has no while loop"
   assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
@@ -41,8 +42,8 @@ def test_speculative_loop_is_one_while_without_host_ops(kind):
 def test_autoregressive_loop_is_one_while_without_host_ops():
   target, tp, _, _ = tiny_pair("decoder")
   inputs = jnp.asarray(np.array([[5, 6, 2, 0]]), jnp.int32)
-  stablehlo, hlo = _texts(autoregressive_decode, target, tp, inputs, jax.random.key(0),
-                          sampling=SamplingConfig(temperature=0.0), max_decode_len=8)
+  decoder = Decoder(target, sampling=SamplingConfig(temperature=0.0), max_decode_len=8)
+  stablehlo, hlo = _texts(decode_program, decoder, Params(tp), inputs, jax.random.key(0), None)
   assert "stablehlo.while" in stablehlo
   assert not HOST_OPS.search(hlo)
 

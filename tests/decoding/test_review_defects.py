@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding import acceptance, start
-from specdec_jax.decoding.adaptive import AdaptiveConfig, generate_adaptive
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.adaptive import AdaptiveConfig
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.model import Model
 from specdec_jax.testing import tiny_pair
 
@@ -52,9 +52,9 @@ def test_prompt_with_inner_zero_is_refused(kind):
   target, tp, draft, dp = tiny_pair(kind)
   bad = np.array([[5, 0, 7, 9], [5, 6, 0, 0]], np.int32)
   with pytest.raises(ValueError, match=r"row 0 holds the pad id 0 at position 1"):
-    generate_autoregressive(target, tp, bad, sampling=GREEDY, max_decode_len=4)
+    Decoder(target, sampling=GREEDY, max_decode_len=4).generate(Params(tp), bad)
   with pytest.raises(ValueError, match="pad id 0"):
-    generate_speculative(target, tp, draft, dp, bad, gamma=2, sampling=GREEDY, max_decode_len=4)
+    Decoder(target, draft, Chain(2), GREEDY, max_decode_len=4).generate(Params(tp, dp), bad)
   start.check_prompts(bad[1:])  # trailing pads are padding, not content
 
 
@@ -73,11 +73,10 @@ def test_draft_of_the_other_kind_is_refused():
   inputs = np.array([[5, 6, 1]], np.int32)
   for target, tp, draft, dp in ((t5, t5p, lm, lmp), (lm, lmp, t5, t5p)):
     with pytest.raises(ValueError, match=r"draft is .*kind '(decoder|t5)'.*target is .*kind"):
-      generate_speculative(target, tp, draft, dp, inputs, gamma=2, sampling=GREEDY,
-                           max_decode_len=4)
+      Decoder(target, draft, Chain(2), GREEDY, max_decode_len=4).generate(Params(tp, dp), inputs)
     with pytest.raises(ValueError, match="kind"):
-      generate_adaptive(target, tp, draft, dp, inputs, cfg=AdaptiveConfig(gamma_max=2),
-                        sampling=GREEDY, max_decode_len=4)
+      Decoder(target, draft, AdaptiveConfig(gamma_max=2), GREEDY, max_decode_len=4).generate(
+          Params(tp, dp), inputs)
 
 
 # ---- 5. counters count written tokens only -----------------------------------------------------
@@ -88,8 +87,8 @@ def test_counters_count_only_written_tokens(kind):
   target, tp, _, _ = tiny_pair(kind)
   target = Model(target.config.replace(eos_id=-1))  # no early EOS: the length limit cuts
   inputs = np.array([[5, 6, 7, 1]], np.int32)
-  res = generate_speculative(target, tp, target, tp, inputs, gamma=4, sampling=GREEDY,
-                             max_decode_len=7)
+  res = Decoder(target, target, Chain(4), GREEDY, max_decode_len=7).generate(Params(tp, tp),
+                                                                              inputs)
   c = res.counters
   accepted, drafted = int(c.accepted_B[0]), int(c.drafted_B[0])
   emitted, calls = int(c.emitted_B[0]), int(c.target_calls_B[0])

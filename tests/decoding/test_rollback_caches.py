@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import start
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import spec_iteration
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.testing import tiny_pair
 
 GAMMA = 4
@@ -23,11 +23,6 @@ INPUTS = {
     "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
     "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
 }
-
-
-def _start(target, tp, draft, dp, inputs, rng):
-  return start.init_state(target, tp, inputs, rng, max_decode_len=MAX_LEN, gamma=GAMMA,
-                          draft=draft, draft_params=dp)
 
 
 def _reference_caches(model, params, inputs, fed_lists, cache_len):
@@ -66,9 +61,11 @@ def test_caches_equal_rebuilt_from_accepted_prefix(kind, temperature, same_draft
     draft, dp = target, tp
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)
   sampling = SamplingConfig(temperature=temperature)
-  step = jax.jit(lambda s: spec_iteration(target, tp, draft, dp, s, gamma=GAMMA, sampling=sampling,
-                                          rule="tokenwise", max_decode_len=MAX_LEN))
-  state = _start(target, tp, draft, dp, inputs, jax.random.key(7))
+  decoder = Decoder(target, draft, Chain(GAMMA), sampling, rule="tokenwise",
+                    max_decode_len=MAX_LEN)
+  params = Params(tp, dp)
+  step = jax.jit(lambda s: decoder.iteration(params, s))
+  state = decoder.init(params, inputs, jax.random.key(7))
   saw_partial, saw_pending = False, False
   for _ in range(3):
     before, active = np.asarray(state.counters.accepted_B), ~np.asarray(state.done_B)

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.autoregressive import autoregressive_decode, generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params, decode_program
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative, speculative_decode
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.kernels import build
 from specdec_jax.models import packed
 from specdec_jax.testing import chi_square_gof, tiny_pair
@@ -38,9 +38,9 @@ def _packed_pair(kind, matmul="kernel"):
 def test_speculative_loop_with_kernel_is_one_while_without_host_ops(kind):
   target, tp, draft, dp = _packed_pair(kind)
   inputs = jnp.asarray(INPUTS[kind][:2], jnp.int32)
-  hlo = speculative_decode.lower(target, tp, draft, dp, inputs, jax.random.key(0), gamma=3,
-                                 sampling=SamplingConfig(temperature=1.0),
-                                 max_decode_len=8).compile().as_text()
+  decoder = Decoder(target, draft, Chain(3), SamplingConfig(temperature=1.0), max_decode_len=8)
+  hlo = decode_program.lower(decoder, Params(tp, dp), inputs, jax.random.key(0),
+                             None).compile().as_text()
   assert re.search(r"\bwhile\(", hlo)
   assert CUSTOM_CALL in hlo
   assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
@@ -49,8 +49,9 @@ def test_speculative_loop_with_kernel_is_one_while_without_host_ops(kind):
 def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
   target, tp, _, _ = _packed_pair("decoder")
   inputs = jnp.asarray(INPUTS["decoder"][:1], jnp.int32)
-  hlo = autoregressive_decode.lower(target, tp, inputs, jax.random.key(0), sampling=GREEDY,
-                                    max_decode_len=8).compile().as_text()
+  decoder = Decoder(target, sampling=GREEDY, max_decode_len=8)
+  hlo = decode_program.lower(decoder, Params(tp), inputs, jax.random.key(0),
+                             None).compile().as_text()
   assert re.search(r"\bwhile\(", hlo) and CUSTOM_CALL in hlo
   assert not HOST_OPS.search(hlo)
 
@@ -60,9 +61,9 @@ def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
 def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul):
   target, tp, draft, dp = _packed_pair(kind, matmul)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)
-  ar = generate_autoregressive(target, tp, inputs, sampling=GREEDY, max_decode_len=14)
-  spec = generate_speculative(target, tp, draft, dp, inputs, gamma=3, sampling=GREEDY,
-                              max_decode_len=14)
+  ar = Decoder(target, sampling=GREEDY, max_decode_len=14).generate(Params(tp), inputs)
+  spec = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=14).generate(Params(tp, dp),
+                                                                              inputs)
   np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
 

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import head_vocab as hv
 from specdec_jax.models import packed
 from specdec_jax.models.config import get_preset
@@ -53,10 +53,10 @@ def test_greedy_speculative_with_restricted_head_equals_autoregressive(kind):
   draft, dp = hv.restrict(draft, dp, hv.select(list(range(64)), 16, draft.eos_id))
   _, prompts = ragged_prompts([6, 3, 5, 1], extra=0, seed=3)
   greedy = SamplingConfig(temperature=0.0)
-  ar = generate_autoregressive(target, tp, prompts, sampling=greedy, max_decode_len=12)
+  ar = Decoder(target, sampling=greedy, max_decode_len=12).generate(Params(tp), prompts)
   for gamma in (1, 3):
-    sp = generate_speculative(target, tp, draft, dp, prompts, gamma=gamma, sampling=greedy,
-                              max_decode_len=12)
+    sp = Decoder(target, draft, Chain(gamma), greedy, max_decode_len=12).generate(
+        Params(tp, dp), prompts)
     np.testing.assert_array_equal(sp.tokens_BxN, ar.tokens_BxN)
     np.testing.assert_array_equal(sp.lengths_B, ar.lengths_B)
 
@@ -72,8 +72,8 @@ def test_speculative_sampling_with_restricted_head_is_exact():
   draft, dp = hv.restrict(draft, draft.init(jax.random.key(12)), (0, 2, 3))
   sampling = SamplingConfig(temperature=1.0)
   inputs = jnp.asarray(np.broadcast_to(prompt, (num_samples, len(prompt))))
-  out = generate_speculative(target, tp, draft, dp, inputs, gamma=2, sampling=sampling,
-                             max_decode_len=n, rng=jax.random.key(0))
+  out = Decoder(target, draft, Chain(2), sampling, max_decode_len=n).generate(
+      Params(tp, dp), inputs, jax.random.key(0))
   tokens = np.asarray(out.tokens_BxN[:, :n])
   counts = np.bincount(np.ravel_multi_index(tokens.T, (v,) * n), minlength=v ** n)
   probs = exact_joint(target, tp, prompt, n, sampling).ravel()

@@ -12,8 +12,9 @@ import pytest
 
 from specdec_jax.checkpoints import load_checkpoint
 from specdec_jax.checkpoints.tree import flatten, to_layout, unflatten
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.sharding import MeshConfig, make_mesh, param_shardings, standard_rules
@@ -52,9 +53,9 @@ def test_greedy_speculative_with_scanned_models_equals_unrolled():
   t_u, tp, t_s, tps = _pair("t5", "target")
   d_u, dp, d_s, dps = _pair("t5", "draft")
   inputs = jnp.asarray(INPUTS["t5"], jnp.int32)
-  args = dict(gamma=3, sampling=SamplingConfig(), max_decode_len=10)
-  a = generate_speculative(t_u, tp, d_u, dp, inputs, **args)
-  b = generate_speculative(t_s, tps, d_s, dps, inputs, **args)
+  args = dict(scheme=Chain(3), sampling=SamplingConfig(), max_decode_len=10)
+  a = Decoder(t_u, d_u, **args).generate(Params(tp, dp), inputs)
+  b = Decoder(t_s, d_s, **args).generate(Params(tps, dps), inputs)
   np.testing.assert_array_equal(a.tokens_BxN, b.tokens_BxN)
 
 

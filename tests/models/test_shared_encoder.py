@@ -15,9 +15,9 @@ import pytest
 
 from specdec_jax.checkpoints import pairing
 from specdec_jax import seam
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, ragged_prompts
@@ -80,9 +80,9 @@ def test_greedy_speculative_equals_autoregressive(pair, gamma):
   target, tp, draft, dp = pair
   _, prompts = ragged_prompts([6, 3, 5, 1], extra=0, seed=3)
   greedy = SamplingConfig(temperature=0.0)
-  ar = generate_autoregressive(target, tp, prompts, sampling=greedy, max_decode_len=16)
-  sp = generate_speculative(target, tp, draft, dp, prompts, gamma=gamma, sampling=greedy,
-                            max_decode_len=16)
+  ar = Decoder(target, sampling=greedy, max_decode_len=16).generate(Params(tp), prompts)
+  sp = Decoder(target, draft, Chain(gamma), greedy, max_decode_len=16).generate(
+      Params(tp, dp), prompts)
   np.testing.assert_array_equal(sp.tokens_BxN, ar.tokens_BxN)
   np.testing.assert_array_equal(sp.lengths_B, ar.lengths_B)
 
@@ -95,7 +95,7 @@ def test_missing_encoded_and_wrong_pairs_are_refused(pair):
   with pytest.raises(ValueError, match="shared-encoder draft"):
     draft.forward(dp, prompts, prompts)
   with pytest.raises(ValueError, match="cannot decode alone"):
-    generate_autoregressive(draft, dp, prompts, sampling=SamplingConfig(), max_decode_len=4)
+    Decoder(draft, sampling=SamplingConfig(), max_decode_len=4).generate(Params(dp), prompts)
   wide = Model(get_preset("t5_test_shared_draft", source_dim=48))
   with pytest.raises(ValueError, match="width 48 but the target's encoder is 32"):
     seam.check_pair(target, wide)
@@ -142,8 +142,8 @@ def test_speculative_sampling_with_shared_encoder_draft_is_exact(temperature):
   dp = jax.tree.map(lambda x: 2.0 * x, draft.init(jax.random.key(12)))  # q far from p
   sampling = SamplingConfig(temperature=temperature)
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = generate_speculative(target, tp, draft, dp, inputs, gamma=2, sampling=sampling,
-                             max_decode_len=NUM_TOKENS, rng=jax.random.key(0))
+  out = Decoder(target, draft, Chain(2), sampling, max_decode_len=NUM_TOKENS).generate(
+      Params(tp, dp), inputs, jax.random.key(0))
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
   assert 0 < accepted < drafted  # both branches of the rule are exercised

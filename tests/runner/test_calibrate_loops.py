@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from specdec_jax import timing
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import generate_speculative
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import calibrate
 from specdec_jax.runner.config import DraftSpec, Point
@@ -130,17 +130,20 @@ def test_clustered_acceptance_is_chosen_from_its_profile_not_alpha():
 @pytest.mark.slow
 @pytest.mark.parametrize("gamma", [0, 2])
 def test_the_timed_program_is_the_run_decode(gamma):
-  """capped_decode uncapped == the run's decode (tokens, counters); a cap stops it there."""
+  """The capped decode (`max_iterations`) uncapped == the run's decode (tokens, counters); a cap
+  stops it there."""
   target, tp, draft, dp = tiny_pair("decoder", seed=3)
   x = np.array([[5, 6, 7, 2], [9, 3, 4, 0]], np.int32)
   sampling = SamplingConfig(temperature=1.0)
   rng = jax.random.key(11)
-  kw = dict(sampling=sampling, max_decode_len=10, rng=rng)
-  ref = (generate_autoregressive(target, tp, x, **kw) if gamma == 0 else
-         generate_speculative(target, tp, draft, dp, x, gamma=gamma, rule="tokenwise", **kw))
-  run = lambda cap: calibrate.capped_decode(  # noqa: E731
-      target, tp, draft if gamma else None, dp if gamma else None, jnp.asarray(x), rng,
-      jnp.int32(cap), gamma=gamma, sampling=sampling, rule="tokenwise", max_decode_len=10)
+  if gamma == 0:
+    decoder, params = Decoder(target, sampling=sampling, max_decode_len=10), Params(tp)
+  else:
+    decoder = Decoder(target, draft, Chain(gamma), sampling, rule="tokenwise", max_decode_len=10)
+    params = Params(tp, dp)
+  ref = decoder.generate(params, x, rng)
+  run = lambda cap: decoder.generate(  # noqa: E731
+      params, jnp.asarray(x), rng, max_iterations=jnp.int32(cap))
   full = run(11)
   np.testing.assert_array_equal(full.tokens_BxN, ref.tokens_BxN)
   assert acceptance.counters_to_dict(full.counters) == acceptance.counters_to_dict(ref.counters)
@@ -152,9 +155,9 @@ def test_the_timed_program_is_the_run_decode(gamma):
 def test_measure_loops_on_tiny_models():
   target, tp, draft, dp = tiny_pair("decoder", seed=3)
   batches = [jnp.asarray([[5, 6, 7, 2]], jnp.int32), jnp.asarray([[9, 3, 4, 8]], jnp.int32)]
-  loops = calibrate.measure_loops(target, tp, {"d": (draft, dp, [1, 3])}, batches,
-                                  sampling=SamplingConfig(), rule="tokenwise", max_decode_len=8,
-                                  seed=0, repeats=2)
+  template = Decoder(target, sampling=SamplingConfig(), rule="tokenwise", max_decode_len=8)
+  loops = calibrate.measure_loops(template, tp, {"d": (draft, dp, [1, 3])}, batches, seed=0,
+                                  repeats=2)
   lc = loops["d"]
   assert sorted(lc.iteration_ms) == [1, 3] and lc.batches == 2 and lc.rows == 1
   assert lc.ar_ms > 0 and all(v > 0 for v in lc.iteration_ms.values())

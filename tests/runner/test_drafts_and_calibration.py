@@ -7,7 +7,9 @@ alpha, not the padding's.
 import numpy as np
 import pytest
 
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.runner import calibrate, config as config_lib, pipeline
 from specdec_jax.runner.config import DraftSpec, RunConfig
 from specdec_jax.testing import WrongOnRows, tiny_pair
@@ -41,10 +43,12 @@ def test_calibration_alpha_counts_real_rows_only():
   draft = WrongOnRows(target, rows=(1,))  # agrees on row 0, never on row 1 (the padding row)
   a = np.array([[5, 6, 7, 2]], np.int32)
   b = np.array([[9, 3, 0, 0]], np.int32)
-  kw = dict(gamma=3, sampling=SamplingConfig(), max_decode_len=8, seed=0, rule="tokenwise")
-  alone = calibrate.calibration_alpha(target, tp, draft, tp, a, rows=1, **kw)
-  padded = calibrate.calibration_alpha(target, tp, draft, tp, np.concatenate([a, b]), rows=1,
-                                       **kw)
-  both = calibrate.calibration_alpha(target, tp, draft, tp, np.concatenate([a, b]), rows=2, **kw)
+  decoder = Decoder(target, draft, Chain(3), SamplingConfig(), rule="tokenwise", max_decode_len=8)
+
+  def alpha(x, rows):
+    return calibrate.calibration_acceptance(decoder, Params(tp, tp), x, rows=rows, seed=0)["alpha"]
+  alone = alpha(a, rows=1)
+  padded = alpha(np.concatenate([a, b]), rows=1)
+  both = alpha(np.concatenate([a, b]), rows=2)
   assert alone == pytest.approx(1.0) and padded == pytest.approx(1.0)
   assert both < 0.9  # the padding row would have pulled it down

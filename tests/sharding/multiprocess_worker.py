@@ -19,18 +19,21 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sharding_tiny import BATCH, GAMMA, MAX_LEN, sampling_for, tiny_inputs, tiny_models  # noqa: E402
 from specdec_jax import distributed, sharding as sh  # noqa: E402
-from specdec_jax.decoding import sharded  # noqa: E402
+from specdec_jax.decoding.decoder import Decoder, Params  # noqa: E402
+from specdec_jax.decoding.speculative import Chain  # noqa: E402
 
 
 def main(port: int, process_id: int, num_processes: int, temperature: float) -> None:
   distributed.initialize(f"localhost:{port}", num_processes, process_id)
   assert jax.device_count() == 4 * num_processes and jax.local_device_count() == 4
   t, tp, d, dp = tiny_models()  # same seed, same params in every process
-  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=BATCH)
-  rows = distributed.local_rows(sh.batch_sharding(sm.mesh, sm.data_rules), BATCH)
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=BATCH)
+  rows = distributed.local_rows(sh.batch_sharding(p.mesh, p.target.axis_rules), BATCH)
   local = tiny_inputs()[rows]  # a real loader would read only these examples
-  out = sm.speculative(local, jax.random.key(1), gamma=GAMMA, sampling=sampling_for(temperature),
-                       max_decode_len=MAX_LEN, process_local=True)
+  decoder = Decoder(p.target, p.draft, Chain(GAMMA), sampling_for(temperature),
+                    max_decode_len=MAX_LEN, mesh=p.mesh)
+  out = decoder.generate(Params(p.target_params, p.draft_params), local, jax.random.key(1),
+                         process_local=True)
   host = distributed.gather(out)
   print(json.dumps({"process": jax.process_index(), "rows": [rows.start, rows.stop],
                     "main": distributed.is_main_process(),

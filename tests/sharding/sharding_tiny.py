@@ -13,9 +13,9 @@ import jax
 import numpy as np
 
 from specdec_jax import sharding as sh
-from specdec_jax.decoding import sharded
-from specdec_jax.decoding import speculative as spec
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 
@@ -68,9 +68,9 @@ class Runs:
   def reference(self, temperature):
     if temperature not in self._ref:
       t, tp, d, dp = self.models
-      self._ref[temperature] = jax.device_get(spec.generate_speculative(
-          t, tp, d, dp, self.inputs, gamma=GAMMA, sampling=sampling_for(temperature),
-          max_decode_len=MAX_LEN, rng=self.rng))
+      decoder = Decoder(t, d, Chain(GAMMA), sampling_for(temperature), max_decode_len=MAX_LEN)
+      self._ref[temperature] = jax.device_get(decoder.generate(Params(tp, dp), self.inputs,
+                                                               self.rng))
     return self._ref[temperature]
 
   def sharded(self, layout, temperature):
@@ -78,22 +78,24 @@ class Runs:
     key = (layout, temperature)
     if key not in self._sharded:
       t, tp, d, dp = self.models
-      sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS[layout]),
-                           batch_size=BATCH)
-      kw = dict(gamma=GAMMA, sampling=sampling_for(temperature), max_decode_len=MAX_LEN)
-      state, lowered = sm.lower_speculative(self.inputs, self.rng, **kw)
+      placed = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS[layout]),
+                               batch_size=BATCH)
+      decoder = Decoder(placed.target, placed.draft, Chain(GAMMA), sampling_for(temperature),
+                        max_decode_len=MAX_LEN, mesh=placed.mesh)
+      params = Params(placed.target_params, placed.draft_params)
+      state, lowered = decoder.lower(params, self.inputs, self.rng)
       compiled = lowered.compile()
       leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-      out, _ = compiled(sm.target_params, sm.draft_params, state)
+      out, _ = compiled(params, state, None)
       donated = {jax.tree_util.keystr(p) for p, x in leaves if x.is_deleted()}
       kept = {jax.tree_util.keystr(p) for p, x in leaves if not x.is_deleted()}
-      self._sharded[key] = Sharded(sm, compiled, out, jax.device_get(out), donated, kept)
+      self._sharded[key] = Sharded(placed, compiled, out, jax.device_get(out), donated, kept)
     return self._sharded[key]
 
 
 @dataclasses.dataclass
 class Sharded:
-  sm: sharded.ShardedModels
+  placed: sh.Placed
   compiled: object      # the compiled loop program (`jax.stages.Compiled`)
   out: object           # its DecodeResult, on device
   host: object          # the same on host

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from sharding_tiny import LAYOUTS, MAX_LEN, sampling_for
-from specdec_jax.decoding import autoregressive as ar
 from specdec_jax import sharding as sh
-from specdec_jax.decoding import sharded
+from specdec_jax.decoding.decoder import Decoder, Params
 
 # Greedy on every layout. Sampled on every layout too; in the fast tier only on the draft-on-
 # fewer-chips layout (both vocabularies sharded, over different axes), the rest marked slow
@@ -48,26 +47,33 @@ def test_sampled_reference_accepts_some_and_rejects_some(runs):
 @pytest.mark.slow
 def test_autoregressive_sharded_equals_unsharded(runs):
   t, tp, _, _ = runs.models
-  kw = dict(sampling=sampling_for(0.0), max_decode_len=MAX_LEN, rng=runs.rng)
-  ref = jax.device_get(ar.generate_autoregressive(t, tp, runs.inputs, **kw))
-  sm = sharded.shard_models(t, tp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=len(runs.inputs))
-  got = jax.device_get(sm.autoregressive(runs.inputs, **kw))
+  kw = dict(sampling=sampling_for(0.0), max_decode_len=MAX_LEN)
+  ref = jax.device_get(Decoder(t, **kw).generate(Params(tp), runs.inputs, runs.rng))
+  p = sh.shard_models(t, tp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=len(runs.inputs))
+  got = jax.device_get(Decoder(p.target, **kw, mesh=p.mesh).generate(
+      Params(p.target_params), runs.inputs, runs.rng))
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
 
 
 @pytest.mark.parametrize("temperature", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_adaptive_sharded_equals_unsharded(runs, temperature):
-  """The adaptive loop on a mesh (`ShardedModels.adaptive`, the same iteration function inside
-  the donated-state program) gives the unsharded tokens and statistics."""
+  """The adaptive loop on a mesh (a `Decoder` with the adaptive scheme and a mesh, the same
+  iteration function inside the donated-state program) gives the unsharded tokens and
+  statistics."""
   from specdec_jax.decoding import adaptive
   t, tp, d, dp = runs.models
   cfg = adaptive.AdaptiveConfig(gamma_max=4, gamma_init=2)
-  kw = dict(cfg=cfg, sampling=sampling_for(temperature), max_decode_len=MAX_LEN, rng=runs.rng)
-  ref, ref_stats = jax.device_get(adaptive.generate_adaptive(t, tp, d, dp, runs.inputs, **kw))
-  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS["dp2_target4_draft2"]),
-                            batch_size=len(runs.inputs))
-  got, stats = jax.device_get(sm.adaptive(runs.inputs, **kw))
+  ref = jax.device_get(Decoder(t, d, cfg, sampling_for(temperature), max_decode_len=MAX_LEN)
+                       .generate(Params(tp, dp), runs.inputs, runs.rng))
+  ref_stats = ref.stats
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS["dp2_target4_draft2"]),
+                      batch_size=len(runs.inputs))
+  decoder = Decoder(p.target, p.draft, cfg, sampling_for(temperature), max_decode_len=MAX_LEN,
+                    mesh=p.mesh)
+  got = jax.device_get(decoder.generate(Params(p.target_params, p.draft_params), runs.inputs,
+                                        runs.rng))
+  stats = got.stats
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
   np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)

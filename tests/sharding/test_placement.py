@@ -10,7 +10,6 @@ import pytest
 
 from sharding_tiny import tiny_models
 from specdec_jax import sharding as sh
-from specdec_jax.decoding import sharded
 
 
 def _total_bytes(tree):
@@ -32,10 +31,10 @@ def _replicated_bytes(model):
 @pytest.mark.parametrize("shape", [(1, 1, 8), (2, 1, 4), (1, 4, 2), (2, 2, 2), (8, 1, 1)])
 def test_per_device_param_bytes(shape):
   t, tp, d, dp = tiny_models()
-  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*shape))
+  placed = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*shape))
   _, outer, inner = shape
-  for model, params, mp in ((sm.target, sm.target_params, outer * inner),
-                            (sm.draft, sm.draft_params, inner)):
+  for model, params, mp in ((placed.target, placed.target_params, outer * inner),
+                            (placed.draft, placed.draft_params, inner)):
     total, rep = _total_bytes(params), _replicated_bytes(model)
     per_device = sh.per_device_bytes(params)
     assert len(per_device) == 8

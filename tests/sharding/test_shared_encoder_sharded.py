@@ -11,9 +11,9 @@ import pytest
 
 from sharding_tiny import MAX_LEN, tiny_inputs, tiny_models
 from specdec_jax import sharding as sh
-from specdec_jax.decoding import sharded
-from specdec_jax.decoding import speculative as spec
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 
@@ -30,11 +30,12 @@ def _models():
 def test_shared_encoder_draft_sharded_equals_unsharded(temperature):
   t, tp, d, dp = _models()
   inputs, rng = tiny_inputs(), jax.random.key(1)
-  kw = dict(gamma=3, sampling=SamplingConfig(temperature=temperature), max_decode_len=MAX_LEN)
-  ref = jax.device_get(spec.generate_speculative(t, tp, d, dp, inputs, rng=rng, **kw))
-  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(2, 2, 2),
-                            batch_size=len(inputs))
-  got = jax.device_get(sm.speculative(inputs, rng, **kw))
+  sampling = SamplingConfig(temperature=temperature)
+  ref = jax.device_get(Decoder(t, d, Chain(3), sampling, max_decode_len=MAX_LEN).generate(
+      Params(tp, dp), inputs, rng))
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(2, 2, 2), batch_size=len(inputs))
+  decoder = Decoder(p.target, p.draft, Chain(3), sampling, max_decode_len=MAX_LEN, mesh=p.mesh)
+  got = jax.device_get(decoder.generate(Params(p.target_params, p.draft_params), inputs, rng))
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
   np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)

@@ -8,8 +8,9 @@ import pytest
 
 from sharding_tiny import tiny_inputs, tiny_models
 from specdec_jax import sharding as sh
-from specdec_jax.decoding import sharded
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 
@@ -33,7 +34,7 @@ class _CompileSpy:
 def test_heads_not_divisible_names_axis_and_sizes():
   target = Model(get_preset("t5_test_target"))  # 4 heads
   with _CompileSpy() as spy, pytest.raises(ValueError) as e:
-    sharded.shard_models(target, None, mesh_config=sh.MeshConfig(1, 1, 8))
+    sh.shard_models(target, None, mesh_config=sh.MeshConfig(1, 1, 8))
   msg = str(e.value)
   for part in ("model_inner", "8", "'heads'", "4", "target"):
     assert part in msg, msg
@@ -46,20 +47,22 @@ def test_draft_on_inner_axis_is_checked_separately():
   sh.validate(sh.make_mesh(sh.MeshConfig(1, 4, 2)), d, sh.MeshConfig().rules_for("draft"),
               name="draft")
   with pytest.raises(ValueError, match=r"model_inner.*size 4.*draft dimension 'heads' = 2"):
-    sharded.shard_models(t, None, d, None, mesh_config=sh.MeshConfig(1, 2, 4))
+    sh.shard_models(t, None, d, None, mesh_config=sh.MeshConfig(1, 2, 4))
 
 
 def test_vocab_not_divisible():
   t = Model(get_preset("t5_test_target", num_heads=8, vocab_size=60, mlp_dim=64))
   with pytest.raises(ValueError, match=r"size 8 \(model_outer=2 x model_inner=4\).*'vocab' = 60"):
-    sharded.shard_models(t, None, mesh_config=sh.MeshConfig(1, 2, 4))
+    sh.shard_models(t, None, mesh_config=sh.MeshConfig(1, 2, 4))
 
 
 def test_batch_not_divisible_by_data_raises_before_compile():
   t, tp, d, dp = tiny_models()
-  sm = sharded.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(8, 1, 1))
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(8, 1, 1))
   with _CompileSpy() as spy, pytest.raises(ValueError, match=r"data.*size 8.*batch size = 6"):
-    sm.speculative(tiny_inputs(batch=6), gamma=2, sampling=SamplingConfig(), max_decode_len=4)
+    decoder = Decoder(p.target, p.draft, Chain(2), SamplingConfig(), max_decode_len=4,
+                      mesh=p.mesh)
+    decoder.generate(Params(p.target_params, p.draft_params), tiny_inputs(batch=6))
   assert spy.count == 0
 
 

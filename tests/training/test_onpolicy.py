@@ -8,7 +8,7 @@ import pytest
 
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
 from specdec_jax.data.vocabulary import default_vocabulary
-from specdec_jax.decoding.autoregressive import generate_autoregressive
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
@@ -62,9 +62,8 @@ def test_student_batch_is_the_students_continuation(setup):
                                       default_vocabulary(), True)
   _, batch = data_lib.batch_at([vocab_task], 0, 8, 0)
   out = onpolicy.student_batch(model, params, batch, temperature=0.0, seed=0, step=3)
-  ref = generate_autoregressive(model, params, batch["encoder_input_tokens"],
-                                sampling=SamplingConfig(), max_decode_len=10,
-                                rng=jax.random.key(0))
+  ref = Decoder(model, sampling=SamplingConfig(), max_decode_len=10).generate(
+      Params(params), batch["encoder_input_tokens"], jax.random.key(0))
   np.testing.assert_array_equal(out["decoder_target_tokens"], np.asarray(ref.tokens_BxN))
   np.testing.assert_array_equal(out["loss_weights"].sum(1), np.asarray(ref.lengths_B))
   np.testing.assert_array_equal(out["decoder_input_tokens"][:, 1:],

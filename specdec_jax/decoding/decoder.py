@@ -1,0 +1,197 @@
+"""The Decoder: one frozen description of a decode, and the three programs that run it.
+
+Why one object: the autoregressive baseline, the fixed-gamma chain, the adaptive loop, their
+sharded variants and the calibration's capped decode are the same program (front door, initial
+state, one `lax.while_loop` over an iteration, finish) that differ only in the iteration. So a
+`Decoder` names the target, the draft, the *scheme* (what one iteration does: `Autoregressive()`,
+`Chain(gamma)`, `AdaptiveConfig(...)`; a tree verifier or a feature-level draft is one more
+scheme), the sampling, the acceptance rule and the lengths; it is frozen and hashable, so it is
+the one static argument of each program and equal decoders share compiled code.
+
+  decoder = Decoder(target, draft, Chain(gamma=4), SamplingConfig(temperature=1.0),
+                    max_decode_len=64)
+  result = decoder.generate(Params(target_params, draft_params), inputs_BxP, rng)
+
+Pieces, for research code that drives the loop itself: `init(params, inputs, rng) -> state`,
+`iteration(params, state) -> state` (one target call), `run(params, state, max_iterations=None)`
+(the while loop; a traced cap, so one compile serves every cap), `finish(state) -> DecodeResult`.
+
+The programs (module level, `decoder` static):
+- `decode_program`: init + run + finish, one compiled program per batch shape (one device);
+- `prefill_program` and `loop_program` on a mesh (`mesh=...`): the state is built by the first and
+  DONATED to the second, so the while loop updates the caches and the token buffer in place, and
+  both constrain the state's batch-sharded arrays to the same layout so XLA can alias them
+  (`specdec_jax.sharding` places the models: the target model-parallel, the draft on fewer chips).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional, Protocol
+
+import flax.linen as nn
+import flax.struct
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from specdec_jax import sharding as sh
+from specdec_jax.decoding import start
+from specdec_jax.decoding import state as st
+from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.sampling import SamplingConfig
+
+
+class Scheme(Protocol):
+  """What one iteration of the loop does (`Autoregressive`, `speculative.Chain`,
+  `adaptive.AdaptiveConfig`). Hashable.
+
+  gamma: draft tokens per iteration at most: sizes the buffer slack and the per-position
+    counters (0 without a draft). needs_draft: whether the decoder must have a draft.
+  init_stats(batch): the scheme's own on-device statistics, carried in `DecodeState.stats`.
+  iteration(decoder, params, state): one target call's worth of decoding.
+  """
+
+  gamma: int
+  needs_draft: bool
+
+  def init_stats(self, batch: int) -> Any: ...
+
+  def iteration(self, decoder: "Decoder", params: "Params", state: st.DecodeState
+                ) -> st.DecodeState: ...
+
+
+@flax.struct.dataclass
+class Params:
+  """The models' parameters (a pytree): the target's, and the draft's (None without a draft;
+  a model-free draft's tables)."""
+
+  target: Any
+  draft: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoder:
+  """A decode, described: checked when made (`start.check_decoder`), static in every program.
+
+  target / draft: seam models (`specdec_jax.seam.Decodable`); draft None with the
+    `Autoregressive` scheme. scheme: the iteration (see `Scheme`). sampling: applied alike to p
+    and q. rule: the acceptance rule's name (`acceptance.RULES`). max_decode_len: tokens per
+    example at most. cache_len: decoder cache slots (None: what the prompt needs). mesh: decode
+    on this mesh (models placed with `specdec_jax.sharding.shard_models`); None: one device.
+  """
+
+  target: Any
+  draft: Any = None
+  scheme: Any = Autoregressive()
+  sampling: SamplingConfig = SamplingConfig()
+  rule: str = "tokenwise"
+  max_decode_len: int = 32
+  cache_len: Optional[int] = None
+  mesh: Optional[Mesh] = None
+
+  def __post_init__(self):
+    start.check_decoder(self)
+
+  @property
+  def gamma(self) -> int:
+    return self.scheme.gamma
+
+  # ---- the pieces ------------------------------------------------------------------------------
+  def init(self, params: Params, inputs_BxP: jax.Array, rng: jax.Array) -> st.DecodeState:
+    """Both prefills and the token buffer (traceable)."""
+    return self._constrain(start.init_state(self, params, inputs_BxP, rng))
+
+  def iteration(self, params: Params, state: st.DecodeState) -> st.DecodeState:
+    """One iteration of the scheme: one target call (traceable)."""
+    return self.scheme.iteration(self, params, state)
+
+  def run(self, params: Params, state: st.DecodeState,
+          max_iterations: Optional[jax.Array] = None) -> st.DecodeState:
+    """The while loop until every example is done, or after `max_iterations` (traceable)."""
+    return st.run_loop(state, functools.partial(self.iteration, params), self._constrain,
+                       max_iterations)
+
+  def finish(self, state: st.DecodeState) -> st.DecodeResult:
+    return st.finish(state, self.max_decode_len)
+
+  # ---- the front door ----------------------------------------------------------------------------
+  def generate(self, params: Params, inputs_BxP, rng: Optional[jax.Array] = None, *,
+               max_iterations: Optional[int] = None, process_local: bool = False
+               ) -> st.DecodeResult:
+    """Decodes a batch of right-padded prompts [B, P] (int32, pad 0) after the front door's
+    checks; the whole loop runs on device. `max_iterations`: stop after that many target calls
+    (the calibration's timing; None: to the end). `process_local` (a mesh with several
+    processes): `inputs_BxP` holds only this process's rows."""
+    inputs_BxP, rng = start.front_door(self, inputs_BxP, rng)
+    if self.mesh is None:
+      return decode_program(self, params, inputs_BxP, rng, max_iterations)
+    with jax.set_mesh(self.mesh):
+      state = prefill_program(self, params, self.place_inputs(inputs_BxP, process_local),
+                              sh.replicate_key(self.mesh, rng))
+      return loop_program(self, params, state, max_iterations)[0]
+
+  def lower(self, params: Params, inputs_BxP, rng: Optional[jax.Array] = None):
+    """The lowered program(s) for HLO inspection. One device: `decode_program`'s lowering. On a
+    mesh: (the prefilled state, the lowered loop); `lowered.compile()(params, state, None)`
+    decodes, returning (result, final state), and deletes the donated `state`."""
+    inputs_BxP, rng = start.front_door(self, inputs_BxP, rng)
+    if self.mesh is None:
+      return decode_program.lower(self, params, inputs_BxP, rng, None)
+    with jax.set_mesh(self.mesh):
+      state = prefill_program(self, params, self.place_inputs(inputs_BxP, False),
+                              sh.replicate_key(self.mesh, rng))
+      return state, loop_program.lower(self, params, state, None)
+
+  def place_inputs(self, inputs_BxP, process_local: bool = False) -> jax.Array:
+    """The prompts as a global array batch-sharded over the mesh (by the target's rules)."""
+    batch = np.shape(inputs_BxP)[0] * (jax.process_count() if process_local else 1)
+    sh.validate(self.mesh, self.target, self.target.axis_rules, name="target", batch_size=batch)
+    return sh.shard_batch(np.asarray(inputs_BxP, np.int32), self.mesh, self.target.axis_rules,
+                          process_local=process_local)
+
+  def _constrain(self, state: st.DecodeState) -> st.DecodeState:
+    """On a mesh, the token buffer and per-example arrays (counters too) batch-sharded by the
+    target's rules; the caches carry their own constraints from `prefill` / `extend`. Prefill
+    and loop body use the same constraints, so the donated state and the loop's output have
+    equal shardings, which is what lets XLA alias them. The identity on one device."""
+    if self.mesh is None:
+      return state
+    with nn.logical_axis_rules(self.target.axis_rules or ()):
+      def b(x):
+        return None if x is None else nn.with_logical_constraint(
+            x, ("batch",) + (None,) * (x.ndim - 1))
+      c = state.counters
+      counters = c.replace(**{f.name: b(getattr(c, f.name)) for f in dataclasses.fields(c)
+                              if "_B" in f.name})
+      return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B),
+                           counters=counters, done_B=b(state.done_B), base_B=b(state.base_B),
+                           draft_pending_B=b(state.draft_pending_B),
+                           bonus_p_BxV=b(state.bonus_p_BxV))
+
+
+# ---- the programs ----------------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("decoder",))
+def decode_program(decoder: Decoder, params: Params, inputs_BxP: jax.Array, rng: jax.Array,
+                   max_iterations: Optional[jax.Array]) -> st.DecodeResult:
+  """The whole decode of a batch as one program (one device)."""
+  state = decoder.init(params, inputs_BxP, rng)
+  return decoder.finish(decoder.run(params, state, max_iterations))
+
+
+@functools.partial(jax.jit, static_argnames=("decoder",))
+def prefill_program(decoder: Decoder, params: Params, inputs_BxP: jax.Array, rng: jax.Array
+                    ) -> st.DecodeState:
+  """The sharded decode's first program: the initial state, laid out for `loop_program`."""
+  return decoder.init(params, inputs_BxP, rng)
+
+
+@functools.partial(jax.jit, static_argnames=("decoder",), donate_argnames=("state",))
+def loop_program(decoder: Decoder, params: Params, state: st.DecodeState,
+                 max_iterations: Optional[jax.Array]
+                 ) -> tuple[st.DecodeResult, st.DecodeState]:
+  """The sharded decode's loop over a donated state: (result, final state). The final state is
+  returned because an output of the donated input's shape and sharding is what lets XLA alias
+  the two, so the while loop runs in the donated buffers."""
+  final = decoder.run(params, state, max_iterations)
+  return decoder.finish(final), final
