@@ -72,7 +72,7 @@ def build(*, task: str, target: str, draft: str | None, temperature: float, gamm
   which the fixed-gamma formula does not predict (speedup_predicted is then None).
   speedup_measured: False where the "speculative" program is the baseline itself (gamma 0 chosen
   by 'auto'): speedup is then None rather than a 1.00 that would read as measured.
-  loop: the measured loop costs of this draft and temperature (`calibrate.LoopCosts.to_json()`);
+  loop: the measured loop costs of this draft and temperature (`runner.costs.LoopCosts.to_json()`);
   where they hold this gamma, speedup_predicted is theory.loop_speedup(E, T_ar, T_iter(gamma))
   with the per-request fixed costs and N = the autoregressive iterations per batch of this run
   (`speedup_predicted_from` 'loop'); else the lone-extend formula from c and v ('lone_extend').

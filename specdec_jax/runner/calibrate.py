@@ -1,25 +1,11 @@
-"""Per-run cost measurement and GAMMA='auto' resolution: lone `extend` costs, the real loops'
-per-iteration costs, and the calibration decode's acceptance.
+"""GAMMA='auto' resolution: the calibration decode's acceptance, the candidates to time, the
+choice, and the concrete points a run decodes.
 
-Why per run: costs depend on the machine, the batch shape and the models, so they are measured in
-the process that decodes, on the run's own prompts, right before the timed decode. The chosen gamma
-is remembered in run_state.json so a resumed run keeps decoding with the same gamma.
-
-Two cost measurements:
-- lone `extend` calls (`measure`, timing.measure_costs_many): c (draft step / target step) and
-  the verify curve v(T) on caches as long as the loop's. They are the record's `c` and `v` (public
-  contract) and the lone-extend model theory.predicted_speedup; on a mesh they are all there is.
-- the loops themselves (`measure_loops`, one device): for each gamma a run needs, the program the
-  run decodes with (the run's `Decoder` with `Chain(gamma)`, or `Autoregressive()`) is compiled
-  once with a dynamic iteration cap (`Decoder.generate(..., max_iterations=cap)`) and timed through
-  `timing.interleaved` on the calibration prompts, in the run's batch shape, all gammas and the
-  autoregressive loop side by side: uncapped (the full decode of those prompts) and with cap 0
-  (prefill, layout and finish only). T_iter(G) = (full - capped at 0) / iterations, the same for
-  the autoregressive loop, and the cap-0 time is the per-request fixed cost. These are what an
-  iteration really costs: the draft steps with their sampling over V, the two-token first draft
-  call, verification, acceptance, commit and the loop glue, which lone `extend` calls leave out
-  (on the default CPU run they predicted 1.21x from 5.5 ms per iteration where 7.1 ms and 1.00x
-  were measured). A run predicts with theory.loop_speedup from these.
+The costs it chooses from (lone `extend` calls and the real loops' iterations) are measured by
+runner/costs.py, in the process that decodes, right before the timed decode; the chosen gamma is
+remembered in run_state.json so a resumed run keeps decoding with the same gamma. A run predicts
+with theory.loop_speedup from the loops' costs (lone `extend` costs alone predicted 1.21x from
+5.5 ms per iteration on the default CPU run where 7.1 ms and 1.00x were measured).
 Which gammas get a loop compiled (each is one more compile of a whole decode program, seconds on
 2 cores): every fixed gamma of the run (its record's prediction needs it) and, for 'auto', at most
 `MAX_CANDIDATES` gammas: those the lone-extend model ranks best, without the ones it predicts
@@ -45,62 +31,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from specdec_jax import distributed, timing
-from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import keys
-from specdec_jax.runner.config import ADAPTIVE, AUTO, GAMMA_WORDS, DraftSpec, Point, as_list
+from specdec_jax.runner.config import ADAPTIVE, AUTO, DraftSpec, Point
+from specdec_jax.runner.costs import LoopCosts
 
 # 'auto' compiles and times the real loop for at most this many candidate gammas ...
 MAX_CANDIDATES = 3
 # ... and none the lone-extend model predicts below this fraction of min_speedup.
 PRUNE_BELOW = 0.8
-# Rounds of the loops' interleaved timing (medians; each round decodes the calibration prompts
-# once per program).
-LOOP_REPEATS = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class LoopCosts:
-  """The real loops' costs on the calibration prompts, ms (medians, `timing.interleaved`).
-
-  ar_ms: one autoregressive iteration (one token per active row). ar_fixed_ms: the autoregressive
-    program with no iteration (prefill, buffer layout, finish), per batch.
-  iteration_ms: {gamma: one speculative iteration}. fixed_ms: {gamma: its program with no
-    iteration (both prefills)}, per batch.
-  tokens: autoregressive iterations per calibration batch (N of theory.loop_speedup: tokens per
-    request at batch 1).
-  tokens_per_iteration: {gamma: tokens written per target call per row on the calibration decode}
-    (for comparison with the expected length the prediction uses).
-  batches, rows: how many batches of the run's shape, and rows each, were decoded.
-  """
-
-  ar_ms: float
-  ar_fixed_ms: float
-  tokens: float
-  iteration_ms: Mapping[int, float]
-  fixed_ms: Mapping[int, float]
-  tokens_per_iteration: Mapping[int, float]
-  batches: int
-  rows: int
-
-  def to_json(self) -> dict[str, Any]:
-    """The record's `loop_costs` (what report.build reads; gamma keys as strings)."""
-    return {"ar_ms": self.ar_ms, "ar_fixed_ms": self.ar_fixed_ms, "tokens": self.tokens,
-            "iteration_ms": {str(g): v for g, v in sorted(self.iteration_ms.items())},
-            "fixed_ms": {str(g): v for g, v in sorted(self.fixed_ms.items())},
-            "tokens_per_iteration": {str(g): v for g, v in sorted(self.tokens_per_iteration.items())},
-            "batches": self.batches, "rows": self.rows}
-
-  def speedup(self, gamma: int, tokens_per_iteration: float) -> float:
-    """theory.loop_speedup at `gamma` with its fixed costs, N = the calibration's tokens."""
-    return theory.loop_speedup(tokens_per_iteration, self.ar_ms, self.iteration_ms[gamma],
-                               tokens=self.tokens, ar_fixed=self.ar_fixed_ms,
-                               spec_fixed=self.fixed_ms[gamma])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,32 +73,6 @@ class ResolvedPoint:
     return keys.point(self.draft.name, label, self.temperature)
 
 
-def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
-  """Block sizes T whose verify cost v(T) a run needs: G + 1 per fixed G, 1..gamma_max+1 for auto."""
-  needed = {1} | {g + 1 for g in as_list(gammas) if g not in GAMMA_WORDS}
-  if any(g == AUTO for g in as_list(gammas)):
-    needed |= set(range(1, gamma_max + 2))
-  return sorted(needed)
-
-
-def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
-            max_decode_len: int | None = None) -> dict[DraftSpec, timing.Costs]:
-  """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
-  once and shared."""
-  return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,
-                                   max_decode_len=max_decode_len)
-
-
-def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]:
-  """Process 0's costs on every process (one process: unchanged): GAMMA='auto' must choose the
-  same gamma everywhere, and each process's own timings differ."""
-  keys_ = list(costs)
-  rows = distributed.agree([[c.target_ms, c.draft_ms, c.c, sorted(c.v.items())]
-                            for c in costs.values()])
-  return {k: timing.Costs(t, d, c, {int(n): float(x) for n, x in v})
-          for k, (t, d, c, v) in zip(keys_, rows)}
-
-
 # ---- acceptance on the calibration prompts -------------------------------------------------------
 def effective_rule(rule: str, temperature: float) -> str:
   """The rule whose expected length applies: at temperature 0 (one-hot p and q) block
@@ -181,61 +97,6 @@ def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows
   stats = acceptance.summarize(acceptance.counters_to_dict(counters, rows))
   return {"alpha": acceptance.alpha_of(counters, rows),
           "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
-
-
-# ---- the loops' own costs ------------------------------------------------------------------------
-def measure_loops(template: Decoder, target_params,
-                  drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
-                  batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS
-                  ) -> dict[Any, LoopCosts]:
-  """{key: LoopCosts} for drafts {key: (draft, params, gammas >= 1)}, all on `batches` (inputs of
-  the run's batch shape; each program decodes all of them per call), timed side by side with the
-  autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
-  the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
-  the same Decoder with the draft and `Chain(gamma)`."""
-  full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
-  zero_cap = jnp.int32(0)
-  rng = jax.random.key(seed + 7919)
-
-  def program(decoder, params, cap):
-    return lambda: [jax.block_until_ready(decoder.generate(params, x, rng, max_iterations=cap))
-                    for x in batches]
-
-  ar = dataclasses.replace(template, draft=None, scheme=Autoregressive())
-  programs = {("ar", 0, "full"): program(ar, Params(target_params), full_cap),
-              ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
-  for key, (draft, params, gammas) in drafts.items():
-    for g in gammas:
-      spec = dataclasses.replace(template, draft=draft, scheme=Chain(g))
-      programs[(key, g, "full")] = program(spec, Params(target_params, params), full_cap)
-      programs[(key, g, "zero")] = program(spec, Params(target_params, params), zero_cap)
-  results, seconds = timing.interleaved(programs, repeats)
-  return {key: _loop_costs(results, seconds, key, gammas, len(batches))
-          for key, (_, _, gammas) in drafts.items()}
-
-
-def _loop_costs(results, seconds, key, gammas, n_batches: int) -> LoopCosts:
-  """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared)."""
-  def per_iteration(key, g):
-    counts = [acceptance.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
-    iterations = sum(c["iterations"] for c in counts)
-    ms = 1e3 * max(seconds[(key, g, "full")] - seconds[(key, g, "zero")], 0.0) / max(iterations, 1)
-    return ms, 1e3 * seconds[(key, g, "zero")] / n_batches, iterations, counts
-
-  ar_ms, ar_fixed, ar_iterations, _ = per_iteration("ar", 0)
-  it, fixed, tpi = {}, {}, {}
-  for g in sorted(gammas):
-    it[g], fixed[g], _, counts = per_iteration(key, g)
-    merged = acceptance.merge(counts)
-    tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
-  # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
-  # (taken at face value, 'auto' would favour that gamma). Running maximum, as for v(T).
-  for prev, g in zip(sorted(it), sorted(it)[1:]):
-    it[g] = max(it[g], it[prev])
-  first = results[("ar", 0, "full")]
-  return LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / n_batches,
-                   iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
-                   batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]))
 
 
 # ---- resolving points ----------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
-from specdec_jax.runner import calibrate, inputs as inputs_lib, keys, models as models_lib
+from specdec_jax.runner import calibrate, costs as costs_lib, inputs as inputs_lib, keys
+from specdec_jax.runner import models as models_lib
 from specdec_jax.runner.config import AUTO, DraftSpec, RunConfig, draft_specs, points, temperatures
 from specdec_jax.runner.store import ResultStore
 
@@ -126,11 +127,11 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   if not cfg.runs_speculative:
     return [], {}
   first, _ = global_batch(loaded, range(min(cfg.batch_size, len(loaded.prompts.ids))))
-  tokens = calibrate.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
+  tokens = costs_lib.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
   t0 = time.perf_counter()
-  costs = calibrate.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens,
+  costs = costs_lib.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens,
                             max_decode_len=cfg.max_decode_length)
-  costs = calibrate.agree(costs)  # every process resolves 'auto' from process 0's timings
+  costs = costs_lib.agree(costs)  # every process resolves 'auto' from process 0's timings
   log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
       ", ".join(f"v({n})={c.v[n]:.2f}" for n in sorted(c.v) if n > 1) for s, c in costs.items()))
@@ -184,8 +185,8 @@ def calibration_batches(cfg: RunConfig, loaded: Loaded) -> list:
 
 
 def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -> dict:
-  """{(draft spec, temperature): calibrate.LoopCosts} for the gammas each point needs
-  ({point: gammas}); one `calibrate.measure_loops` per temperature. Empty on a mesh: the sharded
+  """{(draft spec, temperature): costs.LoopCosts} for the gammas each point needs
+  ({point: gammas}); one `costs.measure_loops` per temperature. Empty on a mesh: the sharded
   programs are predicted from lone `extend` costs."""
   need: dict = {}
   for p, gs in gammas.items():
@@ -197,7 +198,7 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
   out = {}
   for t, by_draft in need.items():
     t0 = time.perf_counter()
-    loops = calibrate.measure_loops(
+    loops = costs_lib.measure_loops(
         decoder_for(cfg, loaded, t)[0], loaded.target_params,
         {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
         seed=cfg.seed)

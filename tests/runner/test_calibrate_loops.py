@@ -17,7 +17,7 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
-from specdec_jax.runner import calibrate
+from specdec_jax.runner import calibrate, costs
 from specdec_jax.runner.config import DraftSpec, Point
 from specdec_jax.testing import tiny_pair
 
@@ -42,7 +42,7 @@ COSTS = timing.Costs(target_ms=4.0, draft_ms=0.4, c=0.1,
 
 
 def _loop(iteration_ms, tokens=40.0, ar_ms=4.0):
-  return calibrate.LoopCosts(ar_ms=ar_ms, ar_fixed_ms=0.0, tokens=tokens,
+  return costs.LoopCosts(ar_ms=ar_ms, ar_fixed_ms=0.0, tokens=tokens,
                              iteration_ms=iteration_ms, fixed_ms={g: 0.0 for g in iteration_ms},
                              tokens_per_iteration={g: 1.0 for g in iteration_ms}, batches=1,
                              rows=1)
@@ -156,7 +156,7 @@ def test_measure_loops_on_tiny_models():
   target, tp, draft, dp = tiny_pair("decoder", seed=3)
   batches = [jnp.asarray([[5, 6, 7, 2]], jnp.int32), jnp.asarray([[9, 3, 4, 8]], jnp.int32)]
   template = Decoder(target, sampling=SamplingConfig(), rule="tokenwise", max_decode_len=8)
-  loops = calibrate.measure_loops(template, tp, {"d": (draft, dp, [1, 3])}, batches, seed=0,
+  loops = costs.measure_loops(template, tp, {"d": (draft, dp, [1, 3])}, batches, seed=0,
                                   repeats=2)
   lc = loops["d"]
   assert sorted(lc.iteration_ms) == [1, 3] and lc.batches == 2 and lc.rows == 1
