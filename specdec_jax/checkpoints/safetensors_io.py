@@ -8,6 +8,7 @@ handling BF16 via ml_dtypes avoids torch for the common case (`safetensors.numpy
 from __future__ import annotations
 
 import json
+import os
 import struct
 from typing import Any, Mapping
 
@@ -23,10 +24,26 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 def read_header(path: str) -> tuple[dict[str, Any], int]:
-  """Returns (tensor entries, byte offset where the data section starts)."""
+  """Returns (tensor entries, byte offset where the data section starts).
+
+  The header's length is checked against the file's size before it is read: a file whose first
+  8 bytes lie (truncated, not safetensors) must give an error naming it, not a multi-GB read.
+  """
+  size = os.path.getsize(path)
   with open(path, "rb") as f:
-    (n,) = struct.unpack("<Q", f.read(8))
-    header = json.loads(f.read(n))
+    prefix = f.read(8)
+    if len(prefix) < 8:
+      raise ValueError(f"{path}: not a safetensors file ({size} bytes, no header length)")
+    (n,) = struct.unpack("<Q", prefix)
+    if n > size - 8:
+      raise ValueError(f"{path}: not a valid safetensors file: its header claims {n} bytes but "
+                       f"the file has {size - 8} after the length field (truncated or corrupt?)")
+    try:
+      header = json.loads(f.read(n))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise ValueError(f"{path}: the safetensors header is not valid JSON ({e})") from None
+  if not isinstance(header, dict):
+    raise ValueError(f"{path}: the safetensors header is not a JSON object")
   header.pop("__metadata__", None)
   return header, 8 + n
 
@@ -34,6 +51,7 @@ def read_header(path: str) -> tuple[dict[str, Any], int]:
 def open_file(path: str) -> dict[str, np.ndarray]:
   """{tensor name: read-only memory-mapped numpy array}."""
   header, start = read_header(path)
+  size = os.path.getsize(path)
   out = {}
   for name, entry in header.items():
     dtype = _DTYPES.get(entry["dtype"])
@@ -41,6 +59,10 @@ def open_file(path: str) -> dict[str, np.ndarray]:
       raise ValueError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
     begin, end = entry["data_offsets"]
     shape = tuple(entry["shape"])
+    if not 0 <= begin <= end or start + end > size or (
+        end - begin != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize):
+      raise ValueError(f"{path}: tensor {name}'s data_offsets {[begin, end]} do not fit its "
+                       f"shape {list(shape)} of {entry['dtype']} inside the file ({size} bytes)")
     if end == begin:
       out[name] = np.zeros(shape, dtype)
       continue

@@ -135,6 +135,13 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
       ", ".join(f"v({n})={c.v[n]:.2f}" for n in sorted(c.v) if n > 1) for s, c in costs.items()))
+  for spec, c in costs.items():
+    if c.c > 1.0:
+      logging.warning(
+          "draft %s costs more than its target: one draft step %.3f ms against %.3f ms for a "
+          "target step (c = %.2f > 1); speculation cannot pay with such a draft (a draft larger "
+          "than its target, or a target on a faster path?)", spec.name, c.draft_ms, c.target_ms,
+          c.c)
   cal_rows = range(min(cfg.auto_calibration_examples, len(loaded.prompts.ids)))
   pts = points(cfg)
   plans = {}
