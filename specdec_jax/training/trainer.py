@@ -52,7 +52,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences
 from specdec_jax.training import evaluation
-from specdec_jax.training import generation
+from specdec_jax.training import distill_data
 from specdec_jax.training import losses
 from specdec_jax.training import onpolicy
 from specdec_jax.training import run_key
@@ -193,7 +193,7 @@ def _check_on_policy_model(cfg: TrainConfig, model_cfg: ModelConfig | None = Non
   refused before anything is written when the config can be read without the weights."""
   if cfg.on_policy_fraction <= 0.0:
     return
-  model_cfg = model_cfg or generation.peek_config(cfg.model)
+  model_cfg = model_cfg or distill_data.peek_config(cfg.model)
   if model_cfg is not None and not model_cfg.is_encoder_decoder:
     raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
                      "decoder-only; on-policy distillation supports encoder-decoder models only")
@@ -225,8 +225,8 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   _check_on_policy_model(cfg)
-  shared_encoder.check_config(cfg, generation.peek_config(cfg.model),
-                              generation.peek_config(cfg.teacher) if cfg.teacher else None)
+  shared_encoder.check_config(cfg, distill_data.peek_config(cfg.model),
+                              distill_data.peek_config(cfg.teacher) if cfg.teacher else None)
   # Before any weights are loaded: a refused resume should cost nothing.
   run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
                          write=jax.process_index() == 0)
