@@ -84,7 +84,7 @@ def test_a_killed_process_resumes(setup, tmp_path):
   gin.write_text(
       f"DistillDataConfig.model = '{models['t5_test_target']}'\n"
       f"DistillDataConfig.tasks = [@TaskSpec()]\nTaskSpec.name = '{task}'\n"
-      "TaskSpec.input_len = 24\nTaskSpec.target_len = 12\nGenerateConfig.batch_size = 1\n")
+      "TaskSpec.input_len = 24\nTaskSpec.target_len = 12\nDistillDataConfig.batch_size = 1\n")
   out = tmp_path / "out"
   cmd = [sys.executable, "-m", "specdec_jax.distill_data", f"--gin_file={gin}",
          f"--output_dir={out}"]
