@@ -2,11 +2,11 @@
 (its settings: `training.config.TrainConfig`).
 
 Why it looks like this:
-- Resume after a kill is exact: the train state (params, optimizer state, step, tokens seen,
-  seconds spent) is an Orbax checkpoint written every `checkpoint_every` steps, and the batch of a
-  step is a pure function of (seed, step) (`training.data`), so a resumed run continues with the
-  very batches the killed one would have seen. `batches.jsonl` logs a hash of every batch to prove
-  it.
+- Resume after a kill is exact: the train state (`training.train_state.TrainState`: params,
+  optimizer state, step, tokens seen, seconds spent) is an Orbax checkpoint written every
+  `checkpoint_every` steps, and the batch of a step is a pure function of (seed, step)
+  (`training.data`), so a resumed run continues with the very batches the killed one would have
+  seen. `batches.jsonl` logs a hash of every batch to prove it.
 - Adafactor is the default because T5 trains with it (factored second moments: small optimizer
   state); AdamW is the option researchers reach for with small models.
 - Distillation (DistillSpec) is a loss option of the same step: with a `teacher` checkpoint the
