@@ -20,7 +20,8 @@ never written to the rebuilt train split, so models trained on a rebuild can be 
 committed files.
 
 Never run by the tests (it needs the network and takes minutes). The builders live in
-specdec_jax/data/build/ (one module per step, see its __init__); this file holds the flags.
+scripts/data_build/ (one module per step, see its __init__; not part of the installed package:
+they shell out to apt-get and pip); this file holds the flags.
 """
 from __future__ import annotations
 
@@ -34,11 +35,11 @@ from absl import flags
 
 # pylint: disable=g-import-not-at-top
 from specdec_jax.data import checksums
-from specdec_jax.data.build import code_complete
-from specdec_jax.data.build import splits
-from specdec_jax.data.build import summaries
-from specdec_jax.data.build import translation
-from specdec_jax.data.build.fetch import Fetcher
+from data_build import code_complete
+from data_build import splits
+from data_build import summaries
+from data_build import translation
+from data_build.fetch import Fetcher
 
 TASK_SOURCES = {
     "translate_en_de": translation.SOURCES,

@@ -14,7 +14,7 @@ the tokens it will have to propose.
 
 Also prints the share of each task's target tokens the K most frequent ids cover (--report_k).
 Needs the tasks the config trains on (a generated-sequence directory is made by
-`python -m specdec_jax.generate`, see the config's comment).
+`python -m specdec_jax.distill_data`, see the config's comment).
 """
 from __future__ import annotations
 

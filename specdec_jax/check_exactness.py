@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import flags, logging
 
-from specdec_jax import gin_utils, run as run_lib
+from specdec_jax import configurables, gin_utils
 from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
@@ -203,7 +203,8 @@ def format_report(r: dict) -> str:
 def run_check(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               search_paths: Sequence[str] = (), opts: CheckOptions = CheckOptions(),
               output_dir: str | None = None) -> dict:
-  cfg = run_lib.parse(gin_files, gin_bindings, search_paths)
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  cfg = configurables.run_config()
   report = check(cfg, dataclasses.replace(opts, seed=cfg.seed))
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)

@@ -6,7 +6,7 @@ search paths (the working directory, the repository root, the installed package'
 same rewriting of `--gin.NAME=VALUE`, and the same strictness. Gin itself rejects an unknown
 configurable or parameter, but happily creates a new macro from a typo (`--gin.TEMPRATURE=1`
 silently does nothing), so `parse_gin_flags` refuses a macro binding that no config file declares.
-Library code never imports this module; only the entry points do.
+Library code never imports this module; only the entry points and `configurables` do.
 """
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def write_config(output_dir: str, writer=None, step: int = 0) -> str:
 
 def define_entry_flags(output_dir_help: str) -> None:
   """The flags every gin entry point shares (--gin_file, --gin_bindings, --gin_search_paths,
-  --output_dir), defined once per process: run, train, generate and aot import together (tests,
+  --output_dir), defined once per process: run, train, distill_data and aot import together (tests,
   scripts), and absl refuses a flag defined twice."""
   from absl import flags  # pylint: disable=import-outside-toplevel
   if "gin_file" in flags.FLAGS:

@@ -10,16 +10,16 @@ searched). Modes (`MODE`): speculative, autoregressive, benchmark (both on the s
 process) and sweep (any of GAMMA / TEMPERATURE / DRAFT / DRAFT_CHECKPOINT a list).
 Writes OUTPUT_DIR/metrics.json, predictions.jsonl, config.gin and tensorboard/.
 
-Gin lives here only: this module registers `RunConfig` as a configurable; library code below
-(models, decoding, runner, metrics) imports no gin.
+Gin lives in the entry points and `specdec_jax.configurables` (which registers `RunConfig` and
+every other configurable); library code below (models, decoding, runner, metrics) imports no gin.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import gin
 from absl import flags, logging
 
+from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils
 from specdec_jax.runner.config import RunConfig
@@ -27,40 +27,11 @@ from specdec_jax.runner.config import RunConfig
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where results, config.gin and TensorBoard events go.")
 
-CONFIGURABLE = "RunConfig"
-
-
-def register_configurables() -> None:
-  """Registers `RunConfig` with gin once per process (module may be imported as __main__ too)."""
-  try:
-    gin.get_configurable(CONFIGURABLE)
-  except ValueError:
-    gin.external_configurable(RunConfig, name=CONFIGURABLE, module="specdec")
-  try:
-    gin.get_configurable("AdaptiveConfig")
-  except ValueError:  # GAMMA = 'adaptive' with RunConfig.adaptive = @AdaptiveConfig()
-    from specdec_jax.decoding.adaptive import AdaptiveConfig  # pylint: disable=import-outside-toplevel
-    gin.external_configurable(AdaptiveConfig, name="AdaptiveConfig", module="specdec")
-  try:
-    gin.get_configurable("MeshConfig")
-  except ValueError:  # gin/mesh/*.gin bind it (RunConfig.mesh = @MeshConfig())
-    from specdec_jax.sharding import MeshConfig  # pylint: disable=import-outside-toplevel
-    gin.external_configurable(MeshConfig, name="MeshConfig", module="specdec")
-
-
-def build_run_config() -> RunConfig:
-  """The `RunConfig` the parsed gin config describes (validated)."""
-  register_configurables()
-  return gin.get_configurable(CONFIGURABLE)()
-
-
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()) -> RunConfig:
   """Parses gin files and bindings (strictly) and returns the run's config."""
-  register_configurables()
-  gin.clear_config()
-  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
-  return build_run_config()
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  return configurables.run_config()
 
 
 def run(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] = (),

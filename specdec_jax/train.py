@@ -6,7 +6,7 @@ r"""Entry point: train from scratch, fine-tune a checkpoint, or distil a draft.
 Re-running the same command resumes from the last checkpoint in OUTPUT_DIR/checkpoints with the
 same data order. Distilling a draft (DistillSpec): `TrainConfig.teacher`, `divergence`
 ('fkl' | 'rkl' | 'jsd' | 'tvd'), `on_policy_fraction`; a task may be a directory that
-`python -m specdec_jax.generate` wrote (the target's own continuations), e.g.
+`python -m specdec_jax.distill_data` wrote (the target's own continuations), e.g.
 configs/local/train/t5_draft_small_seqkd_fkl.gin. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
 `--gin_search_paths`, and the multi-host `--distributed=auto` / `--coordinator_address`...).
 Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl, train_summary.json and, with
@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import gin
 from absl import flags, logging
 
+from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils
 
@@ -33,42 +33,12 @@ FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
 
 
-def register_configurables() -> None:
-  """TrainConfig, TaskSpec, MeshConfig and (for gin/mesh/*.gin) RunConfig, once per process."""
-  from specdec_jax.runner.config import RunConfig
-  from specdec_jax.sharding import MeshConfig
-  from specdec_jax.training.data import TaskSpec
-  from specdec_jax.training.trainer import TrainConfig
-  for cls in (TrainConfig, TaskSpec, MeshConfig, RunConfig):
-    try:
-      gin.get_configurable(cls.__name__)
-    except ValueError:
-      gin.external_configurable(cls, name=cls.__name__, module="specdec")
-
-
-def _binding(name: str):
-  """(bound?, value) of a `Configurable.param` binding."""
-  try:
-    return True, gin.query_parameter(name)
-  except ValueError:
-    return False, None
-
-
-def build_train_config():
-  """The parsed `TrainConfig`; a mesh module's MeshConfig is its mesh unless it binds its own."""
-  kwargs = {}
-  if not _binding("TrainConfig.mesh")[0] and _binding("RunConfig.mesh")[1] is not None:
-    kwargs["mesh"] = gin.get_configurable("MeshConfig")()
-  return gin.get_configurable("TrainConfig")(**kwargs)
-
-
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()):
-  """Parses gin strictly and returns the `TrainConfig` it describes."""
-  register_configurables()
-  gin.clear_config()
-  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
-  return build_train_config()
+  """Parses gin strictly and returns the `TrainConfig` it describes (a mesh module's MeshConfig
+  is its mesh unless it binds its own)."""
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  return configurables.train_config()
 
 
 def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] = (),

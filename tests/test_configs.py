@@ -6,7 +6,7 @@ Three kinds of file live under configs/:
 - entry files (a "Required / commonly overridden" header): parsed alone into a RunConfig;
 - fragments (draft swaps, mesh settings): parsed after an entry file that they are meant to follow,
   and each fragment must be applied somewhere (so none rots unparsed);
-- training configs (configs/**/train/): parsed by specdec_jax.train (skipped if it is absent).
+- training configs (configs/**/train/): parsed as specdec_jax.train parses them.
 """
 import glob
 import os
@@ -14,7 +14,7 @@ import os
 import gin
 import pytest
 
-from specdec_jax import gin_utils, run
+from specdec_jax import configurables, gin_utils, run
 from specdec_jax.runner.config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("clean_gin")
 
 def _required_bindings(path):
   """Placeholder bindings for macros the file leaves as %gin.REQUIRED."""
-  run.register_configurables()
+  configurables.register()
   gin.clear_config()
   gin_utils.add_search_paths()
   gin.parse_config_file(path)
@@ -92,23 +92,9 @@ def test_fragment_parses_after_its_entry_file(path):
   assert isinstance(cfg, RunConfig)
 
 
-def _register_train_configurables():
-  """TrainConfig and TaskSpec as specdec_jax.train registers them (without importing that entry
-  point: both entry points define the same absl flags, so only one can be imported per process)."""
-  trainer = pytest.importorskip("specdec_jax.training.trainer")
-  data = pytest.importorskip("specdec_jax.training.data")
-  generation = pytest.importorskip("specdec_jax.training.generation")  # configs/*/train/generate/
-  from specdec_jax.sharding import MeshConfig  # configs/paper/train/ bind TrainConfig.mesh
-  for cls in (trainer.TrainConfig, data.TaskSpec, MeshConfig, generation.GenerateConfig):
-    try:
-      gin.get_configurable(cls.__name__)
-    except ValueError:
-      gin.external_configurable(cls, module="specdec")
-
-
 @pytest.mark.parametrize("path", TRAIN, ids=_rel)
 def test_train_config_parses(path):
-  _register_train_configurables()
+  configurables.register()  # TrainConfig, TaskSpec, MeshConfig, DistillDataConfig (generate/)
   with open(path) as f:
     complete = "TrainConfig.model" in f.read()  # else an included fragment (the data mixture)
   gin_utils.parse_gin_flags([path], finalize=False)

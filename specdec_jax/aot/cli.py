@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import gin
 from absl import app, flags
 
+from specdec_jax import configurables
 from specdec_jax import gin_utils
 
 FLAGS = flags.FLAGS
@@ -42,27 +43,14 @@ flags.DEFINE_list("only", [], "Compile only programs of these kinds (spec_prefil
 _MACRO = re.compile(r"^([A-Z0-9_]+)_(CHECKPOINT|PRESET)\s*=\s*'([^']*)'\s*$", re.M)
 
 
-def register_configurables() -> None:
-  from specdec_jax import train  # pylint: disable=import-outside-toplevel
-  train.register_configurables()  # TrainConfig, TaskSpec, MeshConfig, RunConfig
-
-
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()):
   """(RunConfig or TrainConfig, checkpoint -> preset map from the gin macros)."""
-  register_configurables()
-  gin.clear_config()
-  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
-  try:
-    gin.query_parameter("TrainConfig.model")
-    is_train = True
-  except ValueError:
-    is_train = False
-  if is_train:
-    from specdec_jax import train  # pylint: disable=import-outside-toplevel
-    cfg = train.build_train_config()
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  if configurables.is_training_job():
+    cfg = configurables.train_config()
   else:
-    cfg = gin.get_configurable("RunConfig")()
+    cfg = configurables.run_config()
   return cfg, checkpoint_presets(gin.config_str())
 
 

@@ -162,6 +162,7 @@ def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=Non
   state laid out as the trainer places it (`training.placement`, `training.sharded`)."""
   from specdec_jax.training import sharded as sharded_lib  # pylint: disable=import-outside-toplevel
   from specdec_jax.training import trainer  # pylint: disable=import-outside-toplevel
+  from specdec_jax.training.train_state import TrainState  # pylint: disable=import-outside-toplevel
   model = sh.with_rules(Model(model_cfg.replace(dtype=tcfg.dtype, scan_layers=False)), rules)
   micro = tcfg.batch_size // tcfg.num_microbatches
   sh.validate(mesh, model, rules, name=f"model {tcfg.model}", batch_size=micro)
@@ -176,10 +177,10 @@ def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=Non
   opt_sh = tm.opt_state_shardings(optimizer, params, jax.tree.map(lambda x: x.sharding, params))
   opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                            jax.eval_shape(optimizer.init, params), opt_sh)
-  state = {"params": params, "opt_state": opt_state,
-           "step": abstract.abstract_scalar(np.int32, mesh),
-           "tokens": abstract.abstract_scalar(np.int32, mesh),
-           "seconds": abstract.abstract_scalar(np.float32, mesh)}
+  state = TrainState(params=params, opt_state=opt_state,
+                     step=abstract.abstract_scalar(np.int32, mesh),
+                     tokens=abstract.abstract_scalar(np.int32, mesh),
+                     seconds=abstract.abstract_scalar(np.float32, mesh))
   step = trainer.make_train_step(model, tcfg, optimizer, teacher,
                                  state_shardings=jax.tree.map(lambda x: x.sharding, state),
                                  replicated=tm.replicated)

@@ -6,6 +6,7 @@ example once, and tests can check the arithmetic without decoding anything.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,83 +60,96 @@ def quality_block(metric: str, references: Sequence[str | None], ar_texts, spec_
   return out
 
 
-def build(*, task: str, target: str, draft: str | None, temperature: float, gamma: int | None,
-          num_examples: int, ar_records, spec_records, costs,
-          quality_info: Mapping[str, Any], match_rate: float | None,
-          extra: Mapping[str, Any] | None = None, alpha_if_nothing_drafted: float | None = None,
-          predictable: bool = True, speedup_measured: bool = True,
-          loop: Mapping[str, Any] | None = None, rule: str = "tokenwise") -> dict[str, Any]:
-  """One metrics.json object. Keys that a mode does not measure are present with value None.
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """What one metrics object describes: the task, the models and the decode's settings.
+
+  draft: None for an autoregressive-only object; gamma: None there, 0 for GAMMA='auto' choosing
+  the baseline. rule: the acceptance rule decoded with.
+  """
+  task: str
+  target: str
+  draft: str | None
+  temperature: float
+  gamma: int | None
+  num_examples: int
+  rule: str = "tokenwise"
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+  """What the decodes of one object measured.
 
   alpha_if_nothing_drafted: alpha measured elsewhere (GAMMA='auto''s calibration decode) for a
-  point whose decode drafted nothing (gamma 0). predictable: False for an adaptive draft length,
-  which the fixed-gamma formula does not predict (speedup_predicted is then None).
-  speedup_measured: False where the "speculative" program is the baseline itself (gamma 0 chosen
-  by 'auto'): speedup is then None rather than a 1.00 that would read as measured.
-  loop: the measured loop costs of this draft and temperature (`runner.costs.LoopCosts.to_json()`);
-  where they hold this gamma, speedup_predicted is theory.loop_speedup(E, T_ar, T_iter(gamma))
-  with the per-request fixed costs and N = the autoregressive iterations per batch of this run
-  (`speedup_predicted_from` 'loop'); else the lone-extend formula from c and v ('lone_extend').
-  rule: the acceptance rule decoded with. E is the expected tokens per iteration
-  (theory.expected_tokens_per_iteration) from this row's own profile, 1 + sum_i of the fraction
-  of its target calls that kept at least i drafts, for either rule (alpha^i, positions taken as
-  independent, overstates it where acceptances cluster: prompt lookup on code).
+  point whose decode drafted nothing (gamma 0). speedup_measured: False where the "speculative"
+  program is the baseline itself (gamma 0 chosen by 'auto'): speedup is then None rather than a
+  1.00 that would read as measured.
   """
+  ar_records: Sequence[ProgramRecord] = ()
+  spec_records: Sequence[ProgramRecord] = ()
+  quality_info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  match_rate: float | None = None
+  alpha_if_nothing_drafted: float | None = None
+  speedup_measured: bool = True
+
+
+def build(setting: Setting, measured: Measured, costs=None,
+          loop: Mapping[str, Any] | None = None, *, predictable: bool = True,
+          extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+  """One metrics.json object. Keys that a mode does not measure are present with value None.
+
+  costs: the lone-extend costs (`timing.Costs`) of this draft, or None. loop: its measured loop
+  costs at this temperature (`runner.costs.LoopCosts.to_json()`), or None; with N = the
+  autoregressive iterations per batch of this run (`_tokens_per_request`) they predict the
+  speedup, `theory.predict` says how. predictable: False for an adaptive draft length, which the
+  fixed-gamma formula does not predict (speedup_predicted is then None). extra: keys added last.
+  """
+  spec_records, ar_records = measured.spec_records, measured.ar_records
   stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
       if spec_records else {}
   alpha = stats.get("alpha")
-  if gamma == 0 and alpha_if_nothing_drafted is not None:
-    alpha = alpha_if_nothing_drafted
-  v = c = predicted = lone = expected = it_ms = None
-  source = None
-  if costs is not None and gamma is not None and predictable:
-    c = costs.c
-    v = 1.0 if gamma == 0 else costs.v.get(gamma + 1)
-    if gamma == 0:
-      predicted, source = 1.0, "autoregressive"
-    elif alpha is not None:
-      a = min(max(alpha, 0.0), 1.0)
-      use = "tokenwise" if float(temperature) == 0.0 else rule
-      expected = theory.expected_tokens_per_iteration(
-          a, gamma, use, [x or 0.0 for x in stats.get("accepts_per_position") or []])
-      if v is not None:
-        lone = theory.loop_speedup(expected, 1.0, gamma * c + v)
-      it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
-      if it_ms is not None:
-        n_ar, n_spec = _tokens_per_request(ar_records, spec_records, loop)
-        predicted, source = theory.loop_speedup(
-            expected, loop["ar_ms"], it_ms, tokens=n_ar, ar_fixed=loop["ar_fixed_ms"],
-            spec_fixed=loop["fixed_ms"][str(gamma)], spec_tokens=n_spec), "loop"
-      elif lone is not None:
-        predicted, source = lone, "lone_extend"
-  ar_ms, spec_ms = ms_per_token(ar_records), ms_per_token(spec_records)
+  if setting.gamma == 0 and measured.alpha_if_nothing_drafted is not None:
+    alpha = measured.alpha_if_nothing_drafted
+  pred = theory.Prediction()
+  if predictable:
+    tokens = _tokens_per_request(ar_records, spec_records, loop) if loop else None
+    pred = theory.predict(setting.gamma, alpha, costs, temperature=setting.temperature,
+                          rule=setting.rule, accepts_per_position=stats.get("accepts_per_position"),
+                          loop=loop, tokens=tokens)
   speedup = None
-  if ar_records and spec_records and speedup_measured:
+  if ar_records and spec_records and measured.speedup_measured:
     ar_s, spec_s = wall(ar_records)[0], wall(spec_records)[0]
     speedup = ar_s / spec_s if spec_s > 0 else None
   out = {
-      "task": task, "target": target, "draft": draft, "temperature": temperature,
-      "gamma": gamma, "num_examples": num_examples,
+      "task": setting.task, "target": setting.target, "draft": setting.draft,
+      "temperature": setting.temperature, "gamma": setting.gamma,
+      "num_examples": setting.num_examples,
       "alpha": alpha, "acceptance_rate": stats.get("acceptance_rate"),
       "tokens_per_target_call": stats.get("tokens_per_target_call"),
-      "c": c, "v": v, "speedup": speedup, "speedup_predicted": predicted,
-      "ar_ms_per_token": ar_ms, "spec_ms_per_token": spec_ms,
-      "greedy_match_rate": match_rate if temperature == 0 else None,
-      "quality": dict(quality_info),
+      "c": pred.c, "v": pred.v, "speedup": speedup, "speedup_predicted": pred.speedup,
+      "ar_ms_per_token": ms_per_token(ar_records), "spec_ms_per_token": ms_per_token(spec_records),
+      "greedy_match_rate": measured.match_rate if setting.temperature == 0 else None,
+      "quality": dict(measured.quality_info),
       "accepts_per_position": stats.get("accepts_per_position"),
       "accepted_length_hist": stats.get("accepted_length_hist"),
-      "target_ms_per_call": costs.target_ms if costs is not None else None,
-      "draft_ms_per_call": costs.draft_ms if costs is not None else None,
-      "v_curve": ({str(k): val for k, val in costs.v.items()} if costs is not None else None),
-      "speedup_predicted_from": source,
-      "speedup_predicted_lone_extend": lone,
-      "expected_tokens_per_iteration": expected,
-      "iteration_ms": it_ms,
+      **_call_costs(costs),
+      "speedup_predicted_from": pred.source,
+      "speedup_predicted_lone_extend": pred.lone_extend,
+      "expected_tokens_per_iteration": pred.expected_tokens,
+      "iteration_ms": pred.iteration_ms,
       "ar_iteration_ms": loop["ar_ms"] if loop else None,
       "loop_costs": dict(loop) if loop else None,
   }
   out.update(extra or {})
   return out
+
+
+def _call_costs(costs) -> dict[str, Any]:
+  """The measured per-call costs a row carries (None where none were measured)."""
+  if costs is None:
+    return {"target_ms_per_call": None, "draft_ms_per_call": None, "v_curve": None}
+  return {"target_ms_per_call": costs.target_ms, "draft_ms_per_call": costs.draft_ms,
+          "v_curve": {str(k): val for k, val in costs.v.items()}}
 
 
 def _tokens_per_request(ar_records, spec_records, loop: Mapping[str, Any]

@@ -43,7 +43,9 @@ are `specdec_jax.timing`'s and `runner/calibrate.py`'s.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -159,3 +161,59 @@ def choose_gamma(alpha: float, c: float, v_curve=None, max_gamma: int = 16,
   """The gamma maximising the lone-extend prediction, or 0 if none is predicted to beat
   min_speedup."""
   return best_gamma(speedup_curve(alpha, c, v_curve, max_gamma), min_speedup)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+  """A metrics row's predicted speedup and what it was predicted from (None: not predicted).
+
+  Attributes:
+    c, v: the lone-extend cost ratios at this gamma (v(gamma + 1); 1 at gamma 0).
+    speedup: the prediction a row publishes (`speedup_predicted`).
+    source: 'loop' (measured loop costs), 'lone_extend' (c and v), 'autoregressive' (gamma 0).
+    lone_extend: the lone-extend formula's value, also where the loop model is the one published.
+    expected_tokens: E, the expected tokens per iteration.
+    iteration_ms: the measured speculative iteration at this gamma (loop model only).
+  """
+  c: float | None = None
+  v: float | None = None
+  speedup: float | None = None
+  source: str | None = None
+  lone_extend: float | None = None
+  expected_tokens: float | None = None
+  iteration_ms: float | None = None
+
+
+def predict(gamma: int | None, alpha: float | None, costs, *, temperature: float,
+            rule: str = "tokenwise", accepts_per_position: Sequence[float | None] | None = None,
+            loop: Mapping[str, Any] | None = None,
+            tokens: tuple[float, float] | None = None) -> Prediction:
+  """The speedup a fixed-gamma decode is predicted to reach, from measured costs.
+
+  `costs` holds the lone-extend ratios (`timing.Costs`: c, v by tokens verified); `loop` the
+  measured loop costs of this draft and temperature (`runner.costs.LoopCosts.to_json()`: gamma keys
+  as strings) and `tokens` (N, N') of `loop_speedup` for this run. Where the loop costs hold this
+  gamma the prediction is `loop_speedup(E, T_ar, T_iter(gamma))` with the per-request fixed
+  costs; else the lone-extend formula from c and v. E comes from the row's own acceptance profile
+  `accepts_per_position` (`expected_tokens_per_iteration`; at temperature 0 both rules keep the
+  same drafts, so token-wise). Nothing is predicted without costs, a gamma or (gamma > 0) alpha.
+  """
+  if costs is None or gamma is None:
+    return Prediction()
+  if gamma == 0:
+    return Prediction(c=costs.c, v=1.0, speedup=1.0, source="autoregressive")
+  v = costs.v.get(gamma + 1)
+  if alpha is None:
+    return Prediction(c=costs.c, v=v)
+  use = "tokenwise" if float(temperature) == 0.0 else rule
+  expected = expected_tokens_per_iteration(
+      min(max(alpha, 0.0), 1.0), gamma, use, [x or 0.0 for x in accepts_per_position or []])
+  lone = loop_speedup(expected, 1.0, gamma * costs.c + v) if v is not None else None
+  it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
+  if it_ms is not None:
+    n_ar, n_spec = tokens
+    speedup = loop_speedup(expected, loop["ar_ms"], it_ms, tokens=n_ar,
+                           ar_fixed=loop["ar_fixed_ms"], spec_fixed=loop["fixed_ms"][str(gamma)],
+                           spec_tokens=n_spec)
+    return Prediction(costs.c, v, speedup, "loop", lone, expected, it_ms)
+  return Prediction(costs.c, v, lone, None if lone is None else "lone_extend", lone, expected)

@@ -57,16 +57,14 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   fallback_alpha = point.calibration_alpha if (point.auto and point.gamma == 0) else None
   if fallback_alpha is not None:
     extra["speedup_not_measured"] = "GAMMA='auto' chose 0: the baseline program itself"
-  return report.build(task=cfg.task, target=loaded.target_name, draft=point.draft.name,
-                      temperature=point.temperature, gamma=point.gamma, num_examples=len(preds),
-                      ar_records=ar_records, spec_records=spec_records,
-                      costs=costs.get(point.draft), quality_info=_quality(metric, preds, has_ar,
-                                                                          True),
-                      match_rate=match, extra=extra, alpha_if_nothing_drafted=fallback_alpha,
-                      predictable=point.adaptive is None,
-                      speedup_measured=fallback_alpha is None,
-                      loop=point.loop.to_json() if point.loop is not None else None,
-                      rule=cfg.rule)
+  setting = report.Setting(cfg.task, loaded.target_name, point.draft.name, point.temperature,
+                           point.gamma, len(preds), rule=cfg.rule)
+  measured = report.Measured(ar_records, spec_records, _quality(metric, preds, has_ar, True),
+                             match, alpha_if_nothing_drafted=fallback_alpha,
+                             speedup_measured=fallback_alpha is None)
+  return report.build(setting, measured, costs.get(point.draft),
+                      point.loop.to_json() if point.loop is not None else None,
+                      predictable=point.adaptive is None, extra=extra)
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:
@@ -75,11 +73,10 @@ def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: 
                 if b.autoregressive is not None]
   preds = store.run_predictions(keys.autoregressive(temperature))
   metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
-  return report.build(task=cfg.task, target=loaded.target_name, draft=None,
-                      temperature=temperature, gamma=None, num_examples=len(preds),
-                      ar_records=ar_records, spec_records=[], costs=None,
-                      quality_info=_quality(metric, preds, True, False), match_rate=None,
-                      extra={"mode": cfg.mode, "run": keys.autoregressive(temperature), "gamma_auto": False})
+  setting = report.Setting(cfg.task, loaded.target_name, None, temperature, None, len(preds))
+  measured = report.Measured(ar_records, [], _quality(metric, preds, True, False))
+  return report.build(setting, measured, extra={
+      "mode": cfg.mode, "run": keys.autoregressive(temperature), "gamma_auto": False})
 
 
 def collect(cfg: RunConfig, loaded: Loaded, store: ResultStore, resolved, costs) -> list[dict]:

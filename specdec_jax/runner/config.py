@@ -1,10 +1,10 @@
 """What one run does: `RunConfig` (filled from gin macros by `run.py`) and its sweep points.
 
 Why a plain dataclass: the pipeline is testable without gin, and gin stays at the edge
-(`run.py` registers this class as the `RunConfig` configurable). A *sweep* is any run where
-`gamma`, `temperature`, `draft` or `draft_checkpoint` is a list: the pipeline runs the cartesian
-product, grouping points by temperature so the autoregressive baseline of a temperature is decoded
-and timed once, interleaved with every speculative point of that temperature.
+(`configurables.py` registers this class as the `RunConfig` configurable). A *sweep* is any run
+where `gamma`, `temperature`, `draft` or `draft_checkpoint` is a list: the pipeline runs the
+cartesian product, grouping points by temperature so the autoregressive baseline of a temperature
+is decoded and timed once, interleaved with every speculative point of that temperature.
 """
 from __future__ import annotations
 

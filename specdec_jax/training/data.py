@@ -13,7 +13,7 @@ registered seqio task (`seqio_tasks`: the papers' `wmt_t2t_ende_v003`, `cnn_dail
 `specdec_*` ones): its inputs come tokenized by the task and its references are encoded with the
 task's own vocabulary, so a model fine-tuned here sees exactly the ids a run decodes from.
 A task may also be a directory of generated sequences (`training.seqdata`, written by
-`python -m specdec_jax.generate`): its train split is the prompts and the continuations the
+`python -m specdec_jax.distill_data`): its train split is the prompts and the continuations the
 target (or draft) generated, used as ids; its valid split is the source task's, with references,
 so validation still measures the data.
 `TaskSpec.max_examples` caps what is read (the first N of the split: TFDS stores a split in

@@ -16,7 +16,6 @@ the model axes, the batch over `data`). A model trained here is laid out exactly
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import numpy as np
@@ -84,6 +83,6 @@ def setup(config: sh.MeshConfig, model: Model, *, batch_size: int, name: str = "
   return TrainMesh(mesh, rules), model, teacher
 
 
-def state_shardings(state: dict[str, Any]):
+def state_shardings(state):
   """The sharding of every array in a placed train state (the train step keeps them)."""
   return jax.tree.map(lambda x: x.sharding, state)

@@ -2,11 +2,11 @@
 (its settings: `training.config.TrainConfig`).
 
 Why it looks like this:
-- Resume after a kill is exact: the train state (params, optimizer state, step, tokens seen,
-  seconds spent) is an Orbax checkpoint written every `checkpoint_every` steps, and the batch of a
-  step is a pure function of (seed, step) (`training.data`), so a resumed run continues with the
-  very batches the killed one would have seen. `batches.jsonl` logs a hash of every batch to prove
-  it.
+- Resume after a kill is exact: the train state (`training.train_state.TrainState`: params,
+  optimizer state, step, tokens seen, seconds spent) is an Orbax checkpoint written every
+  `checkpoint_every` steps, and the batch of a step is a pure function of (seed, step)
+  (`training.data`), so a resumed run continues with the very batches the killed one would have
+  seen. `batches.jsonl` logs a hash of every batch to prove it.
 - Adafactor is the default because T5 trains with it (factored second moments: small optimizer
   state); AdamW is the option researchers reach for with small models.
 - Distillation (DistillSpec) is a loss option of the same step: with a `teacher` checkpoint the
@@ -28,10 +28,12 @@ Why it looks like this:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -52,7 +54,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences
 from specdec_jax.training import evaluation
-from specdec_jax.training import generation
+from specdec_jax.training import distill_data
 from specdec_jax.training import losses
 from specdec_jax.training import onpolicy
 from specdec_jax.training import run_key
@@ -62,6 +64,7 @@ from specdec_jax.training import warm_start
 # Re-exported: `from specdec_jax.training.trainer import TrainConfig` is how users and gin see it.
 from specdec_jax.training.config import OPTIMIZERS, SCHEDULES, TrainConfig  # noqa: F401
 from specdec_jax.training.placement import Placement
+from specdec_jax.training.train_state import TrainState
 
 def learning_rate_schedule(cfg: TrainConfig) -> optax.Schedule:
   warm = max(cfg.warmup_steps, 1)
@@ -97,7 +100,7 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
 
 def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTransformation,
                     teacher: Model | None, state_shardings=None, replicated=None):
-  """Jitted (state, batch, teacher_params) -> (state, metrics).
+  """Jitted (TrainState, batch, teacher_params) -> (TrainState, metrics).
 
   Losses are sums over target tokens divided by the whole batch's token count, so microbatch
   gradients add up to the whole batch's. `state_shardings` (sharded runs) pins the state's layout
@@ -134,13 +137,13 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
                          jax.eval_shape(grad_fn, params, first, teacher_params, n))
     return jax.lax.scan(body, zeros, mbs)[0]
 
-  def step(state, batch, teacher_params):
-    (loss, metrics), grads = loss_and_grads(state["params"], batch, teacher_params)
-    updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
+  def step(state: TrainState, batch, teacher_params):
+    (loss, metrics), grads = loss_and_grads(state.params, batch, teacher_params)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
-    new_state = dict(state, params=params, opt_state=opt_state, step=state["step"] + 1,
-                     tokens=state["tokens"] + metrics["target_tokens"].astype(jnp.int32))
+    new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1,
+                              tokens=state.tokens + metrics["target_tokens"].astype(jnp.int32))
     return new_state, metrics
 
   if state_shardings is None:
@@ -193,7 +196,7 @@ def _check_on_policy_model(cfg: TrainConfig, model_cfg: ModelConfig | None = Non
   refused before anything is written when the config can be read without the weights."""
   if cfg.on_policy_fraction <= 0.0:
     return
-  model_cfg = model_cfg or generation.peek_config(cfg.model)
+  model_cfg = model_cfg or distill_data.peek_config(cfg.model)
   if model_cfg is not None and not model_cfg.is_encoder_decoder:
     raise ValueError(f"on_policy_fraction is {cfg.on_policy_fraction} but model {cfg.model} is "
                      "decoder-only; on-policy distillation supports encoder-decoder models only")
@@ -225,8 +228,8 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   _check_on_policy_model(cfg)
-  shared_encoder.check_config(cfg, generation.peek_config(cfg.model),
-                              generation.peek_config(cfg.teacher) if cfg.teacher else None)
+  shared_encoder.check_config(cfg, distill_data.peek_config(cfg.model),
+                              distill_data.peek_config(cfg.teacher) if cfg.teacher else None)
   # Before any weights are loaded: a refused resume should cost nothing.
   run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
                          write=jax.process_index() == 0)
@@ -256,146 +259,249 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
     if tm is not None:
       stack.enter_context(jax.set_mesh(tm.mesh))
     return _train(cfg, output_dir, model, params, teacher, teacher_params, Placement(tm),
-                  config_text=config_text, crash_after_step=crash_after_step, progress=progress)
+                  _Options(config_text, crash_after_step, progress))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+  """How `train` was called beside the config (tests simulate a kill, scripts silence the bar)."""
+  config_text: str = ""
+  crash_after_step: int | None = None
+  progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """What the loop works with beside the train state: fixed for the whole run."""
+  cfg: TrainConfig
+  model: Model
+  teacher: Model | None
+  teacher_params: Any
+  place: Placement
+  tasks: list[data_lib.TokenizedTask]
+  train_step: Callable
+  schedule: optax.Schedule
+  evaluator: Callable | None
+  primary: bool  # process 0, the only one that writes files other than Orbax checkpoints
+
+
+@dataclasses.dataclass
+class _Sinks:
+  """Where a run writes as it goes: checkpoints (every process); TensorBoard, the batch log and
+  the progress bar (process 0 only, else None)."""
+  manager: ocp.CheckpointManager
+  writer: RunWriter | None = None
+  batches_log: Any = None
+  bar: Any = None
+
+  def close(self) -> None:
+    """Closes the batch log and the bar and waits for checkpoint writes (TensorBoard stays open
+    for the summary's scalars)."""
+    if self.batches_log:
+      self.batches_log.close()
+    if self.bar is not None:
+      self.bar.close()
+    self.manager.wait_until_finished()
+
+
+@dataclasses.dataclass
+class _Progress:
+  """The loop's host-side counters (the device-side ones live in the `TrainState`)."""
+  step: int
+  seconds_before: float  # training seconds of the runs this one resumes
+  t_process: float = dataclasses.field(default_factory=time.perf_counter)
+  t_window: float = dataclasses.field(default_factory=time.perf_counter)
+  tokens_window: float = 0.0
+  last_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+  stopped_by_budget: bool = False
+
+  def seconds(self) -> float:
+    return self.seconds_before + time.perf_counter() - self.t_process
 
 
 def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Model | None,
-           teacher_params, place: Placement, *, config_text: str, crash_after_step: int | None,
-           progress: bool) -> dict[str, Any]:
+           teacher_params, place: Placement, opts: _Options) -> dict[str, Any]:
   output_dir = os.path.abspath(output_dir)
   primary = jax.process_index() == 0  # the only process that writes (Orbax: all of them)
   os.makedirs(output_dir, exist_ok=True)
-  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
-  for spec in cfg.tasks:
-    _check_vocab(model.config, data_lib.task_vocabulary(spec, vocab),
-                 f"model {cfg.model} (task {spec.name})")
-
-  enc_dec = model.config.is_encoder_decoder
-  tasks = [data_lib.tokenize_task(s, vocab, enc_dec, "train") for s in cfg.tasks]
-  logging.info("tasks: %s", ", ".join(f"{t.spec.name} ({t.size} examples)" for t in tasks))
-
+  vocab, tasks = _tokenized_tasks(cfg, model)
   params = place.params(model, params)
   if teacher is not None:
     teacher_params = place.params(teacher, teacher_params)
-  optimizer = make_optimizer(cfg)
-  state = {"params": params, "opt_state": place.opt_state(optimizer, params),
-           "step": place.scalar(0, np.int32), "tokens": place.scalar(0, np.int32),
-           "seconds": place.scalar(0.0, np.float32)}
   manager = ocp.CheckpointManager(
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
-  latest = manager.latest_step()
-  if latest is not None:
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)  # shardings included
-    state = manager.restore(latest, args=ocp.args.StandardRestore(abstract))
-    logging.info("resumed from step %d (%s)", latest, manager.directory)
-  start_step = int(state["step"])
-
-  train_step = _cached_train_step(model, cfg, teacher, place.tm, state)
-  writer = RunWriter(os.path.join(output_dir, "tensorboard")) if primary else None
-  if writer and config_text and start_step == 0:
-    writer.text("config", config_text)
-  batches_log = (open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
-                 if primary else None)
-  schedule_fn = learning_rate_schedule(cfg)
+  state = _restore(manager, _initial_state(cfg, params, place))
   evaluator = (evaluation.make_evaluator(model, cfg.tasks, vocab, eval_examples=cfg.eval_examples,
                                           batch_size=cfg.batch_size, place=place,
                                           teacher=teacher, teacher_params=teacher_params)
                if cfg.eval_examples else None)
-  bar = None
-  if progress and primary:
-    from tqdm import tqdm
-    bar = tqdm(total=cfg.max_steps, initial=start_step, desc="train", unit="step",
-               dynamic_ncols=True)
-
-  t_process = time.perf_counter()
-  t_window, tokens_window = time.perf_counter(), 0.0
-  seconds_before = float(state["seconds"])
-  last_metrics: dict[str, float] = {}
-  step = start_step
-  stopped_by_budget = False
+  run = _Run(cfg, model, teacher, teacher_params, place, tasks,
+             _cached_train_step(model, cfg, teacher, place.tm, state),
+             learning_rate_schedule(cfg), evaluator, primary)
+  sinks = _open_sinks(run, output_dir, int(state.step), manager, opts)
+  progress = _Progress(step=int(state.step), seconds_before=float(state.seconds))
   try:
-    while step < cfg.max_steps:
-      task_idx, batch_np = data_lib.batch_at(tasks, step, cfg.batch_size, cfg.seed)
-      on_policy = onpolicy.is_on_policy(cfg.on_policy_fraction, cfg.seed, step)
-      if on_policy:
-        batch_np = onpolicy.student_batch(model, state["params"], batch_np,
-                                          temperature=cfg.on_policy_temperature, seed=cfg.seed,
-                                          step=step, teacher=teacher,
-                                          teacher_params=teacher_params)
-      if batches_log:
-        row = {"step": step, "task": tasks[task_idx].spec.name, "digest": _batch_digest(batch_np)}
-        if on_policy:
-          row["on_policy"] = True
-        batches_log.write(json.dumps(row) + "\n")
-      state, metrics = train_step(state, place.batch(batch_np), teacher_params)
-      step += 1
-      tokens_window += float(np.sum(batch_np["loss_weights"]))
-      if step % cfg.log_every == 0 or step == cfg.max_steps:
-        metrics = jax.device_get(metrics)
-        now = time.perf_counter()
-        last_metrics = {f"train/{k}": float(v) for k, v in metrics.items() if k != "target_tokens"}
-        last_metrics["train/learning_rate"] = float(schedule_fn(step))
-        last_metrics["train/target_tokens_per_second"] = tokens_window / max(now - t_window, 1e-9)
-        if writer:
-          writer.scalars(step, last_metrics)
-        t_window, tokens_window = now, 0.0
-        if bar is not None:
-          bar.set_postfix(loss=f"{last_metrics['train/loss']:.3f}",
-                          tok_s=f"{last_metrics['train/target_tokens_per_second']:.0f}")
-      if evaluator and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
-        valid = evaluator(state["params"])
-        if writer:
-          writer.scalars(step, {f"valid/{k}": v for k, v in valid.items()})
-      if bar is not None:
-        bar.update(1)
-      over_budget = (cfg.max_train_seconds is not None and _agree(
-          time.perf_counter() - t_process > cfg.max_train_seconds))
-      if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over_budget:
-        state["seconds"] = place.scalar(seconds_before + time.perf_counter() - t_process,
-                                        np.float32)
-        manager.save(step, args=ocp.args.StandardSave(state))
-        manager.wait_until_finished()
-        if batches_log:
-          batches_log.flush()
-      if crash_after_step is not None and step >= crash_after_step:
-        raise RuntimeError(f"simulated crash after step {step}")
-      if over_budget:
-        stopped_by_budget = step < cfg.max_steps
-        break
+    state = _loop(run, state, sinks, progress, opts.crash_after_step)
   finally:
-    if batches_log:
-      batches_log.close()
-    if bar is not None:
-      bar.close()
-    manager.wait_until_finished()
+    sinks.close()
+  return _finish(run, state, progress, sinks.writer, output_dir)
 
-  seconds = seconds_before + time.perf_counter() - t_process
+
+def _tokenized_tasks(cfg: TrainConfig, model: Model):
+  """(vocabulary, the tokenized train split of every task); a vocabulary larger than the model's
+  embedding is refused before anything runs."""
+  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
+  for spec in cfg.tasks:
+    _check_vocab(model.config, data_lib.task_vocabulary(spec, vocab),
+                 f"model {cfg.model} (task {spec.name})")
+  enc_dec = model.config.is_encoder_decoder
+  tasks = [data_lib.tokenize_task(s, vocab, enc_dec, "train") for s in cfg.tasks]
+  logging.info("tasks: %s", ", ".join(f"{t.spec.name} ({t.size} examples)" for t in tasks))
+  return vocab, tasks
+
+
+def _initial_state(cfg: TrainConfig, params, place: Placement) -> TrainState:
+  return TrainState(params=params, opt_state=place.opt_state(make_optimizer(cfg), params),
+                    step=place.scalar(0, np.int32), tokens=place.scalar(0, np.int32),
+                    seconds=place.scalar(0.0, np.float32))
+
+
+def _restore(manager: ocp.CheckpointManager, state: TrainState) -> TrainState:
+  """The latest checkpoint laid out like `state` (shardings included), else `state`."""
+  latest = manager.latest_step()
+  if latest is None:
+    return state
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.to_checkpoint())
+  restored = manager.restore(latest, args=ocp.args.StandardRestore(abstract))
+  logging.info("resumed from step %d (%s)", latest, manager.directory)
+  return TrainState.from_checkpoint(restored)
+
+
+def _open_sinks(run: _Run, output_dir: str, start_step: int, manager: ocp.CheckpointManager,
+                opts: _Options) -> _Sinks:
+  sinks = _Sinks(manager)
+  if not run.primary:
+    return sinks
+  sinks.writer = RunWriter(os.path.join(output_dir, "tensorboard"))
+  if opts.config_text and start_step == 0:
+    sinks.writer.text("config", opts.config_text)
+  sinks.batches_log = open(os.path.join(output_dir, "batches.jsonl"), "a", encoding="utf-8")
+  if opts.progress:
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+    sinks.bar = tqdm(total=run.cfg.max_steps, initial=start_step, desc="train", unit="step",
+                     dynamic_ncols=True)
+  return sinks
+
+
+def _loop(run: _Run, state: TrainState, sinks: _Sinks, progress: _Progress,
+          crash_after_step: int | None) -> TrainState:
+  """Steps until `max_steps` or the wall-clock budget, checkpointing as configured."""
+  cfg = run.cfg
+  while progress.step < cfg.max_steps:
+    state, metrics = _step(run, state, progress, sinks.batches_log)
+    step = progress.step
+    if step % cfg.log_every == 0 or step == cfg.max_steps:
+      _log_metrics(run, step, metrics, progress, sinks)
+    if run.evaluator and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+      valid = run.evaluator(state.params)
+      if sinks.writer:
+        sinks.writer.scalars(step, {f"valid/{k}": v for k, v in valid.items()})
+    if sinks.bar is not None:
+      sinks.bar.update(1)
+    over_budget = (cfg.max_train_seconds is not None and _agree(
+        time.perf_counter() - progress.t_process > cfg.max_train_seconds))
+    if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over_budget:
+      state = state.replace(seconds=run.place.scalar(progress.seconds(), np.float32))
+      sinks.manager.save(step, args=ocp.args.StandardSave(state.to_checkpoint()))
+      sinks.manager.wait_until_finished()
+      if sinks.batches_log:
+        sinks.batches_log.flush()
+    if crash_after_step is not None and step >= crash_after_step:
+      raise RuntimeError(f"simulated crash after step {step}")
+    if over_budget:
+      progress.stopped_by_budget = step < cfg.max_steps
+      break
+  return state
+
+
+def _step(run: _Run, state: TrainState, progress: _Progress, batches_log
+          ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer step on the batch of `progress.step` (the student's own continuations on an
+  on-policy step), logged to batches.jsonl; advances the host counters."""
+  cfg, step = run.cfg, progress.step
+  task_idx, batch_np = data_lib.batch_at(run.tasks, step, cfg.batch_size, cfg.seed)
+  on_policy = onpolicy.is_on_policy(cfg.on_policy_fraction, cfg.seed, step)
+  if on_policy:
+    batch_np = onpolicy.student_batch(run.model, state.params, batch_np,
+                                      temperature=cfg.on_policy_temperature, seed=cfg.seed,
+                                      step=step, teacher=run.teacher,
+                                      teacher_params=run.teacher_params)
+  if batches_log:
+    row = {"step": step, "task": run.tasks[task_idx].spec.name, "digest": _batch_digest(batch_np)}
+    if on_policy:
+      row["on_policy"] = True
+    batches_log.write(json.dumps(row) + "\n")
+  state, metrics = run.train_step(state, run.place.batch(batch_np), run.teacher_params)
+  progress.step += 1
+  progress.tokens_window += float(np.sum(batch_np["loss_weights"]))
+  return state, metrics
+
+
+def _log_metrics(run: _Run, step: int, metrics: dict[str, jax.Array], progress: _Progress,
+                 sinks: _Sinks) -> None:
+  """The step's train metrics, learning rate and throughput since the last log line."""
+  metrics = jax.device_get(metrics)
+  now = time.perf_counter()
+  last = {f"train/{k}": float(v) for k, v in metrics.items() if k != "target_tokens"}
+  last["train/learning_rate"] = float(run.schedule(step))
+  last["train/target_tokens_per_second"] = (progress.tokens_window /
+                                            max(now - progress.t_window, 1e-9))
+  if sinks.writer:
+    sinks.writer.scalars(step, last)
+  progress.t_window, progress.tokens_window = now, 0.0
+  progress.last_metrics = last
+  if sinks.bar is not None:
+    sinks.bar.set_postfix(loss=f"{last['train/loss']:.3f}",
+                          tok_s=f"{last['train/target_tokens_per_second']:.0f}")
+
+
+def _finish(run: _Run, state: TrainState, progress: _Progress, writer: RunWriter | None,
+            output_dir: str) -> dict[str, Any]:
+  """The summary (final validation, export) written to train_summary.json."""
+  cfg = run.cfg
   summary = {
-      "model": cfg.model, "teacher": cfg.teacher, "steps": step, "max_steps": cfg.max_steps,
-      "stopped_by_time_budget": stopped_by_budget,
-      "target_tokens_seen": int(state["tokens"]), "train_seconds": round(seconds, 1),
-      "num_params": int(sum(np.size(x) for x in jax.tree.leaves(state["params"]))),
-      "final_train_metrics": last_metrics,
+      "model": cfg.model, "teacher": cfg.teacher, "steps": progress.step,
+      "max_steps": cfg.max_steps, "stopped_by_time_budget": progress.stopped_by_budget,
+      "target_tokens_seen": int(state.tokens), "train_seconds": round(progress.seconds(), 1),
+      "num_params": int(sum(np.size(x) for x in jax.tree.leaves(state.params))),
+      "final_train_metrics": progress.last_metrics,
   }
-  if evaluator:
-    summary["valid_cross_entropy"] = evaluator(state["params"])
+  if run.evaluator:
+    summary["valid_cross_entropy"] = run.evaluator(state.params)
   if writer:
-    writer.scalars(step, {f"valid/{k}": v
-                          for k, v in summary.get("valid_cross_entropy", {}).items()})
+    writer.scalars(progress.step, {f"valid/{k}": v
+                                   for k, v in summary.get("valid_cross_entropy", {}).items()})
     writer.close()
   if cfg.export_dir:
-    dtype = jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None
-    # Sharded params are written shard by shard (every process calls save); the stored config
-    # keeps float32 activations, as exports always had (runs pick their own dtype).
-    exported = state["params"] if place.tm is not None else jax.device_get(state["params"])
-    orbax_io.save(cfg.export_dir, model.config.replace(dtype="float32"), exported, dtype=dtype)
-    summary["export_dir"] = cfg.export_dir
-    if model.shares_encoder and primary:  # which target's encoder it reads (checked at load)
-      summary["paired_target"] = pairing.write(cfg.export_dir, target_name=cfg.teacher,
-                                               target_config=teacher.config,
-                                               target_params=teacher_params)
-  if primary:
+    summary.update(_export(run, state))
+  if run.primary:
     with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
       json.dump(summary, f, indent=1)
   return summary
+
+
+def _export(run: _Run, state: TrainState) -> dict[str, Any]:
+  """Writes the trained weights to `export_dir`; the summary entries that say so."""
+  cfg = run.cfg
+  dtype = jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None
+  # Sharded params are written shard by shard (every process calls save); the stored config
+  # keeps float32 activations, as exports always had (runs pick their own dtype).
+  exported = state.params if run.place.tm is not None else jax.device_get(state.params)
+  orbax_io.save(cfg.export_dir, run.model.config.replace(dtype="float32"), exported, dtype=dtype)
+  out = {"export_dir": cfg.export_dir}
+  if run.model.shares_encoder and run.primary:  # which target's encoder it reads (checked at load)
+    out["paired_target"] = pairing.write(cfg.export_dir, target_name=cfg.teacher,
+                                         target_config=run.teacher.config,
+                                         target_params=run.teacher_params)
+  return out

@@ -1,22 +1,29 @@
-"""The pure parts of the data builders (specdec_jax/data/build): no network, no packages.
+"""The pure parts of the data builders (scripts/data_build): no network, no packages.
 
 scripts/build_data.py itself needs the Debian archive and PyPI and is never run here; these
-tests pin the cleaning, parsing and splitting rules that decide what a rebuild contains.
+tests pin the cleaning, parsing and splitting rules that decide what a rebuild contains. The
+builders are not part of the installed package (they shell out to apt-get and pip), so scripts/
+goes on sys.path, as `python scripts/build_data.py` has it.
 """
 import hashlib
 import json
 import lzma
+import os
 import struct
+import sys
 
 import pytest
 
-from specdec_jax.data.build import blocks
-from specdec_jax.data.build import code_complete
-from specdec_jax.data.build import descriptions
-from specdec_jax.data.build import fetch
-from specdec_jax.data.build import mo
-from specdec_jax.data.build import splits
-from specdec_jax.data.build import text
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts"))
+
+from data_build import blocks  # noqa: E402  (after sys.path)
+from data_build import code_complete  # noqa: E402  (after sys.path)
+from data_build import descriptions  # noqa: E402  (after sys.path)
+from data_build import fetch  # noqa: E402  (after sys.path)
+from data_build import mo  # noqa: E402  (after sys.path)
+from data_build import splits  # noqa: E402  (after sys.path)
+from data_build import text  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # text

@@ -3,6 +3,8 @@
 Why: metrics.json is a public contract; every key must be present in every mode (None where a
 mode measures nothing), and speedup / predicted speedup must be the documented ratios.
 """
+import dataclasses
+
 import pytest
 
 from specdec_jax.metrics.theory import predicted_speedup
@@ -22,9 +24,17 @@ def _ar_record(seconds, emitted):
   return ProgramRecord(seconds, {"emitted": emitted})
 
 
+def _build(*, costs=None, loop=None, predictable=True, extra=None, **kw):
+  """report.build from flat keywords: the `Setting` fields, the `Measured` fields, the costs."""
+  names = {f.name for f in dataclasses.fields(report.Setting)}
+  setting = report.Setting(**{k: kw.pop(k) for k in list(kw) if k in names})
+  return report.build(setting, report.Measured(**kw), costs, loop, predictable=predictable,
+                      extra=extra)
+
+
 def test_build_benchmark_point():
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
-  m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
+  m = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
                    ar_records=[_ar_record(2.0, 40)],
                    spec_records=[_spec_record(1.0, 40)], costs=costs,
                    quality_info={"metric": "bleu"}, match_rate=1.0)
@@ -42,7 +52,7 @@ def test_build_benchmark_point():
 
 
 def test_build_autoregressive_only_has_all_keys():
-  m = report.build(task="t", target="tgt", draft=None, temperature=1.0, gamma=None,
+  m = _build(task="t", target="tgt", draft=None, temperature=1.0, gamma=None,
                    num_examples=1, ar_records=[_ar_record(1.0, 10)], spec_records=[],
                    costs=None, quality_info={"metric": "exact_match"}, match_rate=0.5)
   assert set(report.CONTRACT_KEYS) <= set(m)
@@ -85,7 +95,7 @@ def test_speedup_of_the_baseline_itself_is_not_reported_as_measured():
   """GAMMA='auto' choosing 0 decodes with the baseline program: its "speedup" is None."""
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0})
   ar = [_ar_record(2.0, 40)]
-  m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=0, num_examples=2,
+  m = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=0, num_examples=2,
                    ar_records=ar, spec_records=[ProgramRecord(2.0, {"emitted": 40}, gamma=0)],
                    costs=costs, quality_info={"metric": "bleu"}, match_rate=1.0,
                    alpha_if_nothing_drafted=0.27, speedup_measured=False)
@@ -102,13 +112,13 @@ def test_prediction_from_the_timed_loop():
   run's autoregressive iterations per batch; c, v and v_curve stay (public contract)."""
   costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
   ar = ProgramRecord(2.0, {"emitted": 40, "iterations": 40})
-  m = report.build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
+  m = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
                    ar_records=[ar], spec_records=[_spec_record(1.0, 40)], costs=costs,
                    quality_info={"metric": "bleu"}, match_rate=1.0, loop=LOOP)
   e = 1 + 0.8 + 0.7 + 0.5  # the row's profile
   assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e * 7))
   # At temperature > 0 the two decodes sample outputs of different lengths: each its own.
-  short = report.build(task="t", target="tgt", draft="d", temperature=1.0, gamma=3,
+  short = _build(task="t", target="tgt", draft="d", temperature=1.0, gamma=3,
                        num_examples=2, ar_records=[ar], spec_records=[_spec_record(1.0, 30)],
                        costs=costs, quality_info={}, match_rate=None, loop=LOOP)
   assert short["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 30 / e * 7))
@@ -128,13 +138,13 @@ def test_rows_are_predicted_from_their_own_acceptance_profile():
             ar_records=[ProgramRecord(2.0, {"emitted": 40, "iterations": 40})],
             costs=costs, quality_info={}, match_rate=None, loop=LOOP)
   rows = [_spec_record(1.0, 40)]
-  block = report.build(temperature=1.0, rule="block", spec_records=rows, **kw)
-  token = report.build(temperature=1.0, rule="tokenwise", spec_records=rows, **kw)
-  greedy = report.build(temperature=0.0, rule="tokenwise", spec_records=rows, **kw)
+  block = _build(temperature=1.0, rule="block", spec_records=rows, **kw)
+  token = _build(temperature=1.0, rule="tokenwise", spec_records=rows, **kw)
+  greedy = _build(temperature=0.0, rule="tokenwise", spec_records=rows, **kw)
   for m in (block, token, greedy):
     assert m["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.7 + 0.5)
     assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / 3.0 * 7))
   bare = _spec_record(1.0, 40)
   bare.counters.pop("accepts_per_position")
-  no_profile = report.build(temperature=0.0, rule="tokenwise", spec_records=[bare], **kw)
+  no_profile = _build(temperature=0.0, rule="tokenwise", spec_records=[bare], **kw)
   assert no_profile["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)

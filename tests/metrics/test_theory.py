@@ -128,3 +128,26 @@ def test_block_expected_length_is_its_own_not_the_tokenwise_formula():
   assert at_least[0] == pytest.approx(alpha, abs=0.01)  # A_1 = alpha for both rules
   with pytest.raises(ValueError, match="needs P"):
     g.expected_tokens_per_iteration(alpha, 3, "block", at_least)
+
+
+def test_predict_is_empty_without_costs_and_one_at_gamma_zero():
+  costs = timing.Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={4: 1.5})
+  assert g.predict(3, 0.8, None, temperature=0.0) == g.Prediction()
+  assert g.predict(None, 0.8, costs, temperature=0.0) == g.Prediction()
+  p = g.predict(0, None, costs, temperature=0.0)
+  assert (p.speedup, p.source, p.v, p.c) == (1.0, "autoregressive", 1.0, 0.1)
+  assert g.predict(3, None, costs, temperature=0.0) == g.Prediction(c=0.1, v=1.5)
+
+
+def test_predict_prefers_the_timed_loop_over_lone_extend():
+  costs = timing.Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={4: 1.5})
+  profile = [0.8, 0.7, 0.5]
+  lone = g.predict(3, 0.8, costs, temperature=1.0, accepts_per_position=profile)
+  assert lone.source == "lone_extend" and lone.expected_tokens == pytest.approx(3.0)
+  assert lone.speedup == lone.lone_extend == pytest.approx(3.0 / (3 * 0.1 + 1.5))
+  loop = {"ar_ms": 4.0, "ar_fixed_ms": 8.0, "iteration_ms": {"3": 7.0}, "fixed_ms": {"3": 11.0}}
+  timed = g.predict(3, 0.8, costs, temperature=1.0, accepts_per_position=profile,
+                         loop=loop, tokens=(40.0, 30.0))
+  assert timed.source == "loop" and timed.iteration_ms == 7.0
+  assert timed.speedup == pytest.approx((8 + 40 * 4) / (11 + 30 / 3.0 * 7))
+  assert timed.lone_extend == lone.lone_extend

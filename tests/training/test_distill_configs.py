@@ -8,8 +8,8 @@ import os
 import gin
 import pytest
 
-from specdec_jax import generate, train
-from specdec_jax.training import generation
+from specdec_jax import distill_data as distill_data_cli, train
+from specdec_jax.training import distill_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = "specdec_jax/assets/zoo/t5_target"
@@ -54,8 +54,8 @@ def test_on_policy_recipes():
 
 @pytest.mark.parametrize("name", sorted(GENERATE))
 def test_generation_recipes(name):
-  cfg = generate.parse([os.path.join(ROOT, "configs/local/train/generate", name)])
-  assert isinstance(cfg, generation.GenerateConfig)
+  cfg = distill_data_cli.parse([os.path.join(ROOT, "configs/local/train/generate", name)])
+  assert isinstance(cfg, distill_data.DistillDataConfig)
   assert (cfg.temperature, cfg.mix_model, cfg.mix_fraction) == GENERATE[name]
   assert cfg.model == TARGET
   assert [(t.name, t.input_len, t.target_len) for t in cfg.tasks] == [
@@ -63,8 +63,9 @@ def test_generation_recipes(name):
 
 
 def test_seqkd_tasks_are_the_directories_the_generation_recipe_writes():
-  gen = generate.parse([os.path.join(ROOT, "configs/local/train/generate/t5_target_greedy.gin")])
-  written = [os.path.join("runs/seqkd/t5_target_greedy", generation.task_dir_name(t))
+  gen = distill_data_cli.parse(
+      [os.path.join(ROOT, "configs/local/train/generate/t5_target_greedy.gin")])
+  written = [os.path.join("runs/seqkd/t5_target_greedy", distill_data.task_dir_name(t))
              for t in gen.tasks]  # its documented --output_dir
   gin.clear_config()
   cfg = _train("t5_draft_small_seqkd_fkl.gin")
@@ -82,7 +83,7 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   assert [t.name for t in cfg.tasks] == ["runs/seqkd/t5_target_greedy/translate_en_de",
                                          "summarize"]
   from specdec_jax.models.config import get_preset  # pylint: disable=import-outside-toplevel
-  assert get_preset(cfg.model).source_dim == generation.peek_config(TARGET).emb_dim
+  assert get_preset(cfg.model).source_dim == distill_data.peek_config(TARGET).emb_dim
   assert cfg.export_dir == "runs/train/t5_shared_draft_seqkd_fkl/export"
   # The shipped weights' schedule: constant to step 5,240, then a 5,000-step cool-down.
   assert (cfg.schedule, cfg.max_steps - cfg.decay_steps, cfg.max_steps) == ("wsd", 5240, 10240)
@@ -118,12 +119,13 @@ def test_shared_encoder_on_policy_recipe_fine_tunes_the_shipped_draft():
 def test_code_recipes_generate_and_distil_decoder_only():
   """The code pair's sequence-level recipe: generation with the LM target into the directory the
   draft's recipe trains on, prompts narrower than the sequences (room for a continuation)."""
-  gen = generate.parse([os.path.join(ROOT, "configs/local/train/generate/lm_target_greedy.gin")])
+  gen = distill_data_cli.parse(
+      [os.path.join(ROOT, "configs/local/train/generate/lm_target_greedy.gin")])
   assert gen.model == "specdec_jax/assets/zoo/lm_target" and gen.temperature == 0.0
-  assert generation.peek_config(gen.model).kind == "decoder"
+  assert distill_data.peek_config(gen.model).kind == "decoder"
   (spec,) = gen.tasks
   assert (spec.name, spec.input_len, spec.target_len) == ("code_complete", 128, 192)
-  written = os.path.join("runs/seqkd/lm_target_greedy", generation.task_dir_name(spec))
+  written = os.path.join("runs/seqkd/lm_target_greedy", distill_data.task_dir_name(spec))
   gin.clear_config()
   cfg = _train("lm_draft_seqkd_fkl.gin")
   assert (cfg.model, cfg.teacher, cfg.divergence) == (

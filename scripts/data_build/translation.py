@@ -15,11 +15,11 @@ import zipfile
 
 from absl import logging
 
-from specdec_jax.data.build.blocks import pairs_by_order, parse_blocks
-from specdec_jax.data.build.descriptions import (description_paragraphs, paragraph_segments,
+from data_build.blocks import pairs_by_order, parse_blocks
+from data_build.descriptions import (description_paragraphs, paragraph_segments,
                                                  parse_translations)
-from specdec_jax.data.build.mo import read_mo
-from specdec_jax.data.build.text import aligned_pairs, fold, good_pair, strip_mnemonic
+from data_build.mo import read_mo
+from data_build.text import aligned_pairs, fold, good_pair, strip_mnemonic
 
 SOURCES = ["ding", "lohelp", "ddtp", "gnomehelp", "debref", "mo_base", "mo_gcc", "mo_lo",
            "mo_pypi", "mo_plone"]

@@ -1,6 +1,6 @@
 r"""Entry point: generate sequence-level distillation data (DistillSpec) with the target or draft.
 
-  python -m specdec_jax.generate \
+  python -m specdec_jax.distill_data \
       --gin_file=configs/local/train/generate/t5_target_greedy.gin \
       --output_dir=runs/seqkd/t5_target_greedy
 
@@ -14,33 +14,21 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-import gin
 from absl import flags, logging
 
+from specdec_jax import configurables
 from specdec_jax import gin_utils
+from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where the generated sequences go.")
 
 
-def register_configurables() -> None:
-  """GenerateConfig, plus what the training configs it includes bind (TrainConfig, TaskSpec)."""
-  from specdec_jax.train import register_configurables as register_train
-  from specdec_jax.training.generation import GenerateConfig
-  register_train()
-  try:
-    gin.get_configurable("GenerateConfig")
-  except ValueError:
-    gin.external_configurable(GenerateConfig, name="GenerateConfig", module="specdec")
-
-
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()):
-  """Parses gin strictly and returns the `GenerateConfig` it describes."""
-  register_configurables()
-  gin.clear_config()
-  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
-  return gin.get_configurable("GenerateConfig")()
+  """Parses gin strictly and returns the `DistillDataConfig` it describes."""
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  return configurables.distill_data_config()
 
 
 def main(argv: Sequence[str]) -> None:
@@ -48,7 +36,6 @@ def main(argv: Sequence[str]) -> None:
     raise ValueError(f"unexpected positional arguments: {list(argv[1:])}")
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
-  from specdec_jax.training.generation import generate
   cfg = parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
   summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
   gin_utils.write_config(FLAGS.output_dir)

@@ -11,7 +11,7 @@ import pytest
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
 from specdec_jax.models.config import get_preset
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import generation, seqdata
+from specdec_jax.training import distill_data, seqdata
 from specdec_jax.training.trainer import TrainConfig, train
 
 N = 37  # 5 batches of 8, the last one short
@@ -40,7 +40,7 @@ def _save_presets(root, kind):
 def _config(task, models, **kw):
   spec = data_lib.TaskSpec(name=task, input_len=24, target_len=12)
   base = dict(model=models["t5_test_target"], tasks=[spec], batch_size=8, temperature=1.0)
-  return generation.GenerateConfig(**{**base, **kw})
+  return distill_data.DistillDataConfig(**{**base, **kw})
 
 
 def _rows(out):
@@ -51,15 +51,15 @@ def _rows(out):
 def test_killed_job_resumes_with_every_example_exactly_once(setup):
   root, task, models = setup
   straight, killed = root / "straight", root / "killed"
-  summary = generation.generate(_config(task, models), str(straight))
+  summary = distill_data.generate(_config(task, models), str(straight))
   assert summary[task]["complete"] and summary[task]["examples_done"] == N
   with pytest.raises(RuntimeError, match="simulated crash after batch 2"):
-    generation.generate(_config(task, models), str(killed), crash_after_batches=2)
+    distill_data.generate(_config(task, models), str(killed), crash_after_batches=2)
   assert seqdata.read_index(str(killed / "pairs"))["examples_done"] == 16
   # A kill while the third batch was being written: a torn line past the indexed bytes.
   with open(killed / "pairs" / seqdata.SEQUENCES, "a", encoding="utf-8") as f:
     f.write('{"index": 16, "generator": "x", "input_ids": [5, 6')
-  generation.generate(_config(task, models), str(killed))
+  distill_data.generate(_config(task, models), str(killed))
 
   rows = _rows(killed)
   assert [r["index"] for r in rows] == list(range(N))  # each example once, in order
@@ -72,21 +72,22 @@ def test_killed_job_resumes_with_every_example_exactly_once(setup):
   assert all(r["output_ids"][-1] == 1 or len(r["output_ids"]) == 12 for r in rows)
   assert all(r["input_ids"][-1] == 1 and 0 not in r["input_ids"] for r in rows)
   # Running a finished job again changes nothing.
-  generation.generate(_config(task, models), str(killed))
+  distill_data.generate(_config(task, models), str(killed))
   assert [r["index"] for r in _rows(killed)] == list(range(N))
 
 
 @pytest.mark.slow
 def test_a_killed_process_resumes(setup, tmp_path):
-  """A real SIGKILL of `python -m specdec_jax.generate` part-way, then the same command."""
+  """A real SIGKILL of `python -m specdec_jax.distill_data` part-way, then the same command."""
   root, task, models = setup
   gin = tmp_path / "gen.gin"
   gin.write_text(
-      f"GenerateConfig.model = '{models['t5_test_target']}'\n"
-      f"GenerateConfig.tasks = [@TaskSpec()]\nTaskSpec.name = '{task}'\n"
-      "TaskSpec.input_len = 24\nTaskSpec.target_len = 12\nGenerateConfig.batch_size = 1\n")
+      f"DistillDataConfig.model = '{models['t5_test_target']}'\n"
+      f"DistillDataConfig.tasks = [@TaskSpec()]\nTaskSpec.name = '{task}'\n"
+      "TaskSpec.input_len = 24\nTaskSpec.target_len = 12\nDistillDataConfig.batch_size = 1\n")
   out = tmp_path / "out"
-  cmd = [sys.executable, "-m", "specdec_jax.generate", f"--gin_file={gin}", f"--output_dir={out}"]
+  cmd = [sys.executable, "-m", "specdec_jax.distill_data", f"--gin_file={gin}",
+         f"--output_dir={out}"]
   proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   import time
   deadline = time.time() + 120
@@ -108,10 +109,10 @@ def test_other_settings_refuse_to_continue_and_write_nothing(setup, tmp_path):
   root, task, models = setup
   out = tmp_path / "gen"
   with pytest.raises(RuntimeError):
-    generation.generate(_config(task, models), str(out), crash_after_batches=1)
+    distill_data.generate(_config(task, models), str(out), crash_after_batches=1)
   before = (out / "pairs" / seqdata.SEQUENCES).read_bytes()
   with pytest.raises(ValueError, match=r"different \['temperature'\]"):
-    generation.generate(_config(task, models, temperature=0.0), str(out))
+    distill_data.generate(_config(task, models, temperature=0.0), str(out))
   assert (out / "pairs" / seqdata.SEQUENCES).read_bytes() == before
   with pytest.raises(ValueError, match="unfinished: 8 of 37"):
     data_lib.tokenize_task(data_lib.TaskSpec(str(out / "pairs")), None, True)
@@ -121,12 +122,12 @@ def test_mix_draws_batches_from_both_generators(setup, tmp_path):
   root, task, models = setup
   cfg = _config(task, models, temperature=0.0, mix_model=models["t5_test_draft"],
                 mix_fraction=0.5, seed=3)
-  generation.generate(cfg, str(tmp_path))
+  distill_data.generate(cfg, str(tmp_path))
   by_batch = {}
   for r in _rows(tmp_path):
     by_batch.setdefault(r["index"] // 8, set()).add(r["generator"])
   assert all(len(g) == 1 for g in by_batch.values())  # one generator per batch
-  expected = [models["t5_test_draft"] if generation.uses_mix(cfg, 0, k) else
+  expected = [models["t5_test_draft"] if distill_data.uses_mix(cfg, 0, k) else
               models["t5_test_target"] for k in range(5)]
   assert [next(iter(by_batch[k])) for k in range(5)] == expected
   assert len(set(expected)) == 2
@@ -144,13 +145,13 @@ def test_a_shared_encoder_draft_mixes_in_on_its_targets_encoding(setup, tmp_path
   shared = str(tmp_path / "shared")
   orbax_io.save(shared, scfg, load_checkpoint("t5_test_shared_draft", config=scfg, seed=3)[1])
   with pytest.raises(ValueError, match="has no paired_target.json"):
-    generation.generate(_config(task, models, mix_model=shared, mix_fraction=1.0),
+    distill_data.generate(_config(task, models, mix_model=shared, mix_fraction=1.0),
                         str(tmp_path / "unpaired"))
   with pytest.raises(ValueError, match="cannot generate alone; name it as mix_model"):
-    generation.generate(_config(task, models, model=shared), str(tmp_path / "alone"))
+    distill_data.generate(_config(task, models, model=shared), str(tmp_path / "alone"))
   pairing.write(shared, target_name=models["t5_test_target"], target_config=tcfg,
                 target_params=tparams)
-  generation.generate(_config(task, models, temperature=0.0, mix_model=shared, mix_fraction=1.0),
+  distill_data.generate(_config(task, models, temperature=0.0, mix_model=shared, mix_fraction=1.0),
                       str(tmp_path / "out"))
   rows = _rows(tmp_path / "out")
   assert [r["index"] for r in rows] == list(range(N)) and {r["generator"] for r in rows} == {shared}
@@ -166,7 +167,7 @@ def test_a_shared_encoder_draft_mixes_in_on_its_targets_encoding(setup, tmp_path
   orbax_io.save(str(tmp_path / "other_target"), ocfg,
                 load_checkpoint("t5_test_target", config=ocfg, seed=9)[1])
   with pytest.raises(ValueError, match="another encoder"):
-    generation.generate(_config(task, models, model=str(tmp_path / "other_target"),
+    distill_data.generate(_config(task, models, model=str(tmp_path / "other_target"),
                                 mix_model=shared, mix_fraction=1.0), str(tmp_path / "wrong"))
   assert not (tmp_path / "unpaired").exists() and not (tmp_path / "alone").exists()
 
@@ -182,12 +183,12 @@ def test_bad_configs_name_the_problem(setup):
 def test_bad_input_writes_nothing(setup, tmp_path):
   root, task, models = setup
   with pytest.raises(ValueError, match="different kinds"):
-    generation.generate(_config(task, models, mix_model="decoder_test_target", mix_fraction=0.5),
+    distill_data.generate(_config(task, models, mix_model="decoder_test_target", mix_fraction=0.5),
                         str(tmp_path / "a"))
   with pytest.raises(ValueError, match="vocab_size 64"):
-    generation.generate(_config(task, models, model="t5_test_target"), str(tmp_path / "b"))
+    distill_data.generate(_config(task, models, model="t5_test_target"), str(tmp_path / "b"))
   with pytest.raises(Exception):
-    generation.generate(_config(str(tmp_path / "missing.jsonl"), models), str(tmp_path / "c"))
+    distill_data.generate(_config(str(tmp_path / "missing.jsonl"), models), str(tmp_path / "c"))
   assert not list(tmp_path.iterdir())
 
 
@@ -197,7 +198,7 @@ def test_the_trainer_distils_on_generated_sequences(setup, tmp_path):
   root, task, models = setup
   gen = root / "straight" / "pairs"
   if not seqdata.is_generated(str(gen)):
-    generation.generate(_config(task, models), str(root / "straight"))
+    distill_data.generate(_config(task, models), str(root / "straight"))
   spec = data_lib.TaskSpec(name=str(gen), input_len=24, target_len=12)
   t = data_lib.tokenize_task(spec, None, True)
   rows = _rows(root / "straight")
@@ -224,10 +225,10 @@ def test_sharded_generation_writes_what_one_device_does(setup, tmp_path):
   mesh = sharding.MeshConfig(data=2, model_outer=2, model_inner=2)
   cfg = _config(task, models, temperature=0.0)
   with pytest.raises(RuntimeError):
-    generation.generate(dataclasses.replace(cfg, mesh=mesh), str(tmp_path / "a"),
+    distill_data.generate(dataclasses.replace(cfg, mesh=mesh), str(tmp_path / "a"),
                         crash_after_batches=2)
-  generation.generate(cfg, str(tmp_path / "a"))  # resumed on one device
-  generation.generate(cfg, str(tmp_path / "b"))
+  distill_data.generate(cfg, str(tmp_path / "a"))  # resumed on one device
+  distill_data.generate(cfg, str(tmp_path / "b"))
   assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
 
 
@@ -241,13 +242,13 @@ def test_decoder_only_generation_resumes_and_trains(tmp_path):
   task.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
   models = _save_presets(tmp_path, "decoder")
   spec = data_lib.TaskSpec(name=str(task), input_len=0, target_len=40)
-  gen = generation.GenerateConfig(model=models["decoder_test_target"], tasks=[spec], batch_size=8,
-                                  temperature=1.0)
+  gen = distill_data.DistillDataConfig(model=models["decoder_test_target"], tasks=[spec],
+                                       batch_size=8, temperature=1.0)
   straight, killed = tmp_path / "straight", tmp_path / "killed"
-  generation.generate(gen, str(straight))
+  distill_data.generate(gen, str(straight))
   with pytest.raises(RuntimeError, match="simulated crash after batch 1"):
-    generation.generate(gen, str(killed), crash_after_batches=1)
-  generation.generate(gen, str(killed))
+    distill_data.generate(gen, str(killed), crash_after_batches=1)
+  distill_data.generate(gen, str(killed))
   out = killed / "code"
   assert (out / seqdata.SEQUENCES).read_bytes() == (
       straight / "code" / seqdata.SEQUENCES).read_bytes()

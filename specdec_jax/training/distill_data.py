@@ -53,8 +53,8 @@ KEY_FILE = "generation_key.json"
 
 
 @dataclasses.dataclass(frozen=True)
-class GenerateConfig:
-  """What to generate (gin binds it in `specdec_jax.generate`).
+class DistillDataConfig:
+  """What to generate (gin binds it in `specdec_jax.distill_data`).
 
   Attributes:
     model: the generator checkpoint (the target, for DistillSpec's sequence-level KD).
@@ -84,7 +84,7 @@ class GenerateConfig:
 
   def __post_init__(self):
     if not self.tasks:
-      raise ValueError("GenerateConfig.tasks is empty: name at least one TaskSpec")
+      raise ValueError("DistillDataConfig.tasks is empty: name at least one TaskSpec")
     if self.batch_size < 1:
       raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
     if not self.temperature >= 0.0:
@@ -104,7 +104,7 @@ def task_dir_name(spec: data_lib.TaskSpec) -> str:
   return re.sub(r"[^A-Za-z0-9_\-]", "_", base) or "task"
 
 
-def generation_key(cfg: GenerateConfig) -> dict[str, Any]:
+def generation_key(cfg: DistillDataConfig) -> dict[str, Any]:
   """Everything an example depends on (JSON-able); a resumed job must match it exactly."""
   key = dataclasses.asdict(dataclasses.replace(cfg, mesh=None))
   del key["mesh"]
@@ -116,7 +116,7 @@ def generation_key(cfg: GenerateConfig) -> dict[str, Any]:
   return json.loads(json.dumps(key, default=str))
 
 
-def _check_key(cfg: GenerateConfig, output_dir: str) -> None:
+def _check_key(cfg: DistillDataConfig, output_dir: str) -> None:
   path = os.path.join(output_dir, KEY_FILE)
   key = generation_key(cfg)
   if os.path.exists(path):
@@ -169,7 +169,7 @@ def _load(path: str, vocab, mesh, batch_size: int, *, is_mix: bool = False):
   return model, params, lambda x: tm.batch({"x": x})["x"]
 
 
-def _with_target_encoder(cfg: GenerateConfig, generators: dict):
+def _with_target_encoder(cfg: DistillDataConfig, generators: dict):
   """A shared-encoder mix_model decodes on `model`'s encoder output (on-policy data for a draft
   that reads its target's encoder): only beside the target it was trained on."""
   draft, dparams, place = generators[cfg.mix_model]
@@ -180,7 +180,7 @@ def _with_target_encoder(cfg: GenerateConfig, generators: dict):
   return model, params, place
 
 
-def uses_mix(cfg: GenerateConfig, task_idx: int, batch: int) -> bool:
+def uses_mix(cfg: DistillDataConfig, task_idx: int, batch: int) -> bool:
   """Whether `mix_model` generates batch `batch` of task `task_idx` (pure in its arguments)."""
   if cfg.mix_fraction <= 0.0:
     return False
@@ -191,7 +191,7 @@ def _batch_rng(seed: int, task_idx: int, batch: int) -> jax.Array:
   return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), task_idx), batch)
 
 
-def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int | None = None
+def generate(cfg: DistillDataConfig, output_dir: str, *, crash_after_batches: int | None = None
              ) -> dict[str, Any]:
   """Generates (or resumes) every task into OUTPUT_DIR/<task>/; returns a summary per task.
 
@@ -237,7 +237,7 @@ def generate(cfg: GenerateConfig, output_dir: str, *, crash_after_batches: int |
   return summary
 
 
-def _generate_task(cfg: GenerateConfig, spec: data_lib.TaskSpec, task_idx: int,
+def _generate_task(cfg: DistillDataConfig, spec: data_lib.TaskSpec, task_idx: int,
                    task: data_lib.TokenizedTask, generators: dict, sampling: SamplingConfig,
                    out: str, budget: list) -> dict[str, Any]:
   n, b = task.size, cfg.batch_size

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from absl import logging
 
-from specdec_jax.data.build.descriptions import (description_paragraphs, paragraph_text,
+from data_build.descriptions import (description_paragraphs, paragraph_text,
                                                  parse_translations)
-from specdec_jax.data.build.text import fold
+from data_build.text import fold
 
 SOURCES = ["debian-descriptions", "manpages"]
 # Debian packages of the manual pages (the gettext packages of translate_en_de add theirs).

@@ -1,0 +1,79 @@
+"""Every gin configurable of the project, registered in one place, and the configs built from it.
+
+Why a module of its own: the entry points (`run`, `train`, `distill_data`, `check_exactness`,
+`aot`) read overlapping gin files (a mesh module binds `RunConfig.mesh = @MeshConfig()` for runs
+and training alike; a distillation-data recipe includes a training data mixture of `TaskSpec`s;
+`aot` compiles either a run or a training job), so each needs every configurable those files may
+name. Registering them here, idempotently, lets each entry point call one function instead of
+importing another entry point for its registrations (an entry point imports no other one). Library
+code below (models, decoding, runner, training, metrics) imports no gin; its config classes are
+plain dataclasses that only this module hands to gin.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gin
+
+from specdec_jax import gin_utils
+from specdec_jax.decoding.adaptive import AdaptiveConfig  # GAMMA = 'adaptive'
+from specdec_jax.runner.config import RunConfig
+from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
+from specdec_jax.training.config import TrainConfig
+from specdec_jax.training.data import TaskSpec
+from specdec_jax.training.distill_data import DistillDataConfig
+
+MODULE = "specdec"
+CLASSES = (RunConfig, AdaptiveConfig, MeshConfig, TrainConfig, TaskSpec, DistillDataConfig)
+
+
+def register() -> None:
+  """Registers every configurable with gin, under its class name, once per process (an entry
+  point may also run as __main__, and tests import several)."""
+  for cls in CLASSES:
+    try:
+      gin.get_configurable(cls.__name__)
+    except ValueError:
+      gin.external_configurable(cls, name=cls.__name__, module=MODULE)
+
+
+def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
+          search_paths: Sequence[str] = ()) -> None:
+  """Registers, clears gin's config, then parses the files and bindings strictly."""
+  register()
+  gin.clear_config()
+  gin_utils.parse_gin_flags(gin_files, gin_bindings, search_paths)
+
+
+def is_training_job() -> bool:
+  """Whether the parsed config describes a training job (it binds `TrainConfig.model`)."""
+  return _binding("TrainConfig.model")[0]
+
+
+def _binding(name: str):
+  """(bound?, value) of a `Configurable.param` binding."""
+  try:
+    return True, gin.query_parameter(name)
+  except ValueError:
+    return False, None
+
+
+def run_config() -> RunConfig:
+  """The `RunConfig` the parsed gin config describes (validated)."""
+  register()
+  return gin.get_configurable("RunConfig")()
+
+
+def train_config() -> TrainConfig:
+  """The parsed `TrainConfig`; a mesh module's MeshConfig is its mesh unless it binds its own."""
+  register()
+  kwargs = {}
+  if not _binding("TrainConfig.mesh")[0] and _binding("RunConfig.mesh")[1] is not None:
+    kwargs["mesh"] = gin.get_configurable("MeshConfig")()
+  return gin.get_configurable("TrainConfig")(**kwargs)
+
+
+def distill_data_config() -> DistillDataConfig:
+  """The parsed `DistillDataConfig` (the distillation-data job's settings)."""
+  register()
+  return gin.get_configurable("DistillDataConfig")()
