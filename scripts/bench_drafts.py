@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import jax
 import numpy as np
