@@ -28,18 +28,19 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import jax
 import numpy as np
 
 from specdec_jax import timing
-from specdec_jax.data import local_tasks
+from specdec_jax.data import local_tasks, ngram_tables, tasks
 from specdec_jax.decoding import adaptive, drafters
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
-from specdec_jax.runner import inputs as inputs_lib, models as models_lib
+from specdec_jax.runner import models as models_lib
 
 
 def parse_args(argv=None):
@@ -83,11 +84,10 @@ def summarize(results) -> dict:
 
 
 def load_task(task: str, args, target):
-  examples = inputs_lib.load_examples(task, "valid", args.num_examples)
-  vocab = inputs_lib.load_vocabulary(None, required=inputs_lib.needs_text(examples))
-  ids = inputs_lib.tokenize(examples, vocab, model_vocab_size=target.vocab_size,
-                            encoder_decoder=target.kind == "t5",
-                            max_input_length=args.max_input_length)
+  examples = tasks.load_examples(task, "valid", args.num_examples)
+  vocab = tasks.load_vocabulary(None, required=tasks.needs_text(examples))
+  ids = tasks.tokenize(examples, vocab, model_vocab_size=target.vocab_size,
+                       encoder_decoder=target.kind == "t5", max_input_length=args.max_input_length)
   width = max(len(r) for r in ids)
   batches = [local_tasks.batch_inputs(ids[i:i + args.batch_size], pad_to=width)
              for i in range(0, len(ids), args.batch_size)]
@@ -95,7 +95,7 @@ def load_task(task: str, args, target):
   return vocab, batches
 
 
-def load_drafts(args, target, tparams, task, vocab, preset_vocab):
+def load_drafts(args, target, task, vocab, preset_vocab):
   out = {}
   for spec in args.drafts.split(","):
     spec = spec.strip()
@@ -104,17 +104,19 @@ def load_drafts(args, target, tparams, task, vocab, preset_vocab):
       model, params = models_lib.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
       out[f"model:{os.path.basename(os.path.normpath(path))}"] = (model, params)
     else:
-      out[spec] = drafters.build_draft(spec, target=target, target_params=tparams, task=task,
-                                       vocabulary=vocab, max_examples=args.table_examples)
+      draft = drafters.make_draft(spec, target)
+      out[spec] = (draft, ngram_tables.draft_params(
+          target, task=task, vocabulary=vocab, needs_tables=drafters.needs_tables(draft),
+          max_examples=args.table_examples))
   return out
 
 
 def bench_task(task: str, args, log) -> list[dict]:
-  vocab_probe = inputs_lib.load_vocabulary(None, required=False)
+  vocab_probe = tasks.load_vocabulary(None, required=False)
   preset_vocab = vocab_probe.padded_vocab_size if vocab_probe is not None else None
   target, tparams = models_lib.load_model(args.target, vocab_size=preset_vocab, seed=args.seed)
   vocab, batches = load_task(task, args, target)
-  drafts = load_drafts(args, target, tparams, task, vocab, preset_vocab)
+  drafts = load_drafts(args, target, task, vocab, preset_vocab)
   skip = set(filter(None, args.skip.split(",")))
   rows = []
   for temperature in [float(t) for t in args.temperatures.split(",")]:

@@ -17,11 +17,10 @@ from collections.abc import Sequence
 
 import gin
 
+from specdec_jax.paths import PACKAGE_PARENT
+
 _GIN_FLAG = re.compile(r"^--gin\.([^=]+)=(.*)$", re.DOTALL)
 _MACRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-# The repository root in a source checkout (editable install), the site-packages dir otherwise.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list[str]:

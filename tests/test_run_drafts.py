@@ -31,8 +31,8 @@ def test_unigram_bigram_prompt_lookup_alpha_only(tmp_path):
 
 def _library_alpha(name):
   import jax
-  from specdec_jax.data import local_tasks
-  from specdec_jax.decoding import drafters, ngram
+  from specdec_jax.data import local_tasks, ngram_tables
+  from specdec_jax.decoding import drafters
   from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import Chain
@@ -42,7 +42,7 @@ def _library_alpha(name):
   target, tp = load_model("t5_test_target", seed=0)
   draft = drafters.make_draft(name, target)
   params = {} if name == "prompt_lookup" else jax.tree.map(
-      jax.numpy.asarray, ngram.tables_for_examples(examples, None, target))
+      jax.numpy.asarray, ngram_tables.tables_for_examples(examples, None, target))
   inputs = local_tasks.batch_inputs([list(ex.input_ids)[:32] for ex in examples])
   res = Decoder(target, draft, Chain(2), SamplingConfig(), max_decode_len=8).generate(
       Params(tp, params), inputs)

@@ -8,7 +8,7 @@ import os
 import gin
 import pytest
 
-from specdec_jax import gin_utils, run
+from specdec_jax import gin_utils, paths, run
 
 SMOKE = "configs/local/smoke.gin"
 
@@ -56,8 +56,8 @@ def test_repo_root_is_a_default_search_path(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   cfg = run.parse([SMOKE])
   assert cfg.target_checkpoint == "t5_test_target"
-  assert gin_utils.PACKAGE_PARENT in gin_utils.default_search_paths()
-  assert os.path.isfile(os.path.join(gin_utils.PACKAGE_PARENT, SMOKE))
+  assert paths.PACKAGE_PARENT in gin_utils.default_search_paths()
+  assert os.path.isfile(os.path.join(paths.PACKAGE_PARENT, SMOKE))
 
 
 def test_missing_gin_file_raises():

@@ -18,9 +18,9 @@ from specdec_jax.data.vocabulary import default_vocabulary
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.gin_utils import PACKAGE_PARENT
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
+from specdec_jax.paths import PACKAGE_PARENT
 
 ZOO = os.path.join(PACKAGE_PARENT, "specdec_jax", "assets", "zoo")
 MODELS = ["t5_target", "t5_draft_small", "t5_draft_small_distill", "t5_draft_base",

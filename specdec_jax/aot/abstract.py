@@ -41,7 +41,7 @@ def resolve_config(spec: str, *, presets: Mapping[str, str] = (), dtype: Optiona
   vocab_size: the vocabulary a random-init preset is resized to (the runner's rule for presets
     decoding text); ignored for checkpoints.
   """
-  from specdec_jax.runner.inputs import resolve_path  # pylint: disable=import-outside-toplevel
+  from specdec_jax.paths import resolve_path  # pylint: disable=import-outside-toplevel
   overrides = {} if dtype is None else {"dtype": dtype}
   if spec in PRESETS and not os.path.exists(spec):
     if vocab_size is not None:

@@ -141,16 +141,16 @@ def preset_vocab_size(cfg) -> Optional[int]:
   run's padded vocabulary when a local task has text to tokenize; None otherwise (seqio tasks
   decode with the T5 vocabulary the T5 v1.1 presets already have)."""
   from specdec_jax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
-  from specdec_jax.runner import inputs as inputs_lib  # pylint: disable=import-outside-toplevel
+  from specdec_jax.data import tasks  # pylint: disable=import-outside-toplevel
   from specdec_jax.runner.config import as_list  # pylint: disable=import-outside-toplevel
   names = [cfg.target_checkpoint] + [c for c in as_list(cfg.draft_checkpoint) if isinstance(c, str)]
-  if not any(n in PRESETS for n in names) or inputs_lib.is_seqio(cfg.task):
+  if not any(n in PRESETS for n in names) or tasks.is_seqio(cfg.task):
     return None
-  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples,
-                                      max_input_length=cfg.max_input_length)
-  if not inputs_lib.needs_text(examples):
+  examples = tasks.load_examples(cfg.task, cfg.split, cfg.num_examples,
+                                 max_input_length=cfg.max_input_length)
+  if not tasks.needs_text(examples):
     return None
-  vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=True)
+  vocab = tasks.load_vocabulary(cfg.vocabulary, required=True)
   return vocab.padded_vocab_size
 
 

@@ -89,7 +89,8 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   draft_cfgs: draft name -> ModelConfig for model drafts, or the kind ('unigram', 'bigram',
   'prompt_lookup') for model-free ones.
   """
-  from specdec_jax.decoding import drafters, ngram  # pylint: disable=import-outside-toplevel
+  from specdec_jax.data import ngram_tables  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
   target = sh.with_rules(Model(target_cfg), t_rules)
   dp = sh.data_parallel_size(mesh, t_rules)
@@ -99,7 +100,8 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   for name, dcfg in draft_cfgs.items():
     if isinstance(dcfg, str):
       draft = drafters.make_draft(dcfg, target)
-      tables = {} if dcfg == "prompt_lookup" else ngram.build_ngram_tables([], target.vocab_size)
+      tables = ({} if dcfg == "prompt_lookup"
+                else ngram_tables.build_ngram_tables([], target.vocab_size))
       drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
     else:
       draft = sh.with_rules(Model(dcfg), d_rules)

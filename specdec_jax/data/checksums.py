@@ -11,7 +11,9 @@ import hashlib
 import os
 from pathlib import Path
 
-ASSETS_DATA_DIR = Path(__file__).resolve().parent.parent / "assets" / "data"
+from specdec_jax.paths import ASSETS_DIR
+
+ASSETS_DATA_DIR = ASSETS_DIR / "data"
 SUMS_FILENAME = "SHA256SUMS"
 
 

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-ASSETS_DATA_DIR = Path(__file__).resolve().parent.parent / "assets" / "data"
+from specdec_jax.paths import ASSETS_DIR
+
+ASSETS_DATA_DIR = ASSETS_DIR / "data"
 
 # Field -> prefix. Order is precedence when a line has several text inputs.
 INPUT_PREFIXES: dict[str, str] = {

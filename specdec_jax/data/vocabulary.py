@@ -28,12 +28,14 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from specdec_jax.paths import ASSETS_DIR
+
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
 DEFAULT_EXTRA_IDS = 100
 PAD_VOCAB_MULTIPLE = 128
-DEFAULT_VOCAB_PATH = Path(__file__).resolve().parent.parent / "assets" / "vocab" / "local_sp8k.model"
+DEFAULT_VOCAB_PATH = ASSETS_DIR / "vocab" / "local_sp8k.model"
 
 # sentencepiece_model.proto: ModelProto.pieces = 1; SentencePiece {piece = 1; score = 2; type = 3}.
 _USER_DEFINED = 4

@@ -17,23 +17,19 @@ temperature > 0, top-k or top-p in `process_logits` the others get probability e
 samples from. Exactness never depends on that: the loop samples x ~ q from the same processed q it
 hands to the acceptance rule, whatever q is.
 
-Building one: `make_draft(name, target)` gives the draft; its params are the tables of
-`decoding.ngram` (estimated on the token streams the target decodes, `ngram.streams`, cached under
-$SPECDEC_CACHE_DIR), or `{}` for prompt lookup. `build_draft(name, target=..., task=...,
-vocabulary=...)` does both (scripts, check tools); the runner goes through the same
-`ngram.tables_for_examples`.
+Building one: `make_draft(name, target)` gives the draft; its params are n-gram tables, or `{}`
+for prompt lookup. The tables are data work done before decoding (`specdec_jax.data.ngram_tables`:
+estimated on the token streams the target decodes, cached under $SPECDEC_CACHE_DIR; the run
+through `tables_for_run`, the scripts through `draft_params`); nothing here reads a file.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Literal
 
 import flax.struct
 import jax
 import jax.numpy as jnp
-
-from specdec_jax.decoding import ngram
 
 NEG = -1e9  # "impossible" logit; finite so that an all-impossible row cannot produce NaN
 
@@ -229,28 +225,7 @@ def make_draft(name: str, target, **kwargs):
                            pad_id=target.pad_id, eos_id=target.eos_id, **kwargs)
 
 
-def build_draft(name: str, *, target, target_params=None, task: str | None = None, vocabulary=None,
-          tables: dict | str | None = None, split: str = "train",
-          max_examples: int | None = 20000, **kwargs):
-  """(draft, params) for a model-free draft over the target's ids, as the runner loads drafts.
-
-  The tables come from `tables` (a dict or an .npz written by `save_tables`), else from `task`'s
-  training split tokenized with `vocabulary` (cached on disk), else they are uniform (only a
-  prompt-lookup draft is then meaningful; its fallback is uniform anyway). `target_params` is
-  unused: a model-free draft shares nothing with the target but its vocabulary.
-  """
-  del target_params
-  draft = make_draft(name, target, **kwargs)
-  if isinstance(tables, (str, os.PathLike)):
-    params = ngram.load_tables(tables)
-  elif tables is not None:
-    params = {k: jnp.asarray(v) for k, v in tables.items()}
-  elif task is not None and (name != "prompt_lookup" or draft.fallback != "uniform"):
-    params = {k: jnp.asarray(v) for k, v in ngram.tables_for_task(
-        task, vocabulary, target, split=split, max_examples=max_examples).items()}
-  else:
-    params = {k: jnp.asarray(v) for k, v in ngram.uniform_tables(target.vocab_size).items()}
-  if params["log_unigram"].shape[0] != target.vocab_size:
-    raise ValueError(f"draft tables have vocabulary {params['log_unigram'].shape[0]}, the target "
-                     f"{target.vocab_size}")
-  return draft, params
+def needs_tables(draft) -> bool:
+  """Whether a model-free draft reads n-gram tables: all but a prompt lookup whose fallback is
+  uniform (its params may then be `{}` or any tables)."""
+  return not (isinstance(draft, PromptLookupDraft) and draft.fallback == "uniform")

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import identity
+from specdec_jax.paths import resolve_path
 from specdec_jax.runner import keys
-from specdec_jax.runner.inputs import resolve_path
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
@@ -74,7 +74,7 @@ class RunConfig:
   # CPU device, XLA's dot elsewhere), 'xla', 'kernel', 'hybrid' (kernel from 2 rows).
   matmul: str = "auto"
   # Model-free drafts (unigram, bigram, prompt_lookup fallback): a .npz of tables
-  # (decoding.ngram.save_tables), or None to estimate them on the task's train split.
+  # (data.ngram_tables.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None
   ngram_train_examples: int = 20000
   # Model drafts: restrict the output head to the K most frequent tokens of the draft checkpoint's

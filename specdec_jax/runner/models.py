@@ -14,8 +14,8 @@ from absl import logging
 
 from specdec_jax.models.config import PRESETS, get_preset
 from specdec_jax.models.model import Model
+from specdec_jax.paths import resolve_path
 from specdec_jax.runner.config import MODEL_DRAFT, DraftSpec
-from specdec_jax.runner.inputs import resolve_path
 
 
 def is_preset(spec: str) -> bool:
@@ -73,7 +73,7 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
   Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
-  them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
+  them (a saved .npz, or estimated on the task's train split: data/ngram_tables.py). Prompt lookup
   needs none (its fallback is uniform). A draft that cannot serve this target (another kind,
   another vocabulary, a shared-encoder draft trained on another target's encoder) is refused
   here, before anything is compiled. A random-preset shared-encoder draft belongs to no target
@@ -108,19 +108,3 @@ def load_draft(spec: DraftSpec, target: Model, target_params, *, vocab_size: int
   if tables_fn is None:
     raise ValueError(f"DRAFT={spec.kind!r} needs n-gram tables (RunConfig.ngram_tables)")
   return draft, tables_fn()
-
-
-def ngram_tables(path: str | None, examples_fn, vocab, target: Model, log=None):
-  """Tables from a .npz (`ngram.save_tables`), else estimated on `examples_fn()` through the one
-  path the scripts use too (`ngram.tables_for_examples`)."""
-  from specdec_jax.decoding import ngram  # pylint: disable=import-outside-toplevel
-  if path:
-    return ngram.load_tables(resolve_path(path))
-  examples, source = examples_fn()
-  try:
-    tables = ngram.tables_for_examples(examples, vocab, target)
-  except ValueError as e:
-    raise ValueError(f"{e} ({source})") from None
-  if log is not None:
-    log(f"n-gram tables estimated on {len(examples)} examples of {source}")
-  return jax.tree.map(jax.numpy.asarray, tables)

@@ -22,6 +22,7 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import distributed, sharding, timing
+from specdec_jax.data import ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -57,17 +58,9 @@ class Loaded:
 def load(cfg: RunConfig, mesh=None) -> Loaded:
   """The prompts, the target and every draft of the run, placed on `mesh` (a sharded run) with
   the target and draft rules of `cfg.mesh`."""
-  examples = inputs_lib.load_examples(cfg.task, cfg.split, cfg.num_examples,
-                                      max_input_length=cfg.max_input_length,
-                                      tfds_data_dir=cfg.tfds_data_dir)
-  text = inputs_lib.needs_text(examples)
-  seqio_ids = inputs_lib.is_seqio(cfg.task)  # ids tokenized by the task's own vocabulary
-  if seqio_ids and not cfg.vocabulary:
-    from specdec_jax.data import seqio_tasks
-    vocab = seqio_tasks.vocabulary(cfg.task, cfg.tfds_data_dir)
-  else:
-    vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=text)
-  preset_vocab = vocab.padded_vocab_size if ((text or seqio_ids) and vocab is not None) else None
+  data = tasks.load(cfg.task, cfg.split, cfg.num_examples, vocabulary=cfg.vocabulary,
+                    max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
+  preset_vocab = data.preset_vocab_size
   target, tparams = models_lib.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
                                           dtype=cfg.dtype, seed=cfg.seed)
   drafts = {}
@@ -76,21 +69,17 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
 
     def tables_fn():  # estimated once per run, shared by unigram and bigram
       if "t" not in tables:
-        tables["t"] = models_lib.ngram_tables(
-            cfg.ngram_tables, lambda: inputs_lib.ngram_examples(cfg, examples), vocab, target,
-            log=logging.info)
+        tables["t"] = ngram_tables.tables_for_run(
+            cfg.ngram_tables, lambda: tasks.ngram_examples(
+                cfg.task, data.examples, cfg.ngram_train_examples,
+                tfds_data_dir=cfg.tfds_data_dir), data.vocab, target, log=logging.info)
       return tables["t"]
     for spec in draft_specs(cfg):
       drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
                                            dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
                                            target_name=cfg.target_checkpoint,
                                            head_vocab=cfg.draft_head_vocab, task=cfg.task)
-  ids = inputs_lib.tokenize(examples, vocab if text else None,
-                            model_vocab_size=target.vocab_size,
-                            encoder_decoder=target.config.is_encoder_decoder,
-                            max_input_length=cfg.max_input_length)
-  prompts = inputs_lib.Prompts(examples, ids, inputs_lib.vocab_for_decoding(vocab, target.vocab_size),
-                               width=max(len(r) for r in ids))
+  prompts = inputs_lib.Prompts.tokenized(data, target, cfg.max_input_length)
   if mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
     target, tparams, drafts = sharding.place_models(mesh, cfg.mesh, target, tparams, drafts,
                                                    batch_size=cfg.batch_size)

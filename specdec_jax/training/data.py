@@ -23,12 +23,11 @@ asked.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from specdec_jax.data import local_tasks, seqio_tasks
+from specdec_jax.data import local_tasks, seqio_tasks, tasks
 from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
 from specdec_jax.training import seqdata
 
@@ -80,10 +79,9 @@ def _pad(ids: Sequence[int], length: int) -> np.ndarray:
 
 
 def is_seqio_task(name: str) -> bool:
-  """A registered seqio task, not a local task or a file (checked first: no TensorFlow for them)."""
-  if name in local_tasks.LOCAL_TASKS or os.path.exists(name) or seqdata.is_generated(name):
-    return False
-  return seqio_tasks.is_seqio_task(name)
+  """A registered seqio task (`data.tasks.is_seqio`): a shipped task, a file or a directory of
+  generated sequences is none (checked first: no TensorFlow for them)."""
+  return tasks.is_seqio(name)
 
 
 def task_vocabulary(spec: TaskSpec, default):

@@ -13,8 +13,9 @@ from specdec_jax.data import local_tasks, seqio_tasks
 
 def test_module_imports_without_tensorflow():
   code = ("import sys; import specdec_jax.data.seqio_tasks as s; "
-          "from specdec_jax.runner import inputs; "
-          "assert inputs.is_seqio('translate_en_de') is False; "
+          "from specdec_jax.data import tasks; "
+          "assert tasks.is_seqio('translate_en_de') is False; "
+          "assert tasks.is_seqio('configs/local/smoke_prompts.jsonl') is False; "
           "assert 'tensorflow' not in sys.modules and 'seqio' not in sys.modules, 'TF imported'")
   subprocess.run([sys.executable, "-c", code], check=True)
 

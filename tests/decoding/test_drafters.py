@@ -3,8 +3,9 @@
 Why these tests: a model-free draft can never make the output wrong (the acceptance rule sees the
 q it sampled from), but a wrong table or a lookup that peeks at stale cache slots silently costs
 acceptance, and a draft whose cache coordinates disagree with the target's would break the loop's
-rollback. So: the tables equal direct counting, the lookup equals a plain-Python reference, and
-greedy speculative decoding with each draft equals greedy autoregressive decoding token for token
+rollback. So: a draft's logits are its tables (which equal direct counting:
+tests/data/test_ngram_tables.py), the lookup equals a plain-Python reference, and greedy
+speculative decoding with each draft equals greedy autoregressive decoding token for token
 inside the unchanged on-device loop; sampling with a prompt-lookup draft follows the target's
 exact distribution.
 """
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specdec_jax.data.ngram_tables import build_ngram_tables
 from specdec_jax.decoding import drafters as dr
 from specdec_jax.decoding import ngram
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -31,36 +33,10 @@ INPUTS = {
 
 
 # ---- tables ------------------------------------------------------------------------------------
-def test_tables_equal_direct_counts():
-  rng = np.random.default_rng(0)
-  v = 9
-  seqs = [rng.integers(2, v, size=rng.integers(1, 12)).tolist() for _ in range(40)]
-  t = ngram.build_ngram_tables(seqs, v, top_k=v, add_alpha=0.5, prior=2.0, bos_id=0, eos_id=1)
-  streams = [[0] + s + [1] for s in seqs]
-  uni = np.zeros(v)
-  big = np.zeros((v, v))
-  for s in streams:
-    for a, b in zip(s[:-1], s[1:]):
-      big[a, b] += 1
-    for x in s[1:]:
-      uni[x] += 1
-  u = (uni + 0.5) / (uni.sum() + 0.5 * v)
-  np.testing.assert_allclose(np.exp(t["log_unigram"]), u, rtol=1e-6)
-  want = (big + 2.0 * u[None, :]) / (big.sum(1, keepdims=True) + 2.0)
-  np.testing.assert_allclose(ngram.bigram_matrix(t), want, rtol=1e-5, atol=1e-7)
-  # Truncated rows (top 2 continuations kept) still sum to one and keep the two most frequent.
-  t2 = ngram.build_ngram_tables(seqs, v, top_k=2, bos_id=0, eos_id=1)
-  np.testing.assert_allclose(ngram.bigram_matrix(t2).sum(1), 1.0, rtol=1e-5)
-  for a in range(v):
-    if big[a].sum():
-      assert big[a, t2["next_ids"][a, 0]] == big[a].max()
-
-
 def test_draft_logits_are_the_tables():
   cfg = dict(kind="decoder", vocab_size=64)
   rng = np.random.default_rng(1)
-  tables = ngram.build_ngram_tables([rng.integers(1, 64, 30).tolist() for _ in range(20)], 64,
-                                 top_k=4)
+  tables = build_ngram_tables([rng.integers(1, 64, 30).tolist() for _ in range(20)], 64, top_k=4)
   params = {k: jnp.asarray(x) for k, x in tables.items()}
   inputs = jnp.asarray(INPUTS["decoder"], jnp.int32)
   for name in ("unigram", "bigram"):
@@ -73,20 +49,11 @@ def test_draft_logits_are_the_tables():
     np.testing.assert_allclose(probs, np.broadcast_to(want, probs.shape), rtol=1e-4, atol=1e-7)
 
 
-def test_build_draft_from_a_task_file(tmp_path, monkeypatch):
-  monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
-  path = tmp_path / "ids.jsonl"
-  path.write_text('{"input_ids": [5, 6, 7, 5, 6]}\n{"input_ids": [5, 6, 9]}\n')
-  target, _, _, _ = tiny_pair("decoder")
-  draft, params = dr.build_draft("bigram", target=target, task=str(path))
-  m = ngram.bigram_matrix({k: np.asarray(x) for k, x in params.items()})
-  assert np.argmax(m[5]) == 6 and np.argmax(m[6]) == 7
-  assert list((tmp_path / "cache" / "ngram").glob("*.npz"))  # cached for the next run
-  _, again = dr.build_draft("bigram", target=target, task=str(path))
-  np.testing.assert_array_equal(np.asarray(again["next_ids"]), np.asarray(params["next_ids"]))
-  draft, params = dr.build_draft("prompt_lookup", target=target)
-  assert isinstance(draft, dr.PromptLookupDraft)
-
+def test_needs_tables():
+  target = get_preset("decoder_test_draft", vocab_size=64)
+  assert dr.needs_tables(dr.make_draft("unigram", target))
+  assert dr.needs_tables(dr.make_draft("prompt_lookup", target, fallback="bigram"))
+  assert not dr.needs_tables(dr.make_draft("prompt_lookup", target))
 
 # ---- prompt lookup -------------------------------------------------------------------------------
 def _lookup_reference(context, hist, pos, max_n, min_n):
@@ -131,8 +98,8 @@ def test_lookup_matches_reference(with_context):
 # ---- the loop ------------------------------------------------------------------------------------
 def _tables(vocab=64, seed=0):
   rng = np.random.default_rng(seed)
-  t = ngram.build_ngram_tables([rng.integers(2, vocab, size=30).tolist() for _ in range(50)], vocab,
-                            top_k=8)
+  t = build_ngram_tables([rng.integers(2, vocab, size=30).tolist() for _ in range(50)], vocab,
+                         top_k=8)
   return {k: jnp.asarray(x) for k, x in t.items()}
 
 

@@ -1,0 +1,158 @@
+"""The one door to a task's data: which kind of task a name is, its examples, its vocabulary and
+its input ids.
+
+Why one door: a `TASK` is a shipped task name, a JSONL path (relative to the working directory
+or to the repository root) or a registered seqio task, and the run, the AOT tool, the scripts and
+the n-gram tables must route it the same way: the same examples, tokenized with the same
+vocabulary into the same ids. Only a seqio task imports seqio (and TensorFlow), and only when it
+is one; the check for a shipped name or an existing file comes first.
+
+The vocabulary: a seqio task's inputs come tokenized by the task's own vocabulary, which the run
+decodes with unless `vocabulary` names another; a local task uses `vocabulary`, else the shipped
+one. A run needs one only to tokenize text fields and to decode outputs to text; an all
+`input_ids` task with a model whose vocabulary is not the shipped one runs without any.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from specdec_jax.data import local_tasks, seqio_tasks, vocabulary as vocab_lib
+from specdec_jax.paths import resolve_path
+
+# The shipped task whose train split a JSONL's input field stands for (n-gram tables).
+FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+  """A task's examples and the vocabulary they are tokenized and decoded with.
+
+  Attributes:
+    examples: `local_tasks.Example`s, in the task's order.
+    vocab: the vocabulary (None if the task needs none and none is shipped).
+    text: some example has text to tokenize (not only `input_ids`).
+    seqio: the task is a seqio task (its ids come tokenized by its own vocabulary).
+  """
+
+  examples: list
+  vocab: object | None
+  text: bool
+  seqio: bool
+
+  @property
+  def preset_vocab_size(self) -> int | None:
+    """The embedding size a random-init preset takes to decode this task: the vocabulary's padded
+    size when there are ids of that vocabulary (text to tokenize, or a seqio task); else None."""
+    if (self.text or self.seqio) and self.vocab is not None:
+      return self.vocab.padded_vocab_size
+    return None
+
+  def input_ids(self, *, model_vocab_size: int, encoder_decoder: bool,
+                max_input_length: int) -> list[list[int]]:
+    """`tokenize` with this task's vocabulary (only when it has text to tokenize)."""
+    return tokenize(self.examples, self.vocab if self.text else None,
+                    model_vocab_size=model_vocab_size, encoder_decoder=encoder_decoder,
+                    max_input_length=max_input_length)
+
+  def decoding_vocab(self, model_vocab_size: int):
+    return vocab_for_decoding(self.vocab, model_vocab_size)
+
+
+def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | None = None,
+         max_input_length: int = 512, tfds_data_dir: str | None = None) -> TaskData:
+  """The examples of `task` and its vocabulary (`vocabulary` overrides a seqio task's own)."""
+  examples = load_examples(task, split, num_examples, max_input_length=max_input_length,
+                           tfds_data_dir=tfds_data_dir)
+  text = needs_text(examples)
+  seqio = is_seqio(task)
+  if seqio and not vocabulary:
+    vocab = seqio_tasks.vocabulary(task, tfds_data_dir)
+  else:
+    vocab = load_vocabulary(vocabulary, required=text)
+  return TaskData(examples, vocab, text, seqio)
+
+
+def resolve_task(task: str) -> str:
+  """A shipped task name stays a name; anything else is a path (resolved against the repo root)."""
+  return task if task in local_tasks.LOCAL_TASKS else resolve_path(task)
+
+
+def is_seqio(task: str) -> bool:
+  """Whether `task` is a seqio task: not a shipped name, not an existing file (no TensorFlow for
+  those), and registered."""
+  if task in local_tasks.LOCAL_TASKS or os.path.exists(resolve_path(task)):
+    return False
+  return seqio_tasks.is_seqio_task(task)
+
+
+def load_examples(task: str, split: str, num_examples: int | None, *,
+                  max_input_length: int = 512, tfds_data_dir: str | None = None):
+  """Examples of a shipped task, a JSONL path, or a seqio task (seqio extra)."""
+  if is_seqio(task):
+    examples = seqio_tasks.load_examples(task, split, num_examples,
+                                         max_input_length=max_input_length,
+                                         tfds_data_dir=tfds_data_dir)
+  else:
+    examples = local_tasks.load_examples(resolve_task(task), split, num_examples)
+  if not examples:
+    raise ValueError(f"task {task!r} ({split}) has no examples")
+  return examples
+
+
+def needs_text(examples) -> bool:
+  return any(ex.input_ids is None for ex in examples)
+
+
+def load_vocabulary(path: str | None, required: bool):
+  """The vocabulary at `path`, else the shipped one (if present); raises if required and absent."""
+  if path:
+    return vocab_lib.SentencePieceVocabulary(resolve_path(path))
+  if os.path.exists(vocab_lib.DEFAULT_VOCAB_PATH):
+    return vocab_lib.default_vocabulary()
+  if required:
+    raise FileNotFoundError(
+        f"this task has text inputs, which need a SentencePiece vocabulary, but the shipped one "
+        f"({vocab_lib.DEFAULT_VOCAB_PATH}) is missing; bind RunConfig.vocabulary to a .model file "
+        "or use a JSONL with `input_ids`")
+  return None
+
+
+def tokenize(examples, vocab, *, model_vocab_size: int, encoder_decoder: bool,
+             max_input_length: int) -> list[list[int]]:
+  """Input ids per example: tokenized text (T5 inputs end with EOS) or the given `input_ids`."""
+  if vocab is not None:
+    ids = local_tasks.tokenize_examples(examples, vocab, max_input_length=max_input_length,
+                                        add_eos=encoder_decoder, truncate=True)
+  else:
+    ids = [list(ex.input_ids)[:max_input_length] for ex in examples]
+  for ex, row in zip(examples, ids):
+    bad = [t for t in row if t >= model_vocab_size]
+    if bad:
+      raise ValueError(f"example {ex.index}: input ids {bad[:5]} are outside the model's "
+                       f"vocabulary of {model_vocab_size}")
+    if not any(row):
+      raise ValueError(f"example {ex.index} has no non-pad input token")
+  return ids
+
+
+def vocab_for_decoding(vocab, model_vocab_size: int):
+  """Keeps a vocabulary for decoding outputs only if the model's ids are that vocabulary's."""
+  if vocab is None:
+    return None
+  return vocab if model_vocab_size in (vocab.vocab_size, vocab.padded_vocab_size) else None
+
+
+def ngram_examples(task: str, run_examples, max_examples: int | None, *,
+                   tfds_data_dir: str | None = None):
+  """(examples, description) to estimate n-gram tables on: the train split of the run's task (a
+  shipped task, the shipped task of a JSONL's input field, or a seqio task), else the run's own
+  prompts (only input ids: fine for smoke runs, leaky for real ones)."""
+  if task not in local_tasks.LOCAL_TASKS and run_examples:
+    task = FIELD_TASKS.get(run_examples[0].input_field, task)
+  if task in local_tasks.LOCAL_TASKS:
+    return (local_tasks.load_examples(task, "train", max_examples), f"{task} (train split)")
+  if seqio_tasks.is_seqio_task(task):
+    return (seqio_tasks.load_examples(task, "train", max_examples, tfds_data_dir=tfds_data_dir),
+            f"{task} (train split)")
+  return run_examples, "the run's own prompts"

@@ -1,0 +1,59 @@
+"""The data door: a TASK (shipped name, JSONL path, seqio task) -> examples, vocabulary, ids.
+
+Why these tests: the run, the AOT tool and the scripts all route a task through `data.tasks`, so
+its rules are the run's: a path resolves against the repository root too, an all-`input_ids`
+task sizes no preset, ids outside the model's vocabulary are refused by name, and the n-gram
+tables of a JSONL are estimated on the shipped train split its input field stands for.
+"""
+import json
+
+import pytest
+
+from specdec_jax.data import local_tasks, tasks
+
+SMOKE = "configs/local/smoke_prompts.jsonl"
+
+
+def test_a_repository_path_loads_from_any_working_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert not tasks.is_seqio(SMOKE)
+  data = tasks.load(SMOKE, "valid", 3)
+  assert len(data.examples) == 3 and not data.text and not data.seqio
+  assert data.preset_vocab_size is None  # ids only: a preset keeps its own vocabulary
+  ids = data.input_ids(model_vocab_size=10 ** 6, encoder_decoder=True, max_input_length=4)
+  assert ids == [list(ex.input_ids)[:4] for ex in data.examples]
+
+
+def test_a_text_task_takes_the_shipped_vocabulary():
+  data = tasks.load("translate_en_de", "valid", 2)
+  assert data.text and data.vocab is not None
+  assert data.preset_vocab_size == data.vocab.padded_vocab_size
+  ids = data.input_ids(model_vocab_size=data.vocab.padded_vocab_size, encoder_decoder=True,
+                       max_input_length=16)
+  assert all(len(r) <= 16 and r[-1] == data.vocab.eos_id for r in ids)
+  assert data.decoding_vocab(data.vocab.padded_vocab_size) is data.vocab
+  assert data.decoding_vocab(512) is None  # another model's ids: no text
+
+
+def test_tokenize_refuses_ids_outside_the_model_and_empty_rows(tmp_path):
+  path = tmp_path / "ids.jsonl"
+  path.write_text(json.dumps({"input_ids": [3, 40]}) + "\n")
+  examples = tasks.load_examples(str(path), "valid", None)
+  with pytest.raises(ValueError, match=r"input ids \[40\] are outside the model's vocabulary"):
+    tasks.tokenize(examples, None, model_vocab_size=32, encoder_decoder=False,
+                   max_input_length=8)
+  empty = tmp_path / "empty.jsonl"
+  empty.write_text("\n")
+  with pytest.raises(ValueError, match="has no examples"):
+    tasks.load_examples(str(empty), "valid", None)
+
+
+def test_ngram_examples_follow_the_input_field(tmp_path):
+  path = tmp_path / "en.jsonl"
+  path.write_text(json.dumps({"en": "Hello.", "de": "Hallo."}) + "\n")
+  run = tasks.load_examples(str(path), "valid", None)
+  examples, source = tasks.ngram_examples(str(path), run, 5)
+  assert source == "translate_en_de (train split)" and len(examples) == 5
+  assert examples == local_tasks.load_examples("translate_en_de", "train", 5)
+  ids = tasks.load_examples(SMOKE, "valid", 2)
+  assert tasks.ngram_examples(SMOKE, ids, 5) == (ids, "the run's own prompts")
