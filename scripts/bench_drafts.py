@@ -33,13 +33,14 @@ import jax
 import numpy as np
 
 from specdec_jax import timing
+from specdec_jax.checkpoints import loader
 from specdec_jax.data import local_tasks
 from specdec_jax.decoding import adaptive, drafters
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import generate_speculative
 from specdec_jax.metrics import acceptance
-from specdec_jax.runner import inputs as inputs_lib, models as models_lib
+from specdec_jax.runner import inputs as inputs_lib
 
 
 def parse_args(argv=None):
@@ -101,7 +102,7 @@ def load_drafts(args, target, tparams, task, vocab, preset_vocab):
     spec = spec.strip()
     if spec.startswith("model:"):
       path = spec[len("model:"):]
-      model, params = models_lib.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
+      model, params = loader.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
       out[f"model:{os.path.basename(os.path.normpath(path))}"] = (model, params)
     else:
       out[spec] = drafters.build_draft(spec, target=target, target_params=tparams, task=task,
@@ -112,7 +113,7 @@ def load_drafts(args, target, tparams, task, vocab, preset_vocab):
 def bench_task(task: str, args, log) -> list[dict]:
   vocab_probe = inputs_lib.load_vocabulary(None, required=False)
   preset_vocab = vocab_probe.padded_vocab_size if vocab_probe is not None else None
-  target, tparams = models_lib.load_model(args.target, vocab_size=preset_vocab, seed=args.seed)
+  target, tparams = loader.load_model(args.target, vocab_size=preset_vocab, seed=args.seed)
   vocab, batches = load_task(task, args, target)
   drafts = load_drafts(args, target, tparams, task, vocab, preset_vocab)
   skip = set(filter(None, args.skip.split(",")))

@@ -21,6 +21,7 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import distributed, timing
+from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.adaptive import generate_adaptive
 from specdec_jax.decoding.autoregressive import generate_autoregressive
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -28,7 +29,7 @@ from specdec_jax.decoding.speculative import generate_speculative
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
-from specdec_jax.runner import calibrate, inputs as inputs_lib, keys, models as models_lib
+from specdec_jax.runner import calibrate, drafts as drafts_lib, inputs as inputs_lib, keys
 from specdec_jax.runner.config import AUTO, DraftSpec, RunConfig, draft_specs, points, temperatures
 from specdec_jax.runner.store import ResultStore
 
@@ -67,23 +68,22 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   else:
     vocab = inputs_lib.load_vocabulary(cfg.vocabulary, required=text)
   preset_vocab = vocab.padded_vocab_size if ((text or seqio_ids) and vocab is not None) else None
-  target, tparams = models_lib.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
-                                          dtype=cfg.dtype, seed=cfg.seed)
+  target, tparams = loader.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
+                                      dtype=cfg.dtype, seed=cfg.seed)
   drafts = {}
   if cfg.runs_speculative:
     tables = {}
 
     def tables_fn():  # estimated once per run, shared by unigram and bigram
       if "t" not in tables:
-        tables["t"] = models_lib.ngram_tables(
+        tables["t"] = drafts_lib.ngram_tables(
             cfg.ngram_tables, lambda: inputs_lib.ngram_examples(cfg, examples), vocab, target,
             log=logging.info)
       return tables["t"]
+    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab)
     for spec in draft_specs(cfg):
-      drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
-                                           dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
-                                           target_name=cfg.target_checkpoint,
-                                           head_vocab=cfg.draft_head_vocab, task=cfg.task)
+      drafts[spec] = drafts_lib.load_draft(spec, target, tparams, settings, tables_fn=tables_fn,
+                                           target_name=cfg.target_checkpoint)
   ids = inputs_lib.tokenize(examples, vocab if text else None,
                             model_vocab_size=target.vocab_size,
                             encoder_decoder=target.config.is_encoder_decoder,
