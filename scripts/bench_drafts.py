@@ -34,13 +34,13 @@ import jax
 import numpy as np
 
 from specdec_jax import timing
+from specdec_jax.checkpoints import loader
 from specdec_jax.data import local_tasks, ngram_tables, tasks
 from specdec_jax.decoding import adaptive, drafters
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
-from specdec_jax.runner import models as models_lib
 
 
 def parse_args(argv=None):
@@ -101,7 +101,7 @@ def load_drafts(args, target, task, vocab, preset_vocab):
     spec = spec.strip()
     if spec.startswith("model:"):
       path = spec[len("model:"):]
-      model, params = models_lib.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
+      model, params = loader.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
       out[f"model:{os.path.basename(os.path.normpath(path))}"] = (model, params)
     else:
       draft = drafters.make_draft(spec, target)
@@ -114,7 +114,7 @@ def load_drafts(args, target, task, vocab, preset_vocab):
 def bench_task(task: str, args, log) -> list[dict]:
   vocab_probe = tasks.load_vocabulary(None, required=False)
   preset_vocab = vocab_probe.padded_vocab_size if vocab_probe is not None else None
-  target, tparams = models_lib.load_model(args.target, vocab_size=preset_vocab, seed=args.seed)
+  target, tparams = loader.load_model(args.target, vocab_size=preset_vocab, seed=args.seed)
   vocab, batches = load_task(task, args, target)
   drafts = load_drafts(args, target, task, vocab, preset_vocab)
   skip = set(filter(None, args.skip.split(",")))

@@ -30,8 +30,8 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.kernels import build
 from specdec_jax.kernels import matmul as km
+from specdec_jax.checkpoints.loader import load_model
 from specdec_jax.models import packed
-from specdec_jax.runner.models import load_model
 
 TOKENS = tuple(range(1, 10))
 

@@ -53,14 +53,14 @@ def parse_args(argv=None):
 def load_pair(target_spec: str, draft_spec: str, task: str, split: str, num_examples: int,
               max_input_length: int):
   """Our (target, params), (draft, params) and fixed-width prompts [N, P] (+ their lengths)."""
+  from specdec_jax.checkpoints import loader
   from specdec_jax.data import tasks
-  from specdec_jax.runner import models as models_lib
   examples = tasks.load_examples(task, split, num_examples)
   text = tasks.needs_text(examples)
   vocab = tasks.load_vocabulary(None, required=text)
   preset_vocab = vocab.padded_vocab_size if (text and vocab is not None) else None
-  target = models_lib.load_model(target_spec, vocab_size=preset_vocab, dtype="float32")
-  draft = models_lib.load_model(draft_spec, vocab_size=preset_vocab, dtype="float32", seed=1)
+  target = loader.load_model(target_spec, vocab_size=preset_vocab, dtype="float32")
+  draft = loader.load_model(draft_spec, vocab_size=preset_vocab, dtype="float32", seed=1)
   if not target[0].config.is_encoder_decoder:
     raise SystemExit("compare_hf compares T5 (encoder-decoder) models; HF assisted generation "
                      "for decoder-only models would need a decoder-only export")

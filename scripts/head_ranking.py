@@ -56,24 +56,24 @@ def main(argv=None) -> int:
                       help="comma list of K to report the coverage of")
   args = parser.parse_args(argv)
   from specdec_jax import train as train_cli
+  from specdec_jax.checkpoints import head_ranking, loader
   from specdec_jax.models import head_vocab
-  from specdec_jax.runner.models import load_model
   ckpt = args.checkpoint
   if not os.path.isdir(ckpt):
     print(f"error: --checkpoint {ckpt!r} is not a directory", file=sys.stderr)
     return 1
   cfg = train_cli.parse(args.gin_file, args.gin)
-  model, _ = load_model(ckpt, vocab_size=None, dtype=None, seed=0)
+  model, _ = loader.load_model(ckpt, vocab_size=None, dtype=None, seed=0)
   v = model.vocab_size
   freqs = task_frequencies(cfg, v, model.config.is_encoder_decoder)
   total = sum(w for _, w, _ in freqs)
   mixed_V = sum(w / total * f for _, w, f in freqs)
-  ranking = head_vocab.ranking_from_counts(mixed_V)
+  ranking = head_ranking.ranking_from_counts(mixed_V)
   source = ("token frequencies of the decoder-side training targets of " +
             ", ".join(args.gin_file) + ": " +
             ", ".join(f"{name} (weight {w:g})" for name, w, _ in freqs))
-  per_task = {name: head_vocab.ranking_from_counts(f) for name, _, f in freqs}
-  path = head_vocab.write_ranking(ckpt, ranking, v, source, tasks=per_task)
+  per_task = {name: head_ranking.ranking_from_counts(f) for name, _, f in freqs}
+  path = head_ranking.write_ranking(ckpt, ranking, v, source, tasks=per_task)
   report = {}
   for k in (int(x) for x in args.report_k.split(",") if x):
     report[k] = {}

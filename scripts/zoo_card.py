@@ -49,8 +49,8 @@ def _batches(n: int, size: int):
 
 def _load(name: str):
   """(model, float32 params) of a zoo model (or a checkpoint path), loaded as the runner does."""
-  from specdec_jax.runner.models import load_model
-  return load_model(name if os.sep in name else os.path.join(ZOO, name))
+  from specdec_jax.checkpoints import loader
+  return loader.load_model(name if os.sep in name else os.path.join(ZOO, name))
 
 
 def _decode_texts(result, vocab, rows: int) -> list[str]:
@@ -143,7 +143,8 @@ def main(argv=None) -> int:
   ap.add_argument("--code", type=int, default=1, help="measure the code pair's alpha (0: skip)")
   ap.add_argument("--head_vocab", type=int, default=0,
                   help="restrict the T5 drafts' heads to this many tokens of their checkpoints' "
-                       "head_ranking.json (models/head_vocab.py; filed as DRAFT@headK); 0: full")
+                       "head_ranking.json (checkpoints/head_ranking.py; filed as DRAFT@headK); "
+                       "0: full")
   ap.add_argument("--train_root", default=None,
                   help="print the training table from RUN/*/train_summary.json and exit")
   args = ap.parse_args(argv)
@@ -186,9 +187,10 @@ def main(argv=None) -> int:
       continue
     draft_pair, label = models[dname], dname
     if args.head_vocab and not decoder_only:
-      from specdec_jax.models import head_vocab as hv
+      from specdec_jax.checkpoints import head_ranking
       path = dname if os.sep in dname else os.path.join(ZOO, dname)
-      draft, dparams, _ = hv.restrict_to_ranking(*draft_pair, path, args.head_vocab, task)
+      draft, dparams, _ = head_ranking.restrict_to_ranking(*draft_pair, path, args.head_vocab,
+                                                           task)
       draft_pair = (draft, dparams)
       label = f"{dname}@head{args.head_vocab}"
     for temperature in (0.0, 1.0):

@@ -37,7 +37,7 @@ def _library_alpha(name):
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import Chain
   from specdec_jax.metrics import acceptance
-  from specdec_jax.runner.models import load_model
+  from specdec_jax.checkpoints.loader import load_model
   examples = local_tasks.load_examples("configs/local/smoke_prompts.jsonl", num_examples=4)
   target, tp = load_model("t5_test_target", seed=0)
   draft = drafters.make_draft(name, target)

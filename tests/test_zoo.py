@@ -89,7 +89,7 @@ def test_trained_pair_greedy_speculative_equals_autoregressive(task, target, dra
 def test_shared_draft_belongs_to_the_zoo_target_only():
   """The shipped shared-encoder draft names the zoo target; any other encoder is refused."""
   from specdec_jax.checkpoints import pairing
-  from specdec_jax.runner.models import load_model
+  from specdec_jax.checkpoints.loader import load_model
   path = os.path.join(ZOO, "t5_shared_draft")
   assert pairing.read(path)["target"].endswith("zoo/t5_target")
   _, tparams = load_model(os.path.join(ZOO, "t5_target"))
@@ -102,7 +102,7 @@ def test_shared_draft_belongs_to_the_zoo_target_only():
 def test_runner_loads_zoo_weights_in_compute_dtype():
   """bf16 weights fed to a float32 model are re-cast inside every jitted call: the cost
   calibration of GAMMA='auto' timed 27 ms per target call instead of 3 ms on this CPU."""
-  from specdec_jax.runner.models import load_model
+  from specdec_jax.checkpoints.loader import load_model
   model, params = load_model(os.path.join(ZOO, "t5_draft_small"))
   assert model.config.dtype == "float32"
   assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.float32)}

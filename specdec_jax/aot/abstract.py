@@ -6,13 +6,13 @@ to) read. A model's config comes, in this order, from a preset name, from the ch
 metadata when it is local (the specdec `model_config.json`, a Hugging Face `config.json`, or a T5X
 checkpoint's array shapes, read without the arrays), or, for a checkpoint that cannot be read here,
 from the preset the gin files pair with it (`T5_1_1_XXL_CHECKPOINT` / `T5_1_1_XXL_PRESET`) or a
-preset name in its path. Parameters take the dtype the runner casts them to
-(`runner.models.in_compute_dtype`) and the shardings `sharding.param_shardings` gives them.
+preset name in its path. The first two are `checkpoints.loader.model_config`, the half of the one
+model loader that reads no weight. Parameters take the dtype the runner casts them to
+(`checkpoints.loader.in_compute_dtype`) and the shardings `sharding.param_shardings` gives them.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specdec_jax import sharding as sh
-from specdec_jax.models.config import PRESETS, ModelConfig, get_preset
+from specdec_jax.checkpoints import loader
+from specdec_jax.models.config import PRESETS, ModelConfig
 from specdec_jax.models.model import Model
 
 
@@ -41,41 +42,24 @@ def resolve_config(spec: str, *, presets: Mapping[str, str] = (), dtype: Optiona
   vocab_size: the vocabulary a random-init preset is resized to (the runner's rule for presets
     decoding text); ignored for checkpoints.
   """
-  from specdec_jax.paths import resolve_path  # pylint: disable=import-outside-toplevel
-  overrides = {} if dtype is None else {"dtype": dtype}
-  if spec in PRESETS and not os.path.exists(spec):
-    if vocab_size is not None:
-      overrides["vocab_size"] = vocab_size
-    return ResolvedModel(get_preset(spec, **overrides), f"preset {spec}", spec)
-  path = resolve_path(spec)
-  if os.path.exists(path):
-    return ResolvedModel(_local_config(path).replace(**overrides), f"metadata of {spec}")
+  if loader.is_preset(spec):
+    return ResolvedModel(loader.preset_config(spec, dtype=dtype, vocab_size=vocab_size),
+                         f"preset {spec}", spec)
+  if loader.local_path(spec) is not None:
+    return ResolvedModel(loader.model_config(spec, dtype=dtype), f"metadata of {spec}")
   preset = dict(presets).get(spec) or _preset_in_path(spec)
   if preset is None:
     raise ValueError(
         f"checkpoint {spec!r} cannot be read here and names no preset: bind a *_PRESET macro "
         f"beside its *_CHECKPOINT macro in gin, or pass a preset name ({', '.join(sorted(PRESETS))})")
-  return ResolvedModel(get_preset(preset, **overrides), f"preset {preset} (for {spec}, not read)",
-                       preset)
+  return ResolvedModel(loader.preset_config(preset, dtype=dtype),
+                       f"preset {preset} (for {spec}, not read)", preset)
 
 
 def _preset_in_path(spec: str) -> Optional[str]:
   parts = spec.replace("\\", "/").rstrip("/").split("/")
   found = [p for p in parts if p in PRESETS]
   return found[-1] if found else None
-
-
-def _local_config(path: str) -> ModelConfig:
-  """A local checkpoint's config from its metadata only (no weight is read)."""
-  import json  # pylint: disable=import-outside-toplevel
-  from specdec_jax.checkpoints import hf, loading, orbax_io  # pylint: disable=import-outside-toplevel
-  fmt = loading.detect_format(path)
-  if fmt == "specdec":
-    return orbax_io.read_config(path)
-  if fmt == "hf":
-    with open(os.path.join(path, hf.CONFIG_FILE), encoding="utf-8") as f:
-      return hf.config_from_hf(json.load(f))
-  return loading.open_flat(path, fmt)[0]  # T5X: inferred from the unread arrays' shapes
 
 
 def abstract_params(model: Model, mesh: Mesh, dtype: Optional[str] = None):

@@ -11,6 +11,7 @@ L layers, G gamma (draft tokens per iteration).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
@@ -187,3 +188,12 @@ class Embed(nn.Module):
 def mask_to_bias(mask: jax.Array, dtype) -> jax.Array:
   """1 = attend; T5X's `select(mask > 0, 0, -1e10)`."""
   return jnp.where(mask, 0.0, _NEG_INF).astype(dtype)
+
+
+def scatter_logits(logits_BxTxK: jax.Array, head_ids: Sequence[int], vocab_size: int) -> jax.Array:
+  """[..., K] head logits -> [..., V] with -inf off the head's tokens (a draft's restricted head,
+  `models.head_vocab`: here, below the transformer and the head restriction both, so neither
+  imports the other to reach it)."""
+  ids_K = jnp.asarray(head_ids, jnp.int32)
+  full = jnp.full(logits_BxTxK.shape[:-1] + (vocab_size,), -jnp.inf, logits_BxTxK.dtype)
+  return full.at[..., ids_K].set(logits_BxTxK, indices_are_sorted=True, unique_indices=True)

@@ -16,12 +16,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.models import head_vocab
 from specdec_jax.models.attention import MultiHeadAttention
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.layers import (Dense, Embed, LayerNorm, MlpBlock, RelativePositionBiases,
-                                       mask_to_bias)
+                                       mask_to_bias, scatter_logits)
 
 
 def _norm(cfg: ModelConfig, name: str) -> LayerNorm:
@@ -162,7 +161,7 @@ class Decoder(nn.Module):
     y_BxTxD = self.decoder_norm(x_BxTxD)
     logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
     if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
-      logits_BxTxV = head_vocab.scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
+      logits_BxTxV = scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
     logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
     cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
     return logits_BxTxV, cache

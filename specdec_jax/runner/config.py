@@ -78,7 +78,8 @@ class RunConfig:
   ngram_tables: str | None = None
   ngram_train_examples: int = 20000
   # Model drafts: restrict the output head to the K most frequent tokens of the draft checkpoint's
-  # head_ranking.json (models/head_vocab.py; exact for any K); 0 keeps the full head.
+  # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
+  # keeps the full head.
   draft_head_vocab: int = 0
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
@@ -158,7 +159,7 @@ class RunConfig:
     paths = [self.target_checkpoint, self.vocabulary, self.ngram_tables]
     drafts = self.draft_checkpoint
     paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
-    # Resolved as `load_model` resolves them (a repo-relative zoo path works from any directory).
+    # Resolved as `checkpoints.loader` resolves them (a repo-relative zoo path works anywhere).
     digests = {p: identity.content_digest(resolve_path(p)) for p in paths if isinstance(p, str)}
     return {p: d for p, d in sorted(digests.items()) if d is not None}
 

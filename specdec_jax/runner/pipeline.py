@@ -22,6 +22,7 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import distributed, sharding, timing
+from specdec_jax.checkpoints import loader
 from specdec_jax.data import ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -30,8 +31,8 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
-from specdec_jax.runner import calibrate, costs as costs_lib, inputs as inputs_lib, keys
-from specdec_jax.runner import models as models_lib
+from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib, inputs as inputs_lib
+from specdec_jax.runner import keys
 from specdec_jax.runner.config import AUTO, DraftSpec, RunConfig, draft_specs, points, temperatures
 from specdec_jax.runner.store import ResultStore
 
@@ -61,8 +62,8 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   data = tasks.load(cfg.task, cfg.split, cfg.num_examples, vocabulary=cfg.vocabulary,
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
   preset_vocab = data.preset_vocab_size
-  target, tparams = models_lib.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
-                                          dtype=cfg.dtype, seed=cfg.seed)
+  target, tparams = loader.load_model(cfg.target_checkpoint, vocab_size=preset_vocab,
+                                      dtype=cfg.dtype, seed=cfg.seed)
   drafts = {}
   if cfg.runs_speculative:
     tables = {}
@@ -74,11 +75,10 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
                 cfg.task, data.examples, cfg.ngram_train_examples,
                 tfds_data_dir=cfg.tfds_data_dir), data.vocab, target, log=logging.info)
       return tables["t"]
+    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab)
     for spec in draft_specs(cfg):
-      drafts[spec] = models_lib.load_draft(spec, target, tparams, vocab_size=preset_vocab,
-                                           dtype=cfg.dtype, seed=cfg.seed, tables_fn=tables_fn,
-                                           target_name=cfg.target_checkpoint,
-                                           head_vocab=cfg.draft_head_vocab, task=cfg.task)
+      drafts[spec] = drafts_lib.load_draft(spec, target, tparams, settings, tables_fn=tables_fn,
+                                           target_name=cfg.target_checkpoint)
   prompts = inputs_lib.Prompts.tokenized(data, target, cfg.max_input_length)
   if mesh is not None:  # gin/mesh/*.gin: target model-parallel, model drafts on fewer chips
     target, tparams, drafts = sharding.place_models(mesh, cfg.mesh, target, tparams, drafts,

@@ -38,12 +38,11 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import sharding
-from specdec_jax.checkpoints import detect_format, identity, load_checkpoint, orbax_io, pairing
+from specdec_jax.checkpoints import detect_format, identity, loader, orbax_io, pairing
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import ModelConfig, get_preset
-from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import seqdata
 from specdec_jax.training import shared_encoder
@@ -159,9 +158,8 @@ def _check_generator(path: str, cfg: ModelConfig | None, vocab, *, is_mix: bool 
 
 def _load(path: str, vocab, mesh, batch_size: int, *, is_mix: bool = False):
   """(model, params, placement of a prompt batch): on one device, or sharded over `mesh`."""
-  cfg, params = load_checkpoint(path, dtype=np.float32, scan_layers=False)
-  _check_generator(path, cfg, vocab, is_mix=is_mix)
-  model = Model(cfg.replace(dtype="float32"))
+  model, params = loader.load_model(path, dtype="float32", sharding=loader.HOST, scan_layers=False)
+  _check_generator(path, model.config, vocab, is_mix=is_mix)
   if mesh is None:
     return model, jax.tree.map(jax.numpy.asarray, params), lambda x: x
   tm, model, _ = sharded_lib.setup(mesh, model, batch_size=batch_size, name=f"generator {path}")

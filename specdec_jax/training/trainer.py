@@ -44,7 +44,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from specdec_jax import sharding
-from specdec_jax.checkpoints import load_checkpoint
+from specdec_jax.checkpoints import loader
 from specdec_jax.checkpoints import orbax_io
 from specdec_jax.checkpoints import pairing
 from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
@@ -179,9 +179,11 @@ def _batch_digest(batch: dict[str, np.ndarray]) -> str:
 
 def _load_model(path_or_preset: str, seed: int, dtype: str = "float32"
                 ) -> tuple[ModelConfig, Any]:
-  """(config with activation `dtype`, float32 params on the host: placed by the caller)."""
-  cfg, params = load_checkpoint(path_or_preset, dtype=np.float32, seed=seed)
-  return cfg.replace(dtype=dtype, scan_layers=False), params
+  """(config with activation `dtype`, per-layer float32 params on the host: placed by the
+  caller)."""
+  model, params = loader.load_model(path_or_preset, dtype=dtype, seed=seed, sharding=loader.HOST,
+                                    weights_dtype="float32", scan_layers=False)
+  return model.config, params
 
 
 def _check_vocab(model_cfg: ModelConfig, vocab, what: str) -> None:

@@ -5,8 +5,9 @@ whole claim is that speculative decoding stays exact for it: (1) its logits are 
 on the kept tokens and -inf elsewhere, packed for the CPU kernel too; (2) greedy speculative output
 equals autoregressive token for token; (3) speculative sampling with it reproduces the target's
 exact distribution, with a head that leaves out half the vocabulary, so the target's mass on the
-tokens the draft cannot propose has to come from the residual; (4) the ranking file and the run's
-loading refuse bad input with errors that name the problem.
+tokens the draft cannot propose has to come from the residual; (4) the run's loading refuses bad
+input with errors that name the problem (the ranking file itself: tests/checkpoints/
+test_head_ranking.py).
 """
 import json
 import os
@@ -19,12 +20,13 @@ import pytest
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.checkpoints import head_ranking, orbax_io
 from specdec_jax.models import head_vocab as hv
 from specdec_jax.models import packed
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.runner.config import DraftSpec, RunConfig
-from specdec_jax.runner.models import load_draft
+from specdec_jax.runner.drafts import DraftSettings, load_draft
 from specdec_jax.testing import chi_square_gof, exact_joint, ragged_prompts, tiny_pair
 
 
@@ -83,35 +85,13 @@ def test_speculative_sampling_with_restricted_head_is_exact():
   assert pvalue > 1e-3
 
 
-def test_ranking_select_and_files(tmp_path):
-  assert hv.ranking_from_counts(np.array([1, 5, 0, 5, 2])) == [1, 3, 4, 0, 2]
+def test_select_keeps_eos():
   ranking = [4, 2, 7, 0, 1, 3, 5, 6]
   assert hv.select(ranking, 3, eos_id=1) == (1, 2, 4)  # EOS replaces the 3rd
   assert hv.select(ranking, 3, eos_id=2) == (2, 4, 7)
   for bad in (0, 9, 2.5, True):
     with pytest.raises(ValueError, match="draft_head_vocab must be an integer"):
       hv.select(ranking, bad, eos_id=1)
-  own = [1, 0, 2, 3, 4, 5, 6, 7]
-  hv.write_ranking(str(tmp_path), ranking, 8, "test", tasks={"translate_en_de": own})
-  # A run on a task the file ranks gets that task's ranking, any other task the mixture's.
-  got, what = hv.read_ranking(str(tmp_path), 8, "translate_en_de")
-  np.testing.assert_array_equal(got, own)
-  assert what == "task translate_en_de"
-  for task in ("summarize", None):
-    got, what = hv.read_ranking(str(tmp_path), 8, task)
-    np.testing.assert_array_equal(got, ranking)
-    assert what == "training mixture"
-  with pytest.raises(ValueError, match="every token id 0..8"):
-    hv.read_ranking(str(tmp_path), 9)
-  sub = tmp_path / "sub"
-  sub.mkdir()
-  with pytest.raises(ValueError, match="exactly once"):
-    hv.write_ranking(str(sub), [0, 0, 1], 3, "test")
-  with pytest.raises(ValueError, match="task x"):
-    hv.write_ranking(str(sub), [0, 1, 2], 3, "test", tasks={"x": [0, 1]})
-  assert not os.listdir(sub)  # nothing written on bad input
-  with pytest.raises(FileNotFoundError, match="scripts/head_ranking.py"):
-    hv.read_ranking(str(tmp_path / "none"), 8)
 
 
 def test_restrict_refuses_misuse():
@@ -133,23 +113,23 @@ def test_run_config_and_load_draft(tmp_path):
   assert "draft_head_vocab" not in RunConfig().fingerprint()
   assert RunConfig(draft_head_vocab=8).fingerprint()["draft_head_vocab"] == 8
   target, tp, _, _ = tiny_pair("t5")
-  common = dict(vocab_size=None, dtype=None, seed=0)
+  head8 = DraftSettings(head_vocab=8)
   with pytest.raises(ValueError, match="random preset"):
-    load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head_vocab=8, **common)
+    load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head8)
   # A saved draft without a ranking is refused by name; with one, its head is restricted.
-  from specdec_jax.checkpoints import orbax_io
   _, _, draft, dp = tiny_pair("t5")
   ckpt = str(tmp_path / "draft")
   orbax_io.save(ckpt, draft.config, dp)
   with pytest.raises(FileNotFoundError, match="head_ranking.json"):
-    load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
+    load_draft(DraftSpec("model", ckpt), target, tp, head8)
   v = draft.vocab_size
-  hv.write_ranking(ckpt, hv.ranking_from_counts(np.arange(v)), v, "t",
-                   tasks={"summarize": list(range(v))})
-  d, p = load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, **common)
+  head_ranking.write_ranking(ckpt, head_ranking.ranking_from_counts(np.arange(v)), v, "t",
+                             tasks={"summarize": list(range(v))})
+  d, p = load_draft(DraftSpec("model", ckpt), target, tp, head8)
   assert len(d.head_ids) == 8 and draft.eos_id in d.head_ids
   assert d.head_ids[-1] == v - 1  # the mixture ranks the highest ids first
-  d, _ = load_draft(DraftSpec("model", ckpt), target, tp, head_vocab=8, task="summarize", **common)
+  d, _ = load_draft(DraftSpec("model", ckpt), target, tp,
+                    DraftSettings(head_vocab=8, task="summarize"))
   assert d.head_ids == tuple(range(8))  # the task's own ranking
   assert p["decoder"]["logits_dense"]["kernel"].shape[-1] == 8
-  assert json.load(open(os.path.join(ckpt, hv.RANKING_FILE)))["source"] == "t"
+  assert json.load(open(os.path.join(ckpt, head_ranking.RANKING_FILE)))["source"] == "t"

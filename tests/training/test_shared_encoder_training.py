@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from specdec_jax.checkpoints import load_checkpoint, orbax_io, pairing
+from specdec_jax.checkpoints import load_checkpoint, loader, orbax_io, pairing
 from specdec_jax.data.vocabulary import default_vocabulary
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
-from specdec_jax.runner import models as models_lib
 from specdec_jax.runner.config import DraftSpec
+from specdec_jax.runner.drafts import DraftSettings, load_draft
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import onpolicy, shared_encoder, warm_start
 from specdec_jax.training.trainer import TrainConfig, train
@@ -51,15 +51,13 @@ def test_trains_exports_its_target_and_is_refused_by_another(setup, tmp_path):
   record = pairing.read(str(tmp_path / "export"))
   assert record["target"] == paths["target"] and record == summary["paired_target"]
 
-  target, tparams = models_lib.load_model(paths["target"])
+  target, tparams = loader.load_model(paths["target"])
   spec = DraftSpec("model", str(tmp_path / "export"))
-  draft, _ = models_lib.load_draft(spec, target, tparams, vocab_size=None, dtype=None, seed=0,
-                                   target_name=paths["target"])
+  draft, _ = load_draft(spec, target, tparams, DraftSettings(), target_name=paths["target"])
   assert draft.shares_encoder
-  other, oparams = models_lib.load_model(paths["other"])
+  other, oparams = loader.load_model(paths["other"])
   with pytest.raises(ValueError, match="another encoder"):
-    models_lib.load_draft(spec, other, oparams, vocab_size=None, dtype=None, seed=0,
-                          target_name=paths["other"])
+    load_draft(spec, other, oparams, DraftSettings(), target_name=paths["other"])
 
 
 def test_shared_draft_without_teacher_or_with_a_narrow_one_is_refused(setup, tmp_path):

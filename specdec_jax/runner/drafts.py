@@ -1,0 +1,88 @@
+"""A run's drafts: a model draft checked against its target, or a model-free drafter's tables.
+
+Why a module of its own: a draft is more than a model load (`checkpoints.loader`, the one door for
+models). A draft that cannot serve this target (another kind, another vocabulary, a shared-encoder
+draft trained on another target's encoder) is refused here, before anything is compiled; a head
+restriction (`RunConfig.draft_head_vocab`) is applied here; and a model-free drafter takes n-gram
+tables as its params. A preset draft gets seed + 1, so it is not a copy of a preset target of the
+same shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from absl import logging
+
+from specdec_jax import seam
+from specdec_jax.checkpoints import head_ranking, loader, pairing
+from specdec_jax.decoding import drafters
+from specdec_jax.models.model import Model
+from specdec_jax.paths import resolve_path
+from specdec_jax.runner.config import MODEL_DRAFT, DraftSpec, RunConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftSettings:
+  """How a run loads its model drafts (`loader.load_model`'s arguments, and the head).
+
+  Attributes:
+    vocab_size: a random preset's vocabulary (the run's, padded); None keeps the preset's.
+    dtype: the compute dtype; None keeps the checkpoint's.
+    seed: the run's seed (a preset draft is initialised with seed + 1).
+    head_vocab: > 0 restricts the draft's output head to that many tokens of its checkpoint's
+      ranking (`checkpoints.head_ranking`); 0 keeps the full head.
+    task: whose ranking (the run's task; the mixture's if the file has none for it).
+  """
+  vocab_size: Optional[int] = None
+  dtype: Optional[str] = None
+  seed: int = 0
+  head_vocab: int = 0
+  task: Optional[str] = None
+
+  @classmethod
+  def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int]) -> DraftSettings:
+    return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
+               head_vocab=cfg.draft_head_vocab, task=cfg.task)
+
+
+def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
+               tables_fn=None, target_name: str = "the target"):
+  """(draft, params) for a model draft, or a model-free drafter over the target's ids.
+
+  Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
+  them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
+  needs none (its fallback is uniform). A random-preset shared-encoder draft belongs to no target
+  and is only checked for the encoder's width.
+  """
+  if spec.kind == MODEL_DRAFT:
+    return _model_draft(spec.checkpoint, target, target_params, settings, target_name)
+  draft = drafters.make_draft(spec.kind, target)
+  if spec.kind == "prompt_lookup":
+    return draft, {}
+  if tables_fn is None:
+    raise ValueError(f"DRAFT={spec.kind!r} needs n-gram tables (RunConfig.ngram_tables)")
+  return draft, tables_fn()
+
+
+def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftSettings,
+                 target_name: str):
+  draft, params = loader.load_model(checkpoint, vocab_size=settings.vocab_size,
+                                    dtype=settings.dtype, seed=settings.seed + 1)
+  try:
+    seam.check_pair(target, draft)
+  except ValueError as e:
+    raise ValueError(f"draft {checkpoint!r}: {e}") from None
+  if draft.shares_encoder and not loader.is_preset(checkpoint):
+    pairing.check(resolve_path(checkpoint), draft_name=checkpoint, target_name=target_name,
+                  target_params=target_params)
+  if not settings.head_vocab:
+    return draft, params
+  if loader.is_preset(checkpoint):
+    raise ValueError(f"draft_head_vocab = {settings.head_vocab} needs a draft checkpoint with a "
+                     f"token ranking; {checkpoint!r} is a random preset")
+  draft, params, counted = head_ranking.restrict_to_ranking(
+      draft, params, resolve_path(checkpoint), settings.head_vocab, settings.task)
+  logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
+               checkpoint, settings.head_vocab, draft.vocab_size, counted)
+  return draft, params
