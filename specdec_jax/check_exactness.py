@@ -70,6 +70,24 @@ class CheckOptions:
   fault_top_k: int = 2
   seed: int = 0
 
+  def __post_init__(self):
+    positive = dict(num_samples=self.num_samples, num_tokens=self.num_tokens, chunk=self.chunk,
+                    bootstrap=self.bootstrap, fault_top_k=self.fault_top_k)
+    for name, value in positive.items():
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"--{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(self.example, int) or self.example < 0:
+      raise ValueError(f"--example must be an integer >= 0, got {self.example!r}")
+    if self.gamma is not None and self.gamma < 1:
+      raise ValueError(f"--gamma must be >= 1, got {self.gamma}")
+    if self.adaptive_gamma_max < 0:
+      raise ValueError(f"--adaptive_gamma_max must be >= 0, got {self.adaptive_gamma_max}")
+    if not 0.0 < self.significance < 1.0:
+      raise ValueError(f"--significance must be in (0, 1), got {self.significance}")
+    if not 0.0 <= self.confidence_threshold <= 1.0:
+      raise ValueError(f"--confidence_threshold must be in [0, 1], got "
+                       f"{self.confidence_threshold}")
+
 
 # ---- decoding ------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +129,13 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
     raise ValueError(f"fault must be one of {FAULTS}, got {opts.fault!r}")
   if cfg.mode == "autoregressive":
     raise ValueError("MODE='autoregressive' has no speculative run to check")
-  cfg = dataclasses.replace(cfg, num_examples=max(opts.example + 1, 1), mode="speculative")
+  # in_sample: positions are the task's own (nothing calibrates here, nothing is held out)
+  cfg = dataclasses.replace(cfg, num_examples=max(opts.example + 1, 1), mode="speculative",
+                            calibration="in_sample", sample_examples=False)
   loaded = pipeline.load(cfg)
+  if opts.example >= len(loaded.prompts.examples):
+    raise ValueError(f"--example {opts.example} is past the task's last example (it has "
+                     f"{len(loaded.prompts.examples)})")
   temperature = config_lib.temperatures(cfg)[0]
   spec = config_lib.draft_specs(cfg)[0]
   draft, dparams = loaded.drafts[spec]

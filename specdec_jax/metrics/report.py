@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec_jax.metrics import acceptance, quality, theory
+from specdec_jax.metrics import acceptance, bootstrap, quality, theory
 from specdec_jax.metrics.records import ProgramRecord
 
 CONTRACT_KEYS = ("task", "target", "draft", "temperature", "gamma", "num_examples", "alpha",
@@ -95,14 +95,18 @@ class Measured:
 
 def build(setting: Setting, measured: Measured, costs=None,
           loop: Mapping[str, Any] | None = None, *, predictable: bool = True,
+          calibration: Mapping[str, Any] | None = None,
           extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
   """One metrics.json object. Keys that a mode does not measure are present with value None.
 
   costs: the lone-extend costs (`timing.Costs`) of this draft, or None. loop: its measured loop
-  costs at this temperature (`runner.costs.LoopCosts.to_json()`), or None; with N = the
-  autoregressive iterations per batch of this run (`_tokens_per_request`) they predict the
-  speedup, `theory.predict` says how. predictable: False for an adaptive draft length, which the
-  fixed-gamma formula does not predict (speedup_predicted is then None). extra: keys added last.
+  costs at this temperature (`runner.costs.LoopCosts.to_json()`, timed on the calibration
+  prompts), or None. calibration: the calibration decode's {'alpha', 'accept_at_least', ...}.
+  `speedup_predicted` is made from calibration data only (its acceptance profile, the loop costs
+  and the calibration prompts' N): out of sample when the calibration prompts were held out;
+  `speedup_predicted_in_sample` uses this row's own profile and N (`theory.predict` says how).
+  predictable: False for an adaptive draft length, which the fixed-gamma formula does not predict
+  (both predictions are then None). extra: keys added last.
   """
   spec_records, ar_records = measured.spec_records, measured.ar_records
   stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
@@ -110,38 +114,72 @@ def build(setting: Setting, measured: Measured, costs=None,
   alpha = stats.get("alpha")
   if setting.gamma == 0 and measured.alpha_if_nothing_drafted is not None:
     alpha = measured.alpha_if_nothing_drafted
-  pred = theory.Prediction()
+  pred, pred_in = theory.Prediction(), theory.Prediction()
   if predictable:
     tokens = _tokens_per_request(ar_records, spec_records, loop) if loop else None
-    pred = theory.predict(setting.gamma, alpha, costs, temperature=setting.temperature,
-                          rule=setting.rule, accepts_per_position=stats.get("accepts_per_position"),
-                          loop=loop, tokens=tokens)
-  speedup = None
-  if ar_records and spec_records and measured.speedup_measured:
-    ar_s, spec_s = wall(ar_records)[0], wall(spec_records)[0]
-    speedup = ar_s / spec_s if spec_s > 0 else None
+    pred_in = theory.predict(setting.gamma, alpha, costs, temperature=setting.temperature,
+                             rule=setting.rule,
+                             accepts_per_position=stats.get("accepts_per_position"),
+                             loop=loop, tokens=tokens)
+    if calibration is not None:
+      pred = theory.predict(setting.gamma, calibration["alpha"], costs,
+                            temperature=setting.temperature, rule=setting.rule,
+                            accepts_per_position=calibration.get("accept_at_least"), loop=loop,
+                            tokens=(float(loop["tokens"]),) * 2 if loop else None)
+  speedup, interval = _speedup(measured)
   out = {
       "task": setting.task, "target": setting.target, "draft": setting.draft,
       "temperature": setting.temperature, "gamma": setting.gamma,
       "num_examples": setting.num_examples,
       "alpha": alpha, "acceptance_rate": stats.get("acceptance_rate"),
       "tokens_per_target_call": stats.get("tokens_per_target_call"),
-      "c": pred.c, "v": pred.v, "speedup": speedup, "speedup_predicted": pred.speedup,
+      "c": pred_in.c, "v": pred_in.v, "speedup": speedup, "speedup_predicted": pred.speedup,
       "ar_ms_per_token": ms_per_token(ar_records), "spec_ms_per_token": ms_per_token(spec_records),
       "greedy_match_rate": measured.match_rate if setting.temperature == 0 else None,
       "quality": dict(measured.quality_info),
       "accepts_per_position": stats.get("accepts_per_position"),
       "accepted_length_hist": stats.get("accepted_length_hist"),
       **_call_costs(costs),
+      "speedup_interval95": interval,
+      "alpha_interval95": _alpha_interval(spec_records),
+      "num_batches": len(spec_records or ar_records),
       "speedup_predicted_from": pred.source,
       "speedup_predicted_lone_extend": pred.lone_extend,
       "expected_tokens_per_iteration": pred.expected_tokens,
-      "iteration_ms": pred.iteration_ms,
+      "speedup_predicted_in_sample": pred_in.speedup,
+      "expected_tokens_per_iteration_in_sample": pred_in.expected_tokens,
+      "calibration": dict(calibration) if calibration is not None else None,
+      "iteration_ms": pred_in.iteration_ms,
       "ar_iteration_ms": loop["ar_ms"] if loop else None,
       "loop_costs": dict(loop) if loop else None,
   }
   out.update(extra or {})
   return out
+
+
+def _speedup(measured: Measured) -> tuple[float | None, list[float] | None]:
+  """(autoregressive wall / speculative wall over the same batches, its bootstrap 95 % interval
+  over batches: prompts at batch size 1), or None where nothing was measured."""
+  ar, spec = measured.ar_records, measured.spec_records
+  if not (ar and spec and measured.speedup_measured):
+    return None, None
+  ar_s, spec_s = wall(ar)[0], wall(spec)[0]
+  if spec_s <= 0:
+    return None, None
+  interval = None
+  if len(ar) == len(spec) and all(r.seconds > 0 for r in spec):  # paired batch by batch
+    interval = bootstrap.ratio_interval([r.seconds for r in ar], [r.seconds for r in spec])
+  return ar_s / spec_s, list(interval) if interval is not None else None
+
+
+def _alpha_interval(spec_records) -> list[float] | None:
+  """alpha's bootstrap 95 % interval over batches (sum beta / positions, resampled by batch)."""
+  rows = [r.counters for r in spec_records or [] if r.counters.get("beta_count")]
+  if len(rows) < 2:
+    return None
+  interval = bootstrap.ratio_interval([c["beta_sum"] for c in rows],
+                                      [c["beta_count"] for c in rows])
+  return list(interval)
 
 
 def _call_costs(costs) -> dict[str, Any]:

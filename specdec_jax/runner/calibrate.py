@@ -55,6 +55,9 @@ class ResolvedPoint:
     gamma up to gamma_max (what pruned the candidates).
   loop: the measured loop costs of this point's draft and temperature (None on a mesh, for an
     adaptive point, or for gamma 0).
+  calibration: the calibration decode's acceptance for this draft and temperature ({'alpha',
+    'accept_at_least', 'gamma', 'prompts', 'held_out'}), what the out-of-sample prediction uses;
+    None for an adaptive point.
   """
 
   draft: DraftSpec
@@ -66,6 +69,7 @@ class ResolvedPoint:
   adaptive: Any = None
   lone_curve: tuple[tuple[int, float], ...] = ()
   loop: LoopCosts | None = None
+  calibration: Mapping[str, Any] | None = None
 
   @property
   def key(self) -> str:
@@ -80,10 +84,12 @@ def effective_rule(rule: str, temperature: float) -> str:
   return "tokenwise" if float(temperature) == 0.0 else rule
 
 
-def calibration_gamma(gamma: int, gamma_max: int) -> int:
-  """The calibration decode's gamma: at least gamma_max, so that its profile A_i covers every
-  candidate (`gamma` is RunConfig.auto_calibration_gamma)."""
-  return max(gamma, gamma_max)
+def calibration_gamma(gamma: int, gamma_max: int, fixed: Sequence[int] = ()) -> int:
+  """The calibration decode's gamma: at least gamma_max and every fixed gamma of the run, so that
+  its profile A_i covers every candidate and every point (`gamma` is
+  RunConfig.auto_calibration_gamma). A_i depends only on the first i drafts, so one decode at
+  the largest gamma serves every point of a draft and temperature."""
+  return max([gamma, gamma_max, *fixed])
 
 
 def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows: int,
@@ -194,19 +200,20 @@ def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple[int, ...]:
 
 
 def resolved(point: Point, *, adaptive=None, memo: dict | None = None,
-             loop: LoopCosts | None = None) -> ResolvedPoint:
+             loop: LoopCosts | None = None,
+             calibration: Mapping[str, Any] | None = None) -> ResolvedPoint:
   """The ResolvedPoint of a fixed, adaptive or (with its memo) 'auto' point."""
   if point.gamma == ADAPTIVE:
     return ResolvedPoint(point.draft, adaptive.gamma_max, point.temperature, adaptive=adaptive)
   if point.gamma != AUTO:
     return ResolvedPoint(point.draft, int(point.gamma), point.temperature,
-                         loop=loop if int(point.gamma) > 0 else None)
+                         loop=loop if int(point.gamma) > 0 else None, calibration=calibration)
   gamma = int(memo["gamma"])
   return ResolvedPoint(point.draft, gamma, point.temperature, auto=True,
                        calibration_alpha=memo["alpha"],
                        predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]),
                        lone_curve=tuple((int(g), float(s)) for g, s in memo.get("lone_curve", [])),
-                       loop=loop if gamma > 0 else None)
+                       loop=loop if gamma > 0 else None, calibration=calibration)
 
 
 def resolve(point: Point, costs: timing.Costs, store, alpha_fn, *, gamma_max: int,

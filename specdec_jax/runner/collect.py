@@ -49,6 +49,10 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["auto_calibration_alpha"] = point.calibration_alpha
     extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
     extra["auto_lone_extend_speedup"] = {str(g): s for g, s in point.lone_curve}
+    best = max(((g, sp) for g, sp in point.predicted_curve if g > 0), key=lambda x: x[1],
+               default=(None, None))
+    extra["auto_gate"] = {"min_speedup": cfg.auto_min_speedup, "best_gamma": best[0],
+                          "best_predicted": best[1], "passed": point.gamma > 0}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
   # gamma 0 chosen by 'auto': nothing was drafted (alpha is the calibration decode's) and the
@@ -64,7 +68,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                              speedup_measured=fallback_alpha is None)
   return report.build(setting, measured, costs.get(point.draft),
                       point.loop.to_json() if point.loop is not None else None,
-                      predictable=point.adaptive is None, extra=extra)
+                      predictable=point.adaptive is None, calibration=point.calibration,
+                      extra=extra)
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:

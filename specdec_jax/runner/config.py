@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import identity
 from specdec_jax.paths import resolve_path
-from specdec_jax.runner import keys
+from specdec_jax.runner import keys, prompt_sets
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
@@ -61,6 +62,13 @@ class RunConfig:
   repeats: int = 3
   gamma_max: int = 8
   auto_calibration_examples: int = 4
+  # Which prompts calibrate ('auto', c, v, the loops' costs, speedup_predicted): 'held_out' draws
+  # auto_calibration_examples prompts of the split by SEED and never reports them; 'in_sample'
+  # calibrates on the first measured prompts (runner/prompt_sets.py says why held out).
+  calibration: str = "held_out"
+  # True: the NUM_EXAMPLES measured prompts are a seeded uniform draw from the split (standing for
+  # the split); False: the split's first ones.
+  sample_examples: bool = False
   # The calibration decode runs at max(this, gamma_max): its profile P(at least i drafts kept)
   # must cover every candidate gamma (runner/calibrate.py).
   auto_calibration_gamma: int = 4
@@ -93,8 +101,9 @@ class RunConfig:
         raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', or a list of them; got "
                          f"{g!r}")
     for t in as_list(self.temperature):
-      if not isinstance(t, (int, float)) or t < 0:
-        raise ValueError(f"TEMPERATURE must be a number >= 0 (0 = greedy), got {t!r}")
+      if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
+          0 <= t and math.isfinite(t)):
+        raise ValueError(f"TEMPERATURE must be a finite number >= 0 (0 = greedy), got {t!r}")
     for d in as_list(self.draft):
       if d != MODEL_DRAFT and d not in NON_MODEL_DRAFTS:
         raise ValueError(f"DRAFT must be {MODEL_DRAFT!r} or one of {NON_MODEL_DRAFTS}, got {d!r}")
@@ -116,6 +125,15 @@ class RunConfig:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:
       raise ValueError(f"TOP_P must be in (0, 1] (1 = off), got {self.top_p!r}")
+    if not (math.isfinite(float(self.auto_min_speedup)) and self.auto_min_speedup > 0):
+      raise ValueError(f"RunConfig.auto_min_speedup must be a finite number > 0, got "
+                       f"{self.auto_min_speedup!r}")
+    if self.calibration not in prompt_sets.CALIBRATION_MODES:
+      raise ValueError(f"RunConfig.calibration must be one of {prompt_sets.CALIBRATION_MODES}, "
+                       f"got {self.calibration!r}")
+    if not isinstance(self.auto_calibration_examples, int) or self.auto_calibration_examples < 1:
+      raise ValueError(f"RunConfig.auto_calibration_examples must be an integer >= 1, got "
+                       f"{self.auto_calibration_examples!r}")
 
   def adaptive_config(self):
     """The AdaptiveConfig of GAMMA='adaptive' (`adaptive`, or the default up to gamma_max)."""
@@ -141,8 +159,12 @@ class RunConfig:
     keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
             "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
             "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
-            "ngram_train_examples")
+            "ngram_train_examples", "calibration")
     fingerprint = {k: getattr(self, k) for k in keep}
+    if self.calibration == "held_out":  # which prompts are measured depends on them
+      fingerprint["auto_calibration_examples"] = self.auto_calibration_examples
+    if self.sample_examples:
+      fingerprint["sample_examples"] = True
     # Later knobs enter only when set, so run directories written before them still resume.
     if self.adaptive is not None:
       fingerprint["adaptive"] = self.adaptive

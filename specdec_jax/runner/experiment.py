@@ -18,7 +18,7 @@ from specdec_jax import distributed, lock
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
-from specdec_jax.runner import collect, keys, pipeline
+from specdec_jax.runner import collect, decode, keys, pipeline
 from specdec_jax.runner.config import RunConfig
 from specdec_jax.runner.store import ResultStore
 
@@ -116,7 +116,7 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   resolved, costs = pipeline.resolve_points(cfg, loaded, store, log)
   progress = Progress(output_dir, resolved, cfg, log)
   try:
-    pipeline.decode_all(cfg, loaded, resolved, store, progress)
+    decode.decode_all(cfg, loaded, resolved, store, progress)
   finally:
     progress.close()
   metrics = collect.collect(cfg, loaded, store, resolved, costs)
@@ -138,6 +138,6 @@ def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -
     store.restore(distributed.agree(None))
     loaded = pipeline.load(cfg, mesh)
     resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
-    pipeline.decode_all(cfg, loaded, resolved, store, lambda **_: None)
+    decode.decode_all(cfg, loaded, resolved, store, lambda **_: None)
   log(f"process {distributed.process_index()}: done; process 0 writes {output_dir}")
   return []

@@ -35,6 +35,12 @@ class Prompts:
     return cls(data.examples, ids, data.decoding_vocab(target.vocab_size),
                width=max(len(r) for r in ids))
 
+  def take(self, positions: Sequence[int]) -> Prompts:
+    """The prompts at `positions`, padded to the same width (so their batches have the shape the
+    run's programs were compiled and timed for)."""
+    return Prompts([self.examples[p] for p in positions], [self.ids[p] for p in positions],
+                   self.vocab, self.width)
+
   @property
   def input_field(self) -> str | None:
     return self.examples[0].input_field if self.examples else None

@@ -24,6 +24,11 @@ def point(draft_name: str, gamma, temperature: float) -> str:
   return f"draft={draft_name},gamma={gamma},temperature={temperature:g}"
 
 
+def calibration(draft_name: str, temperature: float) -> str:
+  """Where the calibration decode's acceptance of a draft and temperature is remembered."""
+  return f"draft={draft_name},temperature={temperature:g}"
+
+
 def auto_choice(draft_name: str, temperature: float) -> str:
   """Where the gamma chosen by GAMMA='auto' for a draft and temperature is remembered."""
   return f"draft={draft_name},temperature={temperature:g}"

@@ -24,12 +24,12 @@ def _ar_record(seconds, emitted):
   return ProgramRecord(seconds, {"emitted": emitted})
 
 
-def _build(*, costs=None, loop=None, predictable=True, extra=None, **kw):
+def _build(*, costs=None, loop=None, predictable=True, extra=None, calibration=None, **kw):
   """report.build from flat keywords: the `Setting` fields, the `Measured` fields, the costs."""
   names = {f.name for f in dataclasses.fields(report.Setting)}
   setting = report.Setting(**{k: kw.pop(k) for k in list(kw) if k in names})
   return report.build(setting, report.Measured(**kw), costs, loop, predictable=predictable,
-                      extra=extra)
+                      calibration=calibration, extra=extra)
 
 
 def test_build_benchmark_point():
@@ -43,9 +43,9 @@ def test_build_benchmark_point():
   assert m["speedup"] == pytest.approx(2.0) and m["v"] == 1.5 and m["c"] == 0.1
   # E from the row's own profile (8/10, 7/10, 5/10 kept at least 1, 2, 3 drafts): 3.0, where
   # alpha's formula (predicted_speedup(0.8, 3, 0.1, 1.5) = 1.64) would take positions as independent.
-  assert m["speedup_predicted"] == pytest.approx((1 + 0.8 + 0.7 + 0.5) / (3 * 0.1 + 1.5))
-  assert m["speedup_predicted"] != pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
-  assert m["expected_tokens_per_iteration"] == pytest.approx(3.0)
+  assert m["speedup_predicted_in_sample"] == pytest.approx((1 + 0.8 + 0.7 + 0.5) / (3 * 0.1 + 1.5))
+  assert m["speedup_predicted_in_sample"] != pytest.approx(predicted_speedup(0.8, 3, 0.1, 1.5))
+  assert m["expected_tokens_per_iteration_in_sample"] == pytest.approx(3.0)
   assert m["ar_ms_per_token"] == pytest.approx(50.0) and m["spec_ms_per_token"] == 25.0
   assert m["greedy_match_rate"] == 1.0
   assert "speedup" in report.table([m]) and "bleu" not in report.table([m])
@@ -99,7 +99,7 @@ def test_speedup_of_the_baseline_itself_is_not_reported_as_measured():
                    ar_records=ar, spec_records=[ProgramRecord(2.0, {"emitted": 40}, gamma=0)],
                    costs=costs, quality_info={"metric": "bleu"}, match_rate=1.0,
                    alpha_if_nothing_drafted=0.27, speedup_measured=False)
-  assert m["speedup"] is None and m["speedup_predicted"] == 1.0 and m["alpha"] == 0.27
+  assert m["speedup"] is None and m["speedup_predicted_in_sample"] == 1.0 and m["alpha"] == 0.27
 
 
 LOOP = {"ar_ms": 4.0, "ar_fixed_ms": 8.0, "tokens": 30.0,
@@ -116,14 +116,14 @@ def test_prediction_from_the_timed_loop():
                    ar_records=[ar], spec_records=[_spec_record(1.0, 40)], costs=costs,
                    quality_info={"metric": "bleu"}, match_rate=1.0, loop=LOOP)
   e = 1 + 0.8 + 0.7 + 0.5  # the row's profile
-  assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e * 7))
+  assert m["speedup_predicted_in_sample"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e * 7))
   # At temperature > 0 the two decodes sample outputs of different lengths: each its own.
   short = _build(task="t", target="tgt", draft="d", temperature=1.0, gamma=3,
                        num_examples=2, ar_records=[ar], spec_records=[_spec_record(1.0, 30)],
                        costs=costs, quality_info={}, match_rate=None, loop=LOOP)
-  assert short["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 30 / e * 7))
-  assert m["speedup_predicted_from"] == "loop" and m["iteration_ms"] == 7.0
-  assert m["speedup_predicted_lone_extend"] == pytest.approx(e / (3 * 0.1 + 1.5))
+  assert short["speedup_predicted_in_sample"] == pytest.approx((8 + 40 * 4) / (11 + 30 / e * 7))
+  assert m["speedup_predicted"] is None  # no calibration decode: nothing out of sample
+  assert m["iteration_ms"] == 7.0
   assert m["c"] == 0.1 and m["v"] == 1.5 and m["v_curve"] == {"1": 1.0, "4": 1.5}
   assert m["loop_costs"] == LOOP and m["ar_iteration_ms"] == 4.0
 
@@ -142,9 +142,46 @@ def test_rows_are_predicted_from_their_own_acceptance_profile():
   token = _build(temperature=1.0, rule="tokenwise", spec_records=rows, **kw)
   greedy = _build(temperature=0.0, rule="tokenwise", spec_records=rows, **kw)
   for m in (block, token, greedy):
-    assert m["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.7 + 0.5)
-    assert m["speedup_predicted"] == pytest.approx((8 + 40 * 4) / (11 + 40 / 3.0 * 7))
+    assert m["expected_tokens_per_iteration_in_sample"] == pytest.approx(1 + 0.8 + 0.7 + 0.5)
+    assert m["speedup_predicted_in_sample"] == pytest.approx((8 + 40 * 4) / (11 + 40 / 3.0 * 7))
   bare = _spec_record(1.0, 40)
   bare.counters.pop("accepts_per_position")
   no_profile = _build(temperature=0.0, rule="tokenwise", spec_records=[bare], **kw)
-  assert no_profile["expected_tokens_per_iteration"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+  assert no_profile["expected_tokens_per_iteration_in_sample"] == pytest.approx(
+      1 + 0.8 + 0.64 + 0.512)
+
+
+def test_speedup_predicted_is_made_from_calibration_data_only():
+  """Out of sample: the calibration decode's profile (E = 1 + 0.6 + 0.4 + 0.2) and the
+  calibration prompts' N (the loop's 30 tokens), never the measured row's own profile or N."""
+  costs = Costs(target_ms=2.0, draft_ms=0.2, c=0.1, v={1: 1.0, 4: 1.5})
+  ar = ProgramRecord(2.0, {"emitted": 40, "iterations": 40})
+  cal = {"alpha": 0.6, "accept_at_least": [0.6, 0.4, 0.2], "gamma": 8, "prompts": 16,
+         "held_out": True}
+  m = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=2,
+             ar_records=[ar], spec_records=[_spec_record(1.0, 40)], costs=costs,
+             quality_info={}, match_rate=1.0, loop=LOOP, calibration=cal)
+  e_cal, e_row = 1 + 0.6 + 0.4 + 0.2, 1 + 0.8 + 0.7 + 0.5
+  assert m["speedup_predicted"] == pytest.approx((8 + 30 * 4) / (11 + 30 / e_cal * 7))
+  assert m["expected_tokens_per_iteration"] == pytest.approx(e_cal)
+  assert m["speedup_predicted_from"] == "loop"
+  assert m["speedup_predicted_lone_extend"] == pytest.approx(e_cal / (3 * 0.1 + 1.5))
+  assert m["speedup_predicted_in_sample"] == pytest.approx((8 + 40 * 4) / (11 + 40 / e_row * 7))
+  assert m["calibration"] == cal
+
+
+def test_intervals_over_batches():
+  """speedup and alpha come with bootstrap intervals over batches that contain the point value."""
+  ars = [_ar_record(2.0 + 0.1 * i, 40) for i in range(12)]
+  specs = [_spec_record(1.0 + 0.05 * (i % 5), 40) for i in range(12)]
+  for i, r in enumerate(specs):
+    r.counters["beta_sum"] = 10.0 + i
+  m = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=12,
+             ar_records=ars, spec_records=specs, quality_info={}, match_rate=1.0)
+  lo, hi = m["speedup_interval95"]
+  assert lo < m["speedup"] < hi and m["num_batches"] == 12
+  lo, hi = m["alpha_interval95"]
+  assert lo < m["alpha"] < hi
+  one = _build(task="t", target="tgt", draft="d", temperature=0.0, gamma=3, num_examples=1,
+               ar_records=ars[:1], spec_records=specs[:1], quality_info={}, match_rate=1.0)
+  assert one["speedup_interval95"] is None and one["alpha_interval95"] is None
