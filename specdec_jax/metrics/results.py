@@ -1,0 +1,95 @@
+"""Results as data: a committed record per measured row, and the docs' tables generated from them.
+
+Why: a figure typed into the README cannot be traced, and figures typed in different sessions
+contradicted each other (1.27x beside 1.35x, three code speedups for one command). A record holds
+what a reader needs to judge and repeat a figure: the metrics object as the run wrote it, the
+command, the commit, the date, the machine and its load; a table in the docs is then rendered from
+records by one command (`python scripts/results.py tables`), between markers
+
+  <!-- results:NAME -->
+  ...generated...
+  <!-- /results:NAME -->
+
+and a test fails when a table in the docs differs from what the records give.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
+
+
+def make_record(name: str, metrics: Mapping[str, Any], *, command: str, commit: str, date: str,
+                machine: Mapping[str, Any], load_average: Sequence[float]) -> dict[str, Any]:
+  """A record: a metrics.json object (one row) with where and how it was measured."""
+  if not re.fullmatch(r"[a-z0-9_]+", name):
+    raise ValueError(f"a record name is lower case letters, digits and _, got {name!r}")
+  return {"name": name, "command": command, "commit": commit, "date": date,
+          "machine": dict(machine), "load_average": [round(float(x), 2) for x in load_average],
+          "metrics": dict(metrics)}
+
+
+def load_records(directory: str) -> dict[str, dict[str, Any]]:
+  """{name: record} of every *.json record in `directory`."""
+  out = {}
+  for fname in sorted(os.listdir(directory)):
+    if fname.endswith(".json"):
+      with open(os.path.join(directory, fname)) as f:
+        rec = json.load(f)
+      missing = [k for k in RECORD_KEYS if k not in rec]
+      if missing:
+        raise ValueError(f"{os.path.join(directory, fname)}: not a results record (missing "
+                         f"{missing})")
+      out[rec["name"]] = rec
+  return out
+
+
+def _f(x, spec: str = ".2f") -> str:
+  return "-" if x is None else format(x, spec)
+
+
+def _interval(pair, spec: str = ".2f") -> str:
+  return "-" if not pair else f"[{format(pair[0], spec)}, {format(pair[1], spec)}]"
+
+
+def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """The main-command table: one line per record, the speedup with its interval, the prediction
+  made out of sample beside the in-sample one, and where it was measured."""
+  head = ("record", "task", "T", "gamma", "prompts", "alpha [95% CI]", "tokens/call",
+          "speedup [95% CI]", "predicted", "in-sample", "held out", "load", "commit")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in records:
+    m = r["metrics"]
+    cal = m.get("calibration") or {}
+    lines.append("| " + " | ".join((
+        r["name"], str(m["task"]), _f(m["temperature"], "g"), str(m["gamma"]),
+        str(m["num_examples"]), f"{_f(m['alpha'], '.3f')} {_interval(m.get('alpha_interval95'), '.3f')}",
+        _f(m.get("tokens_per_target_call")),
+        f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}",
+        _f(m.get("speedup_predicted")), _f(m.get("speedup_predicted_in_sample")),
+        {True: "yes", False: "no"}.get(cal.get("held_out"), "-"),
+        _f(r["load_average"][0], ".1f"), r["commit"][:7])) + " |")
+  return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {"headline": headline_table}
+
+
+def render(text: str, records: Mapping[str, Mapping[str, Any]]) -> str:
+  """`text` with every `<!-- results:KIND rec1 rec2 ... -->` block re-rendered from records."""
+  pattern = re.compile(r"(<!-- results:(\w+)((?: \w+)*) -->\n)(.*?)(<!-- /results:\2 -->)",
+                       re.S)
+
+  def one(m):
+    kind, names = m.group(2), m.group(3).split()
+    if kind not in TABLES:
+      raise ValueError(f"unknown results table {kind!r} (known: {sorted(TABLES)})")
+    missing = [n for n in names if n not in records]
+    if missing:
+      raise ValueError(f"results table {kind!r} names records that do not exist: {missing}")
+    return m.group(1) + TABLES[kind]([records[n] for n in names]) + "\n" + m.group(5)
+  return pattern.sub(one, text)

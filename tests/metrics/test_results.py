@@ -1,0 +1,49 @@
+"""Results as data: records render into the docs' tables, and the committed docs match them.
+
+Why: README figures typed by hand contradicted each other; a generated table that drifts from its
+records is caught here (`python scripts/results.py tables` regenerates them).
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specdec_jax.metrics import results
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _record(name, speedup):
+  metrics = {"task": "translate_en_de", "temperature": 0.0, "gamma": 2, "num_examples": 100,
+             "alpha": 0.7, "alpha_interval95": [0.68, 0.72], "tokens_per_target_call": 2.5,
+             "speedup": speedup, "speedup_interval95": [speedup - 0.1, speedup + 0.1],
+             "speedup_predicted": 1.2, "speedup_predicted_in_sample": 1.25,
+             "calibration": {"held_out": True}}
+  return results.make_record(name, metrics, command="python -m specdec_jax.run ...",
+                             commit="0123456789abcdef", date="2026-11-25",
+                             machine={"cores": 2}, load_average=[1.0, 1.0, 1.0])
+
+
+def test_a_marked_block_is_rendered_from_its_records():
+  doc = "intro\n<!-- results:headline a b -->\nstale\n<!-- /results:headline -->\nend\n"
+  out = results.render(doc, {"a": _record("a", 1.3), "b": _record("b", 1.5)})
+  assert out.startswith("intro\n<!-- results:headline a b -->\n| record |")
+  assert "1.30x [1.20, 1.40]" in out and "1.50x [1.40, 1.60]" in out and "stale" not in out
+  assert out.endswith("<!-- /results:headline -->\nend\n")
+  assert results.render(out, {"a": _record("a", 1.3), "b": _record("b", 1.5)}) == out
+
+
+def test_unknown_tables_and_missing_records_are_refused():
+  with pytest.raises(ValueError, match="do not exist"):
+    results.render("<!-- results:headline x -->\n<!-- /results:headline -->", {})
+  with pytest.raises(ValueError, match="unknown results table"):
+    results.render("<!-- results:nope x -->\n<!-- /results:nope -->", {})
+  with pytest.raises(ValueError, match="record name"):
+    _record("Bad Name", 1.0)
+
+
+def test_the_committed_docs_match_their_records():
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "results.py"), "tables",
+                         "--check"], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
