@@ -45,8 +45,8 @@ def record(args) -> None:
   row = next((m for m in rows if not args.row or m.get("run") == args.row), None)
   if row is None:
     raise SystemExit(f"no row {args.row!r} in {args.run_dir}/metrics.json")
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
+  commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout.strip()
   rec = results.make_record(args.name, row, command=args.command, commit=commit,
                             date=time.strftime("%Y-%m-%d"), machine=_machine(),
                             load_average=[float(x) for x in args.load.split(",")]
@@ -90,6 +90,7 @@ def main(argv=None) -> int:
   r.add_argument("--command", required=True, help="the command that produced the run")
   r.add_argument("--row", default="", help="the run key of the row, for a sweep")
   r.add_argument("--load", default="", help="1,5,15-minute load average while it ran")
+  r.add_argument("--commit", default="", help="the commit the run ran at (default: HEAD)")
   t = sub.add_parser("tables", help="regenerate the docs' tables from docs/results")
   t.add_argument("--check", action="store_true", help="only check; exit 1 if any differs")
   args = ap.parse_args(argv)
