@@ -1,4 +1,4 @@
-r"""The roofline table (README, "Ahead-of-time compilation") from the aot.json of roofline jobs.
+r"""The roofline table (docs/roofline_tpu_v4.md) from the aot.json of roofline jobs.
 
   python -m specdec_jax.aot --gin_file=configs/paper/gamma_sweep.gin \
       --gin_file=configs/paper/mesh_tpu_v4_8.gin --topology=v4-8 --roofline \

@@ -149,8 +149,8 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   faulty_rule = (acceptance.registered_rule("_check_exactness_residual_from_p", _residual_from_p)
                  if opts.fault == "residual_from_p" else contextlib.nullcontext(rule))
   with faulty_rule as rule:
-    ar_rows, sp_rows, rates, seconds = _decode_samples(cfg, opts, loaded, target, draft, dparams,
-                                                       sampling, gamma, rule)
+    ar_rows, sp_rows, rates, seconds = _decode_samples(
+        cfg, opts, loaded, _decoders(opts, loaded, target, draft, sampling, gamma, rule), dparams)
   info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
               top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault,
               gamma=(f"adaptive<={opts.adaptive_gamma_max}" if opts.adaptive_gamma_max else gamma),
@@ -160,21 +160,28 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   return ar_rows, sp_rows, info
 
 
-def _decode_samples(cfg, opts: CheckOptions, loaded, target, draft, dparams, sampling, gamma,
-                    rule):
-  """(autoregressive [N, k], speculative [N, k], (accepted, drafted), seconds), in chunks."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding import adaptive  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.speculative import Chain  # pylint: disable=import-outside-toplevel
-  from specdec_jax.metrics import acceptance  # pylint: disable=import-outside-toplevel
-  prompt = loaded.prompts.batch([opts.example])
+def _decoders(opts: CheckOptions, loaded, target, draft, sampling, gamma, rule):
+  """(the autoregressive Decoder, the speculative one) of `opts.num_tokens` tokens each."""
+  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import adaptive
+  from specdec_jax.decoding.decoder import Decoder
+  from specdec_jax.decoding.speculative import Chain
   k = opts.num_tokens
-  ar_decoder = Decoder(loaded.target, sampling=sampling, max_decode_len=k)
   scheme = (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
                                     confidence_threshold=opts.confidence_threshold)
             if opts.adaptive_gamma_max > 0 else Chain(gamma))
-  sp_decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k)
+  return (Decoder(loaded.target, sampling=sampling, max_decode_len=k),
+          Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k))
+
+
+def _decode_samples(cfg, opts: CheckOptions, loaded, decoders, dparams):
+  """(autoregressive [N, k], speculative [N, k], (accepted, drafted), seconds), in chunks."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.decoder import Params  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import acceptance  # pylint: disable=import-outside-toplevel
+  prompt = loaded.prompts.batch([opts.example])
+  k = opts.num_tokens
+  ar_decoder, sp_decoder = decoders
   key = jax.random.key(cfg.seed)
   ar_rows, sp_rows, accepted, drafted = [], [], 0, 0
   t0 = time.perf_counter()

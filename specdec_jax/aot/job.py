@@ -115,10 +115,8 @@ def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
     model_drafts = {n: dp for n, dp in setup.drafts.items() if n in draft_presets}
     if not model_drafts:
       raise ValueError("--roofline needs a model draft (c is a draft step / a target step)")
-    extra = roofline_lib.step_programs(
-        setup.target, setup.target_params, model_drafts, batch=setup.batch,
-        prompt_len=setup.prompt_len, max_decode_len=setup.max_decode_len,
-        gamma=max(roofline_tokens - 1, 1), max_tokens=roofline_tokens, mesh=mesh)
+    extra = roofline_lib.step_programs(setup, model_drafts, gamma=max(roofline_tokens - 1, 1),
+                                       max_tokens=roofline_tokens, mesh=mesh)
   return progs, extra, draft_presets
 
 

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax.aot import abstract
@@ -68,15 +67,17 @@ def abstract_cache(model, params, batch: int, prompt_len: int, cache_len: int, m
   return jax.tree.map(one, shapes)
 
 
-def step_programs(target, target_params, drafts: Mapping[str, tuple], *, batch: int,
-                  prompt_len: int, max_decode_len: int, gamma: int, max_tokens: int, mesh
+def step_programs(setup, drafts: Mapping[str, tuple], *, gamma: int, max_tokens: int, mesh
                   ) -> list[Program]:
   """target_step (T = 1), verify[T] for T = 2..max_tokens and draft_step per model draft, each
   an `extend` on the cache its prefill leaves (slots for `max_decode_len` and gamma's slack).
 
+  setup: the run's `programs.DecodeSetup` (target, its abstract params, batch and lengths).
   drafts: name -> (draft Model, its abstract params).
   """
   from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
+  target, target_params = setup.target, setup.target_params
+  batch, prompt_len, max_decode_len = setup.batch, setup.prompt_len, setup.max_decode_len
 
   def lower_for(model, params, t):
     def call(_):
@@ -188,7 +189,7 @@ def from_records(records: Sequence[Mapping[str, Any]], chip: Chip,
 
 
 def markdown(roof: Roofline, where: str) -> str:
-  """The README table: per Table-2 row, c, v(G+1), predicted speedups and the paper's."""
+  """The roofline table (docs/roofline_tpu_v4.md): per Table-2 row, c, v(G+1), predicted speedups and the paper's."""
   lines = [f"Roofline ({roof.basis}) on {where} ({roof.chip.name}: {roof.chip.peak_flops_bf16 / 1e12:g} TFLOP/s "
            f"bf16, {roof.chip.hbm_bytes_per_s / 1e12:g} TB/s HBM per chip): target step "
            f"{roof.target_s * 1e6:.0f} us; v(T) = " +

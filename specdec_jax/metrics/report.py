@@ -116,16 +116,7 @@ def build(setting: Setting, measured: Measured, costs=None,
     alpha = measured.alpha_if_nothing_drafted
   pred, pred_in = theory.Prediction(), theory.Prediction()
   if predictable:
-    tokens = _tokens_per_request(ar_records, spec_records, loop) if loop else None
-    pred_in = theory.predict(setting.gamma, alpha, costs, temperature=setting.temperature,
-                             rule=setting.rule,
-                             accepts_per_position=stats.get("accepts_per_position"),
-                             loop=loop, tokens=tokens)
-    if calibration is not None:
-      pred = theory.predict(setting.gamma, calibration["alpha"], costs,
-                            temperature=setting.temperature, rule=setting.rule,
-                            accepts_per_position=calibration.get("accept_at_least"), loop=loop,
-                            tokens=(float(loop["tokens"]),) * 2 if loop else None)
+    pred, pred_in = _predictions(setting, measured, stats, alpha, costs, loop, calibration)
   speedup, interval = _speedup(measured)
   out = {
       "task": setting.task, "target": setting.target, "draft": setting.draft,
@@ -155,6 +146,23 @@ def build(setting: Setting, measured: Measured, costs=None,
   }
   out.update(extra or {})
   return out
+
+
+def _predictions(setting: Setting, measured: Measured, stats, alpha, costs, loop, calibration
+                 ) -> tuple[theory.Prediction, theory.Prediction]:
+  """(out of sample: from the calibration decode's profile, the loop costs and the calibration
+  prompts' N; in sample: from this row's own profile and N)."""
+  tokens = _tokens_per_request(measured.ar_records, measured.spec_records, loop) if loop else None
+  in_sample = theory.predict(setting.gamma, alpha, costs, temperature=setting.temperature,
+                             rule=setting.rule,
+                             accepts_per_position=stats.get("accepts_per_position"),
+                             loop=loop, tokens=tokens)
+  if calibration is None:
+    return theory.Prediction(), in_sample
+  out = theory.predict(setting.gamma, calibration["alpha"], costs, temperature=setting.temperature,
+                       rule=setting.rule, accepts_per_position=calibration.get("accept_at_least"),
+                       loop=loop, tokens=(float(loop["tokens"]),) * 2 if loop else None)
+  return out, in_sample
 
 
 def _speedup(measured: Measured) -> tuple[float | None, list[float] | None]:

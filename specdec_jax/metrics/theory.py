@@ -184,6 +184,12 @@ class Prediction:
   iteration_ms: float | None = None
 
 
+def effective_rule(rule: str, temperature: float) -> str:
+  """The rule whose expected length applies: at temperature 0 (one-hot p and q) block
+  verification keeps exactly what token-wise verification keeps."""
+  return "tokenwise" if float(temperature) == 0.0 else rule
+
+
 def predict(gamma: int | None, alpha: float | None, costs, *, temperature: float,
             rule: str = "tokenwise", accepts_per_position: Sequence[float | None] | None = None,
             loop: Mapping[str, Any] | None = None,
@@ -205,9 +211,9 @@ def predict(gamma: int | None, alpha: float | None, costs, *, temperature: float
   v = costs.v.get(gamma + 1)
   if alpha is None:
     return Prediction(c=costs.c, v=v)
-  use = "tokenwise" if float(temperature) == 0.0 else rule
   expected = expected_tokens_per_iteration(
-      min(max(alpha, 0.0), 1.0), gamma, use, [x or 0.0 for x in accepts_per_position or []])
+      min(max(alpha, 0.0), 1.0), gamma, effective_rule(rule, temperature),
+      [x or 0.0 for x in accepts_per_position or []])
   lone = loop_speedup(expected, 1.0, gamma * costs.c + v) if v is not None else None
   it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
   if it_ms is not None:

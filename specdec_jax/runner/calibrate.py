@@ -78,12 +78,6 @@ class ResolvedPoint:
 
 
 # ---- acceptance on the calibration prompts -------------------------------------------------------
-def effective_rule(rule: str, temperature: float) -> str:
-  """The rule whose expected length applies: at temperature 0 (one-hot p and q) block
-  verification keeps exactly what token-wise verification keeps."""
-  return "tokenwise" if float(temperature) == 0.0 else rule
-
-
 def calibration_gamma(gamma: int, gamma_max: int, fixed: Sequence[int] = ()) -> int:
   """The calibration decode's gamma: at least gamma_max and every fixed gamma of the run, so that
   its profile A_i covers every candidate and every point (`gamma` is
@@ -153,7 +147,7 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
     return AutoPlan(point, memo)
   acc = acceptance_fn()
   alpha = float(acc["alpha"])
-  rule = effective_rule(rule, point.temperature)
+  rule = theory.effective_rule(rule, point.temperature)
   a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None
   curve = lone_curve(alpha, costs, gamma_max, rule, a_i)
   return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve)
@@ -166,7 +160,7 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   lone-extend curve decides."""
   if plan.memo is not None:
     return plan.memo
-  rule = effective_rule(rule, plan.point.temperature)
+  rule = theory.effective_rule(rule, plan.point.temperature)
   if loop is not None and plan.candidates:
     curve = {0: 1.0}
     for g in plan.candidates:

@@ -235,6 +235,19 @@ def generate(cfg: DistillDataConfig, output_dir: str, *, crash_after_batches: in
   return summary
 
 
+def _lines(inputs_NxP, rows, generator: str, result) -> str:
+  """sequences.jsonl's lines of one batch (its real rows: the batch is padded to a fixed shape)."""
+  tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
+  out = []
+  for j, row in enumerate(rows):
+    inputs = inputs_NxP[row]
+    out.append(json.dumps({
+        "index": int(row), "generator": generator,
+        "input_ids": inputs[inputs != vocab_lib.PAD_ID].tolist(),
+        "output_ids": tokens_BxN[j, :int(lengths_B[j])].tolist()}) + "\n")
+  return "".join(out)
+
+
 def _generate_task(cfg: DistillDataConfig, spec: data_lib.TaskSpec, task_idx: int,
                    task: data_lib.TokenizedTask, generators: dict, sampling: SamplingConfig,
                    out: str, budget: list) -> dict[str, Any]:
@@ -271,15 +284,7 @@ def _generate_task(cfg: DistillDataConfig, spec: data_lib.TaskSpec, task_idx: in
       budget_len = spec.target_len - (0 if kind == "t5" else task.inputs_NxP.shape[1])
       result = Decoder(model, sampling=sampling, max_decode_len=budget_len).generate(
           Params(params), place(task.inputs_NxP[take]), _batch_rng(cfg.seed, task_idx, k))
-      tokens_BxN, lengths_B = jax.device_get((result.tokens_BxN, result.lengths_B))
-      lines = []
-      for j, row in enumerate(rows):
-        inputs = task.inputs_NxP[row]
-        lines.append(json.dumps({
-            "index": int(row), "generator": name,
-            "input_ids": inputs[inputs != vocab_lib.PAD_ID].tolist(),
-            "output_ids": tokens_BxN[j, :int(lengths_B[j])].tolist()}) + "\n")
-      f.write("".join(lines).encode("utf-8"))
+      f.write(_lines(task.inputs_NxP, rows, name, result).encode("utf-8"))
       f.flush()
       os.fsync(f.fileno())
       index.update(batches_done=k + 1, examples_done=int(rows[-1]) + 1, bytes=f.tell(),

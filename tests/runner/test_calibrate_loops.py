@@ -102,7 +102,7 @@ def test_block_rule_is_chosen_from_its_own_expected_length():
   curve = dict(memo["curve"])
   assert curve[3] == pytest.approx((1 + 0.6 + 0.55 + 0.5) * 4.0 / 8.0)
   assert curve[3] != pytest.approx(theory.expected_tokens(0.6, 3) * 4.0 / 8.0)
-  assert calibrate.effective_rule("block", 0.0) == "tokenwise"
+  assert theory.effective_rule("block", 0.0) == "tokenwise"
   # The calibration decode covers every candidate, whatever auto_calibration_gamma says.
   assert calibrate.calibration_gamma(4, 8) == 8 and calibrate.calibration_gamma(10, 8) == 10
 
