@@ -66,6 +66,10 @@ class RunConfig:
   # auto_calibration_examples prompts of the split by SEED and never reports them; 'in_sample'
   # calibrates on the first measured prompts (runner/prompt_sets.py says why held out).
   calibration: str = "held_out"
+  # Of the calibration prompts, how many the loops are timed on (each is decoded by every timed
+  # program, LOOP_REPEATS times); the untimed acceptance decode uses all of them (alpha and the
+  # acceptance profile are the noisy part of a prediction, the per-iteration costs are not).
+  auto_timing_examples: int = 16
   # True: the NUM_EXAMPLES measured prompts are a seeded uniform draw from the split (standing for
   # the split); False: the split's first ones.
   sample_examples: bool = False
@@ -131,6 +135,9 @@ class RunConfig:
     if self.calibration not in prompt_sets.CALIBRATION_MODES:
       raise ValueError(f"RunConfig.calibration must be one of {prompt_sets.CALIBRATION_MODES}, "
                        f"got {self.calibration!r}")
+    if not isinstance(self.auto_timing_examples, int) or self.auto_timing_examples < 1:
+      raise ValueError(f"RunConfig.auto_timing_examples must be an integer >= 1, got "
+                       f"{self.auto_timing_examples!r}")
     if not isinstance(self.auto_calibration_examples, int) or self.auto_calibration_examples < 1:
       raise ValueError(f"RunConfig.auto_calibration_examples must be an integer >= 1, got "
                        f"{self.auto_calibration_examples!r}")

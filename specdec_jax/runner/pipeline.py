@@ -207,9 +207,10 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
 
 
 def calibration_batches(cfg: RunConfig, loaded: Loaded) -> list:
-  """The calibration prompts in the run's batch shape: in full batches of batch_size (or one
-  short batch of them all when there are fewer than batch_size)."""
-  n = len(loaded.calibration.ids)
+  """The first max(batch_size, auto_timing_examples) calibration prompts in the run's batch
+  shape: in full batches of batch_size (or one short batch of them all when there are fewer than
+  batch_size)."""
+  n = min(len(loaded.calibration.ids), max(cfg.batch_size, cfg.auto_timing_examples))
   chunks = [list(range(i, min(i + cfg.batch_size, n))) for i in range(0, n, cfg.batch_size)]
   full = [c for c in chunks if len(c) == cfg.batch_size] or chunks[:1]
   return [jax.device_put(loaded.calibration.batch(c)) for c in full]
