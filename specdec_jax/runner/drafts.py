@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import jax
+import numpy as np
 from absl import logging
 
 from specdec_jax import seam
@@ -73,6 +75,7 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
     seam.check_pair(target, draft)
   except ValueError as e:
     raise ValueError(f"draft {checkpoint!r}: {e}") from None
+  _warn_if_larger(checkpoint, params, target_name, target_params)
   if draft.shares_encoder and not loader.is_preset(checkpoint):
     pairing.check(resolve_path(checkpoint), draft_name=checkpoint, target_name=target_name,
                   target_params=target_params)
@@ -86,3 +89,18 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
   logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
                checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, params
+
+
+def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:
+  """One warning when the draft has at least as many parameters as its target.
+
+  Why: a swapped pair (the target named as the draft) ran silently at c = 11.9 and a predicted
+  0.03x; the cost calibration warns later, this says it before anything is compiled.
+  """
+  count = lambda tree: sum(int(np.size(x)) for x in jax.tree.leaves(tree))
+  n_draft, n_target = count(params), count(target_params)
+  if n_draft >= n_target:
+    logging.warning("draft %s has %s parameters, at least as many as target %s (%s): each "
+                    "draft step will cost about as much as a target step, so speculation cannot "
+                    "pay; were the two swapped?", checkpoint, f"{n_draft:,}", target_name,
+                    f"{n_target:,}")
