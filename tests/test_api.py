@@ -6,6 +6,7 @@ smoke and the default configs); greedy speculative output equals greedy autoregr
 strings go in and come out; a new prompt length inside a bucket reuses the compiled program; bad
 input and a foreign shared-encoder draft are refused with a message naming the problem.
 """
+import json
 import os
 import re
 import subprocess
@@ -77,9 +78,10 @@ def test_builds_what_the_cli_builds_on_the_smoke_config(ids_pair):
   assert ids_pair.decoder(0, max_new_tokens=16) == pipeline.decoder_for(cfg, loaded, 0.0)[0]
 
 
-def test_builds_what_the_cli_builds_on_the_default_config():
+def test_builds_what_the_cli_builds_on_the_default_config(tmp_path):
   """The zoo pair of the README's main command: packed, the shared draft's head restricted to
-  3,072 tokens of the en-de ranking, paired; the same prompt ids from the same English text."""
+  3,072 tokens of the en-de ranking, paired; the same prompt ids from the same English text, also
+  when the run reads that text from a JSONL of `en` lines (scripts/api_speed.py's comparison)."""
   cfg = _cli_config("configs/local/default.gin", "NUM_EXAMPLES=2",
                     "RunConfig.auto_calibration_examples=1")
   loaded = pipeline.load(cfg)
@@ -93,6 +95,12 @@ def test_builds_what_the_cli_builds_on_the_default_config():
   prefix = local_tasks.INPUT_PREFIXES["en"]
   english = [ex.inputs[len(prefix):] for ex in loaded.prompts.examples]
   assert pair.tokenize(english) == loaded.prompts.ids
+  jsonl = tmp_path / "en.jsonl"
+  jsonl.write_text("".join(json.dumps({"en": text}) + "\n" for text in english))
+  cfg = _cli_config("configs/local/default.gin", f"TASK='{jsonl}'",
+                    "RunConfig.calibration='in_sample'")
+  loaded = pipeline.load(cfg)
+  assert pair.draft == loaded.drafts[spec][0] and pair.tokenize(english) == loaded.prompts.ids
 
 
 def test_foreign_shared_encoder_draft_is_refused_as_the_cli_refuses_it(tmp_path):
