@@ -23,7 +23,7 @@ from absl import logging
 from specdec_jax.data import local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
-# The shipped task whose train split a JSONL's input field stands for (n-gram tables).
+# The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
 FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
 
 
@@ -198,13 +198,23 @@ def vocab_for_decoding(vocab, model_vocab_size: int):
   return vocab if model_vocab_size in (vocab.vocab_size, vocab.padded_vocab_size) else None
 
 
+def standing_for(task: str, run_examples) -> str:
+  """The task a run's TASK stands for: a shipped task itself; a JSONL the shipped task of its
+  input field (`en` lines: translate_en_de); anything else itself. Why: a JSONL of en-de prompts
+  should draft as the en-de task does, with n-gram tables of its train split and the en-de
+  ranking of a restricted head, not with the mixture's."""
+  if task not in local_tasks.LOCAL_TASKS and run_examples:
+    return FIELD_TASKS.get(run_examples[0].input_field, task)
+  return task
+
+
 def ngram_examples(task: str, run_examples, max_examples: int | None, *,
                    tfds_data_dir: str | None = None):
-  """(examples, description) to estimate n-gram tables on: the train split of the run's task (a
-  shipped task, the shipped task of a JSONL's input field, or a seqio task), else the run's own
-  prompts (only input ids: fine for smoke runs, leaky for real ones)."""
-  if task not in local_tasks.LOCAL_TASKS and run_examples:
-    task = FIELD_TASKS.get(run_examples[0].input_field, task)
+  """(examples, description) to estimate n-gram tables on: the train split of the task the run's
+  TASK stands for (`standing_for`: a shipped task, the shipped task of a JSONL's input field, or
+  a seqio task), else the run's own prompts (only input ids: fine for smoke runs, leaky for real
+  ones)."""
+  task = standing_for(task, run_examples)
   if task in local_tasks.LOCAL_TASKS:
     return (local_tasks.load_examples(task, "train", max_examples), f"{task} (train split)")
   if seqio_tasks.is_seqio_task(task):

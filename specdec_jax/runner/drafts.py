@@ -18,6 +18,7 @@ from absl import logging
 
 from specdec_jax import seam
 from specdec_jax.checkpoints import head_ranking, loader, pairing
+from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
@@ -34,7 +35,8 @@ class DraftSettings:
     seed: the run's seed (a preset draft is initialised with seed + 1).
     head_vocab: > 0 restricts the draft's output head to that many tokens of its checkpoint's
       ranking (`checkpoints.head_ranking`); 0 keeps the full head.
-    task: whose ranking (the run's task; the mixture's if the file has none for it).
+    task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
+      mixture's if the file has none for it).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -43,9 +45,10 @@ class DraftSettings:
   task: Optional[str] = None
 
   @classmethod
-  def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int]) -> DraftSettings:
+  def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int], examples=()) -> DraftSettings:
+    """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
-               head_vocab=cfg.draft_head_vocab, task=cfg.task)
+               head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples))
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,

@@ -80,7 +80,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
                 cfg.task, data.examples, cfg.ngram_train_examples,
                 tfds_data_dir=cfg.tfds_data_dir), data.vocab, target, log=logging.info)
       return tables["t"]
-    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab)
+    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab, data.examples)
     for spec in draft_specs(cfg):
       drafts[spec] = drafts_lib.load_draft(spec, target, tparams, settings, tables_fn=tables_fn,
                                            target_name=cfg.target_checkpoint)

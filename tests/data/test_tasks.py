@@ -59,3 +59,7 @@ def test_ngram_examples_follow_the_input_field(tmp_path):
   assert examples == local_tasks.load_examples("translate_en_de", "train", 5)
   ids = tasks.load_examples(SMOKE, "valid", 2)
   assert tasks.ngram_examples(SMOKE, ids, 5) == (ids, "the run's own prompts")
+  # The same rule picks a restricted head's ranking (runner.drafts.DraftSettings.for_run).
+  assert tasks.standing_for(str(path), run) == "translate_en_de"
+  assert tasks.standing_for("summarize", run) == "summarize"
+  assert tasks.standing_for(SMOKE, ids) == SMOKE
