@@ -1,0 +1,8 @@
+"""Draft trees (issue 29): several candidates per position, verified in one target call.
+
+- `shape`: a tree as static data (`Tree`: parents, depths, sibling ranks, the ancestor mask, paths).
+- `verify`: the tree verifiers, pure functions beside `acceptance.tokenwise` / `.block`: `greedy`
+  and `recursive_rejection` (exact at T > 0: siblings drawn without replacement, tried in turn
+  against the running residual).
+"""
+from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
