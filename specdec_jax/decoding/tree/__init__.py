@@ -6,3 +6,6 @@
   against the running residual).
 """
 from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
+from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
+from specdec_jax.decoding.tree.verify import recursive_rejection  # noqa: F401
+from specdec_jax.decoding.tree.verify import sample_without_replacement  # noqa: F401

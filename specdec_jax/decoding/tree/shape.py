@@ -1,4 +1,4 @@
-"""A draft tree as static data: parents, depths, sibling ranks, the ancestor mask, root-to-leaf paths.
+"""A draft tree as static data: parents, depths, sibling ranks, the ancestor mask, paths.
 
 Why static: a tree verified in one target call must have a shape XLA knows at compile time (a
 fixed node budget, DESIGN.md "Trees and static shapes"), and the verifiers walk it with loops
