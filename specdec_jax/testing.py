@@ -132,6 +132,16 @@ def sibling_residual_from_p(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
   return accept_B, valid_B, p_next_BxV, q_next_BxV
 
 
+def sibling_q_keeps_tried(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
+  """A second wrong sibling rule: a rejected sibling's token stays in q, so every sibling is
+  tested, and the residual taken, against the node's whole q (the rule for siblings drawn WITH
+  replacement, applied to siblings drawn without it)."""
+  from specdec_jax.decoding.tree import verify  # pylint: disable=import-outside-toplevel
+  accept_B, valid_B, p_next_BxV, _ = verify.rejection_sibling(u_B, x_B, p_node_BxV, p_cur_BxV,
+                                                              q_left_BxV)
+  return accept_B, valid_B, p_next_BxV, q_left_BxV
+
+
 def faulty_tree_verifier(sibling):
   """A tree verifier (the `recursive_rejection` contract) built on another sibling rule."""
   from specdec_jax.decoding.sampling import sample  # pylint: disable=import-outside-toplevel
