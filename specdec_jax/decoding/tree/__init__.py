@@ -4,6 +4,7 @@
 - `verify`: the tree verifiers, pure functions beside `acceptance.tokenwise` / `.block`: `greedy`
   and `recursive_rejection` (exact at T > 0: siblings drawn without replacement, tried in turn
   against the running residual).
+- `commit`: the kept path's cache entries gathered into consecutive slots (`commit_path`).
 """
 from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
 from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
