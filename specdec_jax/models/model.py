@@ -156,6 +156,21 @@ class Model:
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, _constrain_cache(cache)
 
+  def extend_with_mask(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
+                       offsets: jax.Array, visible: jax.Array) -> tuple[jax.Array, DecodeCache]:
+    """`extend` for a block that need not be a chain (`transformer.masked_block`): token t goes
+    to slot index + t at position index + offsets[t] and sees the cached prefix and the new
+    tokens u with visible[t, u]. offsets [T] or [B, T], visible [T, T] or [B, T, T]. Why here:
+    several continuations of one prefix (a draft tree: offsets its depths, visible its ancestor
+    mask) are scored in one call; the model takes the layout as data and knows nothing of
+    trees. The index still moves by T; `DecodeCache.copy_slots` then gathers the entries of one
+    continuation into consecutive slots."""
+    with self._rules():
+      logits_BxTxV, cache = self.module.apply({"params": params}, cache, tokens_BxT, offsets,
+                                              visible, method=Transformer.extend)
+      logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+      return logits_BxTxV, _constrain_cache(cache)
+
   def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array, *,
               encoded: Optional[Encoded] = None) -> jax.Array:
     """Teacher-forced logits (training and the full-forward reference of the cache tests).
