@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specdec_jax.aot import roofline
+
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
 
 
@@ -76,7 +78,13 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {"headline": headline_table}
+TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
+    "headline": headline_table,
+    # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.
+    "roofline": roofline.summary_table,          # one line per layout
+    "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions
+    "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
+}
 
 
 def render(text: str, records: Mapping[str, Mapping[str, Any]]) -> str:
