@@ -120,3 +120,49 @@ def test_the_speedup_formula_gives_the_papers_expected_speedups_from_its_c():
 def _table_rows(markdown):
   lines = [line for line in markdown.splitlines() if line.startswith("|")]
   return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_the_paper_layout_table_is_the_formula_on_its_c_and_v():
+  rec = _record("one_chip")
+  lay = R.layout_of_record(rec)
+  assert lay.target.chips == 1 and {p.chips for p in lay.drafts.values()} == {1}
+  rows = lay.table2()
+  assert len(rows) == 12
+  for row, cells in zip(rows, _table_rows(R.table2_table([rec]))):
+    c, v = lay.c(row["draft"]), lay.v(row["gamma"] + 1)
+    predicted = theory.predicted_speedup(row["alpha"], row["gamma"], c, v)
+    assert row["predicted"] == predicted and v >= 1.0
+    assert cells[5:8] == [f"{c:.4f}", f"{v:.4f}", f"{predicted:.2f}x"]
+  assert "predicted from the paper's alpha (not measured)" in R.table2_table([rec])
+
+
+def test_the_mesh_record_splits_the_target_over_four_chips_and_the_drafts_over_two():
+  lay = R.layout_of_record(_record("mesh"))
+  assert lay.target.chips == 4 and {p.chips for p in lay.drafts.values()} == {2}
+  one = R.layout_of_record(_record("one_chip"))
+  for d in lay.drafts:  # a draft split over 2 chips costs less per chip, so c rises less than 4x
+    assert one.c(d) < lay.c(d) < 4 * one.c(d)
+
+
+@pytest.mark.parametrize("kind", ["one_chip", "mesh"])
+def test_the_count_agrees_with_what_the_compiler_passes_each_step(kind):
+  # The analytic arguments (weights read, the embedding table, caches) against memory_analysis.
+  for rec in R.step_records(_record(kind)["metrics"]["aot"]):
+    p = R.placement_of(rec)
+    assert R.argument_bytes(p) == pytest.approx(rec["per_chip_bytes"]["arguments"], rel=0.015)
+    assert rec["fits"] is True
+
+
+def test_the_summary_line_per_layout():
+  text = R.summary_table([_record("one_chip"), _record("mesh")])
+  rows = _table_rows(text)
+  assert len(rows) == 2 and "fits" in rows[0][-1] and "fits" in rows[1][-1]
+  assert re.fullmatch(r"\d+", rows[0][3]) and int(rows[0][3]) > 3 * int(rows[1][3])
+
+
+def test_a_layout_needs_a_target_step_on_one_slice():
+  with pytest.raises(ValueError, match="no target_step"):
+    R.layout_from_aot([{"kind": "draft_step"}], "x")
+  rec = _record("one_chip")["metrics"]["aot"][0]
+  with pytest.raises(ValueError, match="one slice"):
+    R.layout_from_aot([rec, dict(rec, topology="v4-32")], "x")
