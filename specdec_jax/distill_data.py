@@ -18,6 +18,7 @@ from absl import flags, logging
 
 from specdec_jax import configurables
 from specdec_jax import gin_utils
+from specdec_jax import lock
 from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
@@ -37,8 +38,9 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
   cfg = parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-  summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
-  gin_utils.write_config(FLAGS.output_dir)
+  with lock.hold(FLAGS.output_dir, "distillation-data job"):  # one writer per directory
+    summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
+    gin_utils.write_config(FLAGS.output_dir)
   print(json.dumps(summary, indent=1))
 
 
