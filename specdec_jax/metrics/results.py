@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specdec_jax.aot import roofline
 from specdec_jax.metrics import findings
 
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
@@ -109,7 +110,12 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
 
 TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "headline": headline_table, "alpha": findings.alpha_table,
-    "findings": findings.findings_table}
+    "findings": findings.findings_table,
+    # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.
+    "roofline": roofline.summary_table,          # one line per layout
+    "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions
+    "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
+}
 
 
 def render(text: str, records: Mapping[str, Mapping[str, Any]]) -> str:
