@@ -78,10 +78,12 @@ def _size_finding(rows, task: str, temperature: float, key: str, falling: bool,
   ordered = _by_size(rows, task, temperature, key, gamma)
   if len(ordered) < 2:
     return "untested", "no records"
-  pairs = zip(ordered, ordered[1:])
-  verdicts = [order_verdict(b, a, key) if falling else order_verdict(a, b, key)
-              for (_, a), (_, b) in pairs]
-  return chain_verdict(verdicts), "; ".join(f"{s} {_value(m, key)}" for s, m in ordered)
+  judge = lambda a, b: order_verdict(b, a, key) if falling else order_verdict(a, b, key)  # noqa
+  verdicts = [judge(a, b) for (_, a), (_, b) in zip(ordered, ordered[1:])]
+  evidence = "; ".join(f"{s} {_value(m, key)}" for s, m in ordered)
+  if len(ordered) > 2:  # the ends, which a chain of overlapping neighbours can still resolve
+    evidence += f" ({ordered[0][0]} vs {ordered[-1][0]}: {judge(ordered[0][1], ordered[-1][1])})"
+  return chain_verdict(verdicts), evidence
 
 
 def _temperature_finding(rows, task: str) -> tuple[str, str]:
@@ -137,7 +139,8 @@ def findings_table(records: Sequence[Mapping[str, Any]]) -> str:
       ("alpha at T = 0 above alpha at T = 1 for the same pair", _temperature_finding(rows, task)),
       ("a trained draft's alpha far above unigram and bigram drafts (T = 0)",
        _ngram_finding(rows, task)),
-      (f"speedup falls as the draft grows at a fixed gamma ({gamma}), T = 0",
+      ("speedup falls as the draft grows at a fixed gamma"
+       + (f" ({gamma})" if gamma is not None else "") + ", T = 0",
        _size_finding(rows, task, 0.0, "speedup", falling=True, gamma=gamma)),
       ("the formula predicts the measured speedup (held-out calibration)",
        _prediction_finding(rows)),
