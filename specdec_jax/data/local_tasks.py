@@ -67,20 +67,20 @@ class Example:
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _open_text(path: Path):
+def _open_bytes(path: Path):
   if path.suffix == ".xz":
-    return lzma.open(path, "rt", encoding="utf-8")
+    return lzma.open(path, "rb")
   if path.suffix == ".gz":
-    return gzip.open(path, "rt", encoding="utf-8")
-  return open(path, encoding="utf-8")
+    return gzip.open(path, "rb")
+  return open(path, "rb")
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
   if not path.is_file():
     raise FileNotFoundError(f"JSONL file not found: {path}")
   records = []
-  with _open_text(path) as f:
-    for lineno, line in enumerate(f, 1):
+  with _open_bytes(path) as f:
+    for lineno, line in _numbered_lines(f, path):
       if not line.strip():
         continue
       try:
@@ -92,6 +92,18 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
                          f"{type(record).__name__}")
       records.append((lineno, record))
   return records
+
+
+def _numbered_lines(f, path: Path):
+  """(line number, line) of a binary file object, each line decoded as UTF-8 on its own, so
+  bytes that are not UTF-8 raise a `ValueError` naming the file and the line, not a bare codec
+  error from inside a read block."""
+  for lineno, raw in enumerate(f, 1):
+    try:
+      yield lineno, raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise ValueError(f"{path}, line {lineno}: not UTF-8 text ({e.reason} at byte {e.start}); "
+                       "task files are UTF-8 JSONL") from None
 
 
 def load_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -120,3 +120,11 @@ def test_a_draft_as_large_as_its_target_is_named_before_anything_runs(caplog):
                       target_name="t5_test_draft")
   assert "at least as many as target t5_test_draft" in caplog.text
   assert "were the two swapped?" in caplog.text
+
+
+def test_a_task_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+  path = tmp_path / "latin1.jsonl"
+  path.write_bytes(json.dumps({"en": "fine"}).encode() + b"\n" +
+                   '{"en": "Gr\xfc\xdfe"}'.encode("latin-1") + b"\n")
+  with pytest.raises(ValueError, match=r"latin1\.jsonl, line 2: not UTF-8"):
+    local_tasks.load_examples(str(path))
