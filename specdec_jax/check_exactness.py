@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import flags, logging
 
-from specdec_jax import configurables, gin_utils
+from specdec_jax import configurables, gin_utils, paths
 from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
@@ -235,6 +235,8 @@ def run_check(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               output_dir: str | None = None) -> dict:
   configurables.parse(gin_files, gin_bindings, search_paths)
   cfg = configurables.run_config()
+  if output_dir:  # refused before the check's minutes of sampling, not after
+    paths.check_writable(output_dir, "the exactness report")
   report = check(cfg, dataclasses.replace(opts, seed=cfg.seed))
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)

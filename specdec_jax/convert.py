@@ -15,6 +15,8 @@ import os
 
 from absl import app, flags, logging
 
+from specdec_jax import paths
+
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax"], "Format of --input.")
 flags.DEFINE_string("input", None, "Checkpoint directory (or T5X msgpack file) to read.")
@@ -44,6 +46,7 @@ def convert(input_format: str, input_path: str, output: str, dtype: str | None =
             config=None, scan_layers: bool | None = None) -> str:
   """Library form of the entry point; returns the output directory."""
   from specdec_jax.checkpoints import loading, orbax_io
+  paths.check_writable(output, "the converted checkpoint")  # before reading a large input
   found = loading.detect_format(input_path)
   if found != input_format:
     raise ValueError(f"--input_format={input_format} but {input_path} looks like {found!r}")

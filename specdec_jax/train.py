@@ -27,7 +27,7 @@ from absl import flags, logging
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
@@ -45,6 +45,9 @@ def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str]
           search_paths: Sequence[str] = (), **kwargs) -> dict:
   from specdec_jax.training.trainer import train as run_training
   cfg = parse(gin_files, gin_bindings, search_paths)
+  paths.check_writable(output_dir, "training output")  # the shipped assets are read-only
+  if cfg.export_path(output_dir):  # refused now, not after the last step
+    paths.check_writable(cfg.export_path(output_dir), "the export")
   text = gin_utils.write_config(output_dir)
   return run_training(cfg, output_dir, config_text=text, **kwargs)
 

@@ -26,7 +26,7 @@ import gin
 from absl import app, flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where aot.json (and roofline.*) go.")
@@ -67,6 +67,7 @@ def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: 
         log=print) -> int:
   """The whole job; returns the exit status (0 all fit, 1 a failure)."""
   from specdec_jax.aot import job as job_lib, report, roofline, topologies  # after flag errors
+  paths.check_writable(output_dir, "the AOT report")  # the shipped assets are read-only
   topo = topologies.parse(topology)
   cfg, presets = parse(gin_files, gin_bindings, search_paths)
   job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, only=only,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 from absl import logging
 
-from specdec_jax import distributed, lock
+from specdec_jax import distributed, lock, paths
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
@@ -81,6 +81,7 @@ def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
   mesh (`jax.set_mesh`): models that carry rules then constrain activations and caches to it in
   every jitted program of the run, the cost calibration's included.
   """
+  paths.check_writable(output_dir, "run results")  # the shipped assets are read-only
   if cfg.mesh is None:
     return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo, mesh=None)
   from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
