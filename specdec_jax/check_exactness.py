@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import flags, logging
 
-from specdec_jax import configurables, gin_utils, paths
+from specdec_jax import configurables, gin_utils, logs, paths
 from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
@@ -260,7 +260,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)
 
 

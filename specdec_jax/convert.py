@@ -15,7 +15,7 @@ import os
 
 from absl import app, flags, logging
 
-from specdec_jax import paths
+from specdec_jax import logs, paths
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax"], "Format of --input.")
@@ -66,5 +66,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   flags.mark_flags_as_required(["input_format", "input", "output"])
   app.run(main)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, logs
 from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
@@ -43,5 +43,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, logs
 from specdec_jax.runner.config import RunConfig
 
 FLAGS = flags.FLAGS
@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)
 
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils, paths
+from specdec_jax import gin_utils, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
@@ -63,5 +63,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)

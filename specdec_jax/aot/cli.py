@@ -26,7 +26,7 @@ import gin
 from absl import app, flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils, paths
+from specdec_jax import gin_utils, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where aot.json (and roofline.*) go.")
@@ -104,6 +104,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
+  logs.setup()  # libtpu quieted on this chip-less host; library INFO filtered
   gin_utils.run(main)
 
 
