@@ -41,6 +41,12 @@ from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bo
 
 FAULTS = ("none", "target_only_top_k", "residual_from_p")
 
+# The run's flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths, --output_dir: optional here),
+# adopted so `--help` lists them with this module's own and absl.logging's --verbosity.
+gin_utils.define_entry_flags("Where exactness.json goes (optional).")
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
+
 flags.DEFINE_integer("num_samples", 20000, "Samples per method (autoregressive, speculative).")
 flags.DEFINE_integer("num_tokens", 2, "Length k of the compared continuations (first k tokens).")
 flags.DEFINE_integer("example", 0, "Index of the prompt (in TASK) whose continuations are compared.")

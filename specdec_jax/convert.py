@@ -25,6 +25,7 @@ flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "Cast weights to this 
 flags.DEFINE_string("preset", None, "Model preset (T5X formats store no config), e.g. t5_1_1_small.")
 flags.DEFINE_string("config_json", None, "ModelConfig JSON file or inline JSON (instead of --preset).")
 flags.DEFINE_bool("scan_layers", None, "Store the layers stacked (scan) or per layer; default: config.")
+flags.declare_key_flag("verbosity")  # absl.logging's, listed by --help beside this module's
 
 
 def _config_from_flags():

@@ -22,6 +22,10 @@ from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where the generated sequences go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),

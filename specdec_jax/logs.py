@@ -25,6 +25,7 @@ import logging
 import os
 import re
 
+from absl import flags
 from absl import logging as absl_logging
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +92,7 @@ def setup(verbosity: int = absl_logging.INFO) -> None:
   default verbosity (`--verbosity` overrides it when absl parses the flags), library INFO and
   harmless warnings filtered, Python warnings routed through the same filter. Idempotent."""
   quiet_tpu_runtime()
+  flags.FLAGS.set_default("verbosity", verbosity)  # what --help shows; the flag overrides it
   absl_logging.set_verbosity(verbosity)
   handler = absl_logging.get_absl_handler()
   if _FILTER not in handler.filters:

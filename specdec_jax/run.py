@@ -26,6 +26,11 @@ from specdec_jax.runner.config import RunConfig
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where results, config.gin and TensorBoard events go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.adopt_module_key_flags(distributed)
+flags.declare_key_flag("verbosity")
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()) -> RunConfig:

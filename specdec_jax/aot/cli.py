@@ -30,6 +30,10 @@ from specdec_jax import gin_utils, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where aot.json (and roofline.*) go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
 flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e-8, or a "
                     "physical name such as v4:2x2x1.")
 flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "
