@@ -98,3 +98,25 @@ def setup(verbosity: int = absl_logging.INFO) -> None:
   if _FILTER not in handler.filters:
     handler.addFilter(_FILTER)
   logging.captureWarnings(True)
+
+
+def bar(desc: str, total: int | None = None, unit: str = "it", initial: int = 0):
+  """A tqdm progress bar on stderr (count, rate, ETA) for the minutes a run spends calibrating,
+  decoding or sampling. Off (`.disable` true) below the default verbosity (`--verbosity=-1`, and
+  in library use, where absl's verbosity keeps its -1 default), with TQDM_DISABLE=1, and where
+  stderr is not a terminal (a log file gets the callers' periodic log lines instead of
+  carriage-return frames), and on processes other than 0 of a multi-host job."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+  quiet = absl_logging.get_verbosity() < absl_logging.INFO or jax.process_index() != 0
+  return tqdm(total=total, desc=desc, unit=unit, initial=initial, dynamic_ncols=True,
+              disable=quiet or None)
+
+
+def ticker(progress_bar):
+  """`tick(done, total)` feeding `progress_bar` (what `timing.interleaved` calls)."""
+  def tick(done: int, total: int) -> None:
+    if progress_bar.total != total:
+      progress_bar.total = total
+    progress_bar.update(done - progress_bar.n)
+  return tick

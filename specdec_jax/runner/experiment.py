@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 from absl import logging
 
-from specdec_jax import distributed, lock, paths
+from specdec_jax import distributed, lock, logs, paths
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
@@ -24,14 +24,23 @@ from specdec_jax.runner.store import ResultStore
 
 
 class Progress:
-  """Logs and records per-batch progress of each run (point) of the output directory."""
+  """Shows and records per-batch progress of each run (point) of the output directory: a tqdm bar
+  per temperature (examples, rate, ETA, tokens/s, running alpha) where stderr is a terminal, else
+  a log line every `progress_every_s`; the last batch's line is always logged; TensorBoard gets
+  every batch."""
 
   def __init__(self, output_dir: str, resolved, cfg: RunConfig, log: Callable[[str], None]):
     self.output_dir, self.resolved, self.cfg, self.log = output_dir, resolved, cfg, log
     self.writers: dict[str, RunWriter] = {}
     self.totals: dict[str, list] = {}
+    self.bars: dict[str, object] = {}
     self.t0 = time.perf_counter()
     self.last_log = -float("inf")
+
+  def _bar(self, group: str, total: int, done: int):
+    if group not in self.bars:
+      self.bars[group] = logs.bar(f"decode {group}", total=total, unit="ex", initial=done)
+    return self.bars[group]
 
   def _writer(self, run: str) -> RunWriter:
     if run not in self.writers:
@@ -41,33 +50,43 @@ class Progress:
   def __call__(self, *, temperature: float, done: int, total: int,
                record: BatchRecord | None, resumed: bool) -> None:
     group = keys.group(temperature)
+    bar = self._bar(group, total, done if resumed else 0)
     if resumed:
       self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
       return
     elapsed = time.perf_counter() - self.t0
     parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s)"]
+    short = []  # the bar's postfix
     ar = record.autoregressive
     if ar is not None:
       parts.append(f"AR {ar.emitted / max(ar.seconds, 1e-9):.0f} tok/s")
+      short.append(parts[-1])
     for key, rec in record.points.items():
       hist = self.totals.setdefault(key, [])
       hist.append(rec.counters)
       running = acceptance.summarize(acceptance.merge(hist))
       tok_s = rec.emitted / max(rec.seconds, 1e-9)
-      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha "
-                   + (f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"))
+      alpha = f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"
+      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha {alpha}")
+      short.append(f"spec {tok_s:.0f} tok/s, alpha {alpha}")
       self._writer(key).progress(done, {"examples_done": done, "tokens_per_s": tok_s,
                                         "running_alpha": running["alpha"],
                                         "running_acceptance_rate": running["acceptance_rate"]})
     if not record.points and ar is not None:
       self._writer(keys.autoregressive(temperature)).progress(
           done, {"examples_done": done, "tokens_per_s": ar.emitted / max(ar.seconds, 1e-9)})
-    # TensorBoard gets every batch; the log a line every `progress_every_s` (and the last batch).
-    if done >= total or elapsed - self.last_log >= self.cfg.progress_every_s:
+    bar.set_postfix_str("; ".join(short), refresh=False)
+    bar.update(done - bar.n)
+    if done >= total:
+      bar.close()
+    # A log line every `progress_every_s` where no bar shows (and the last batch's, always).
+    if done >= total or (bar.disable and elapsed - self.last_log >= self.cfg.progress_every_s):
       self.last_log = elapsed
       self.log("; ".join(parts))
 
   def close(self) -> None:
+    for b in self.bars.values():
+      b.close()
     for w in self.writers.values():
       w.close()
 
