@@ -106,6 +106,19 @@ def write_outputs(cfg: RunConfig, output_dir: str, metrics: list[dict]) -> None:
     plots.plot_sweep(metrics, output_dir)
 
 
+def finished_metrics(store: ResultStore, output_dir: str) -> list[dict] | None:
+  """The metrics objects a finished run wrote (its store says it finished and metrics.json is
+  there), else None. Why: re-running a finished run re-calibrated for 40 s and rewrote c, v and
+  the prediction beside the first run's measured speedup, two runs mixed in one file; a store
+  with the same fingerprint has nothing left to measure."""
+  path = os.path.join(output_dir, METRICS_FILE)
+  if not store.recall("finished", "metrics") or not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    stored = json.load(f)
+  return stored if isinstance(stored, list) else [stored]
+
+
 def finite_json(obj: Any) -> Any:
   """`obj` with every non-finite float as None: metrics.json stays standard JSON (NaN and
   Infinity are not JSON, and a reader in another language rejects them)."""

@@ -123,6 +123,11 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   t_start = time.perf_counter()
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
   distributed.agree(store.snapshot())  # what a resumed run has done, for the other processes
+  stored = collect.finished_metrics(store, output_dir)
+  if stored is not None:  # a finished run: its results as they are, nothing re-measured
+    _report(stored, output_dir, echo, note="stored results of a finished run (same "
+            "configuration); --gin.RunConfig.resume=False runs it again")
+    return stored
   if config_text is not None:
     with open(os.path.join(output_dir, "config.gin"), "w") as f:
       f.write(config_text)
@@ -141,13 +146,25 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     progress.close()
   metrics = collect.collect(cfg, loaded, store, resolved, costs)
   collect.write_outputs(cfg, output_dir, metrics)
-  from specdec_jax.metrics.report import table
-  echo(table(metrics))
-  for note in collect.sweep_notes(metrics):
-    echo(note)
-  echo(f"wrote {output_dir}/metrics.json, predictions.jsonl, config.gin; TensorBoard: "
-       f"tensorboard --logdir {output_dir}/tensorboard ({time.perf_counter() - t_start:.1f}s)")
+  store.remember("finished", "metrics", collect.METRICS_FILE)  # a re-run prints, measures nothing
+  _report(metrics, output_dir, echo, note=f"wrote metrics.json, predictions.jsonl, config.gin "
+          f"({time.perf_counter() - t_start:.0f} s)")
   return metrics
+
+
+def _report(metrics: list[dict], output_dir: str, echo: Callable[[str], None], note: str
+            ) -> None:
+  """The printed summary (metrics.report.summary, within 100 columns), the sweep's notes, where
+  the results are and how to see them in TensorBoard."""
+  from specdec_jax.metrics.report import summary, wrap  # pylint: disable=import-outside-toplevel
+  for line in summary(metrics):
+    echo(line)
+  for text in collect.sweep_notes(metrics):
+    for line in wrap(text):
+      echo(line)
+  for line in wrap(f"{output_dir}: {note}"):
+    echo(line)
+  echo(f"  TensorBoard: tensorboard --logdir {output_dir}/tensorboard")
 
 
 def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -> list[dict]:
@@ -156,6 +173,8 @@ def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -
   with tempfile.TemporaryDirectory(prefix="specdec_follower_") as scratch:
     store = ResultStore(scratch, cfg.fingerprint(), resume=False)
     store.restore(distributed.agree(None))
+    if store.recall("finished", "metrics"):  # process 0 prints the stored results
+      return []
     loaded = pipeline.load(cfg, mesh)
     resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
     decode.decode_all(cfg, loaded, resolved, store, lambda **_: None)
