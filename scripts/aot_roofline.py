@@ -1,50 +1,89 @@
-r"""The roofline table (docs/roofline_tpu_v4.md) from the aot.json of roofline jobs.
+r"""Record a roofline job's aot.json under docs/results and print its tables.
+
+The paper's layout (T5-XXL and its draft each whole on one TPU v4 chip: a config without a mesh
+is compiled on one chip) and the mesh file's (T5-XXL over 4 chips, the drafts over 2):
+
+  python -m specdec_jax.aot --gin_file=configs/paper/gamma_sweep.gin --topology=v4-8 \
+      --roofline --only=target_step,verify,draft_step --output_dir=/tmp/aot/roofline_one_chip
+  python scripts/aot_roofline.py --name=roofline_tpu_v4_one_chip \
+      --layout="paper: one TPU v4 chip" --command="..." /tmp/aot/roofline_one_chip/aot.json
 
   python -m specdec_jax.aot --gin_file=configs/paper/gamma_sweep.gin \
       --gin_file=configs/paper/mesh_tpu_v4_8.gin --topology=v4-8 --roofline \
       --only=target_step,verify,draft_step --output_dir=/tmp/aot/roofline_v4_8
-  python scripts/aot_roofline.py /tmp/aot/roofline_v4_8/aot.json
+  python scripts/aot_roofline.py --name=roofline_tpu_v4_mesh \
+      --layout="configs/paper/mesh_tpu_v4_8.gin" --command="..." /tmp/aot/roofline_v4_8/aot.json
+  python scripts/results.py tables      # docs/roofline_tpu_v4.md from the records
 
-Several aot.json files of the same slice and mesh may be given (e.g. the target's steps from a
-Table-2 row's job and the drafts' steps from another): their step records are merged, later files
-winning. Prints c, v(T) and, for each Table-2 row whose draft was compiled, the predicted speedup
-at the paper's alpha beside the paper's measured one: once with each step charged XLA's bytes
-accessed (cost_analysis), once with only its arguments (weights and caches read once).
+Several aot.json files of one slice and mesh may be given (the target's steps from one job, the
+drafts' from another): their step objects are merged, later files winning. The record
+(docs/results/NAME.json) holds the step objects verbatim (`metrics.aot`) and the layout's name;
+the roofline is recomputed from them (`specdec_jax.aot.roofline`) whenever the tables are.
+Without --name the tables are printed and nothing is written.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
 import sys
+import time
 
-from specdec_jax.aot import roofline, topologies
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from specdec_jax.aot import roofline  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.metrics import results  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def main(paths: list[str]) -> int:
-  if not paths:
-    print(__doc__, file=sys.stderr)
-    return 2
-  records, meshes, topos = {}, set(), set()
+def merged_steps(paths: list[str]) -> list[dict]:
+  """The roofline steps of several jobs' aot.json, one per program name (later files win); an
+  error if they mix slices or meshes."""
+  steps: dict[str, dict] = {}
   for path in paths:
     with open(path, encoding="utf-8") as f:
-      for rec in json.load(f):
-        if rec.get("kind") in (roofline.TARGET_STEP, roofline.VERIFY, roofline.DRAFT_STEP):
-          records[rec["program"]] = rec
-          meshes.add(json.dumps(rec["mesh"], sort_keys=True))
-          topos.add(rec["topology"])
-  if len(meshes) != 1 or len(topos) != 1:
-    print(f"error: the files mix slices {sorted(topos)} or meshes {sorted(meshes)}; a roofline "
-          "needs one", file=sys.stderr)
-    return 2
-  topo = topologies.parse(topos.pop())
-  where = f"{topo.name}, mesh {json.loads(meshes.pop())}"
-  for basis in roofline.BASES:
-    roof = roofline.from_records(list(records.values()), topo.chip, basis)
-    if roof is None:
-      print("error: no target_step[T=1] record (run the job with --roofline)", file=sys.stderr)
-      return 2
-    print(roofline.markdown(roof, where) + "\n")
+      for rec in roofline.step_records(json.load(f)):
+        steps[rec["program"]] = rec
+  where = {(r["topology"], json.dumps(r["mesh"], sort_keys=True)) for r in steps.values()}
+  if len(where) > 1:
+    raise SystemExit(f"error: the files mix slices or meshes {sorted(where)}; a roofline needs one")
+  return list(steps.values())
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("aot_json", nargs="+", help="aot.json of jobs run with --roofline")
+  ap.add_argument("--layout", default="", help="the layout's name in the tables")
+  ap.add_argument("--name", default="", help="write docs/results/NAME.json")
+  ap.add_argument("--command", default="", help="the aot command(s) that wrote the files")
+  ap.add_argument("--commit", default="", help="the commit the jobs ran at (default: HEAD)")
+  ap.add_argument("--load", default="", help="1,5,15-minute load average while they ran")
+  args = ap.parse_args(argv)
+  steps = merged_steps(args.aot_json)
+  if not steps:
+    raise SystemExit("error: no roofline steps in the files (run the aot job with --roofline)")
+  layout = args.layout or f"{steps[0]['topology']}, mesh {steps[0]['mesh']}"
+  rec = {"metrics": {"layout": layout, "aot": steps}}
+  print(roofline.markdown(roofline.layout_of_record(rec), steps))
+  if not args.name:
+    return 0
+  sys.path.insert(0, os.path.join(ROOT, "scripts"))
+  import results as results_cli  # pylint: disable=import-outside-toplevel  (scripts/results.py)
+  commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout.strip()
+  machine = results_cli._machine()  # pylint: disable=protected-access
+  rec = results.make_record(args.name, rec["metrics"], command=args.command, commit=commit,
+                            date=time.strftime("%Y-%m-%d"), machine=machine,
+                            load_average=[float(x) for x in args.load.split(",")]
+                            if args.load else os.getloadavg())
+  path = os.path.join(ROOT, "docs", "results", f"{args.name}.json")
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(rec, f, indent=1, sort_keys=True)
+    f.write("\n")
+  print(f"wrote {path}")
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main(sys.argv[1:]))
+  sys.exit(main())

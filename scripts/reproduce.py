@@ -85,6 +85,22 @@ def _fmt(lines) -> str:
   return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
 
 
+def _record(name: str, config: str, rows, bindings) -> None:
+  """One record per row of a finished config (results as data: docs/results/)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import results  # pylint: disable=import-outside-toplevel
+  commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+  command = " ".join(["python -m specdec_jax.run", f"--gin_file={config}",
+                      *(f"--gin.{b.replace(' ', '')}" for b in bindings)])
+  for m in rows:
+    rec = results.make_record(results.row_name(name, m), m, command=command, commit=commit,
+                              date=time.strftime("%Y-%m-%d"), machine=results.machine(),
+                              load_average=os.getloadavg())
+    print("recorded", results.write_record(os.path.join(ROOT, "docs", "results"), rec))
+
+
 def main(argv=None) -> dict:
   from specdec_jax import gin_utils
   argv = gin_utils.rewrite_gin_args(list(sys.argv if argv is None else argv))
@@ -93,6 +109,9 @@ def main(argv=None) -> dict:
   p.add_argument("--only", default="table2,table3,sweep")
   p.add_argument("--output_root", required=True)
   p.add_argument("--gin_bindings", action="append", default=[])
+  p.add_argument("--record", action="store_true",
+                 help="write every row as a record under docs/results/ (<config>_<draft>_t<T>_g"
+                      "<gamma>.json; `python scripts/results.py tables` then renders the docs)")
   args = p.parse_args(argv[1:])
   from specdec_jax import run
   tables = {}
@@ -109,7 +128,10 @@ def main(argv=None) -> dict:
       else:
         print(f"{config} -> {out}")
         metrics = run.run([config], out, args.gin_bindings)
-      rows.extend(metrics if isinstance(metrics, list) else [metrics])
+      metrics = metrics if isinstance(metrics, list) else [metrics]
+      if args.record:
+        _record(name, config, metrics, args.gin_bindings)
+      rows.extend(metrics)
     tables[part] = rows
   if tables.get("table2"):
     print("\nTable 2 analogue (speedup = autoregressive wall time / speculative, same process)")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -22,16 +21,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(ROOT, "docs", "results")
 DOCS = ["README.md", "DESIGN.md", "MODEL_CARD.md"]
-
-
-def _machine() -> dict:
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def record(args) -> None:
@@ -48,15 +37,10 @@ def record(args) -> None:
   commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                          capture_output=True, text=True, check=True).stdout.strip()
   rec = results.make_record(args.name, row, command=args.command, commit=commit,
-                            date=time.strftime("%Y-%m-%d"), machine=_machine(),
+                            date=time.strftime("%Y-%m-%d"), machine=results.machine(),
                             load_average=[float(x) for x in args.load.split(",")]
                             if args.load else os.getloadavg())
-  os.makedirs(RECORDS, exist_ok=True)
-  path = os.path.join(RECORDS, f"{args.name}.json")
-  with open(path, "w") as f:
-    json.dump(rec, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print(f"wrote {path}")
+  print(f"wrote {results.write_record(RECORDS, rec)}")
 
 
 def tables(args) -> int:

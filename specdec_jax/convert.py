@@ -29,7 +29,8 @@ flags.declare_key_flag("verbosity")  # absl.logging's, listed by --help beside t
 
 
 def _config_from_flags():
-  from specdec_jax.models.config import ModelConfig, get_preset
+  from specdec_jax.checkpoints import orbax_io, storage
+  from specdec_jax.models.config import get_preset
   if FLAGS.preset and FLAGS.config_json:
     raise app.UsageError("give --preset or --config_json, not both")
   if FLAGS.preset:
@@ -37,9 +38,12 @@ def _config_from_flags():
   if FLAGS.config_json:
     text = FLAGS.config_json
     if os.path.isfile(text):
-      with open(text) as f:
-        text = f.read()
-    return ModelConfig.from_dict(json.loads(text))
+      return orbax_io.config_from_dict(storage.read_json(text, "--config_json"), text)
+    try:
+      raw = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise app.UsageError(f"--config_json is neither a file nor valid JSON: {e}") from None
+    return orbax_io.config_from_dict(raw, "--config_json")
   return None
 
 

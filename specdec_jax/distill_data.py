@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils, logs
+from specdec_jax import gin_utils, lock, logs, paths
 from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
@@ -41,8 +41,10 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
   cfg = parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-  summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
-  gin_utils.write_config(FLAGS.output_dir)
+  paths.check_writable(FLAGS.output_dir, "distillation data")  # before the lock makes it
+  with lock.hold(FLAGS.output_dir, "distillation-data job"):  # one writer per directory
+    summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
+    gin_utils.write_config(FLAGS.output_dir)
   print(json.dumps(summary, indent=1))
 
 

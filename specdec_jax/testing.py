@@ -115,3 +115,41 @@ def run_in_process(*args: str) -> None:
   finally:
     flags.FLAGS.unparse_flags()
     gin.clear_config()
+
+
+def sibling_residual_from_p(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
+  """A deliberately wrong tree sibling rule (`tree.verify.SiblingRule`), the fault the tree
+  tests must catch: after a rejected sibling, the next sibling is tested against the node's p
+  instead of the running residual (the residual chain for the final correction stays right, so
+  on a chain, one child per node, it is exact: only the sibling logic is wrong)."""
+  from specdec_jax.decoding import acceptance  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.tree import verify  # pylint: disable=import-outside-toplevel
+  accept_B, valid_B, _, q_next_BxV = verify.rejection_sibling(u_B, x_B, p_node_BxV, p_node_BxV,
+                                                              q_left_BxV)
+  q_i_BxV = q_left_BxV / jnp.maximum(jnp.sum(q_left_BxV, axis=-1), 1e-30)[:, None]
+  reject_B = valid_B & ~accept_B
+  p_next_BxV = jnp.where(reject_B[:, None], acceptance.residual(p_cur_BxV, q_i_BxV), p_cur_BxV)
+  return accept_B, valid_B, p_next_BxV, q_next_BxV
+
+
+def sibling_q_keeps_tried(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
+  """A second wrong sibling rule: a rejected sibling's token stays in q, so every sibling is
+  tested, and the residual taken, against the node's whole q (the rule for siblings drawn WITH
+  replacement, applied to siblings drawn without it)."""
+  from specdec_jax.decoding.tree import verify  # pylint: disable=import-outside-toplevel
+  accept_B, valid_B, p_next_BxV, _ = verify.rejection_sibling(u_B, x_B, p_node_BxV, p_cur_BxV,
+                                                              q_left_BxV)
+  return accept_B, valid_B, p_next_BxV, q_left_BxV
+
+
+def faulty_tree_verifier(sibling):
+  """A tree verifier (the `recursive_rejection` contract) built on another sibling rule."""
+  from specdec_jax.decoding.sampling import sample  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.tree import verify  # pylint: disable=import-outside-toplevel
+
+  def verifier(key, tree, node_tokens_BxN, draft_probs_BxNxV, target_probs_BxNxV):
+    k_walk, k_next = jax.random.split(key)
+    verdict, final_BxV = verify.descend(k_walk, tree, node_tokens_BxN, draft_probs_BxNxV,
+                                        target_probs_BxNxV, sibling)
+    return verdict.replace(next_token_B=sample(k_next, final_BxV))
+  return verifier

@@ -27,7 +27,7 @@ from absl import flags
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils, logs, paths
+from specdec_jax import gin_utils, lock, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
@@ -48,13 +48,17 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
 
 def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = (), **kwargs) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
   from specdec_jax.training.trainer import train as run_training
   cfg = parse(gin_files, gin_bindings, search_paths)
   paths.check_writable(output_dir, "training output")  # the shipped assets are read-only
   if cfg.export_path(output_dir):  # refused now, not after the last step
     paths.check_writable(cfg.export_path(output_dir), "the export")
-  text = gin_utils.write_config(output_dir)
-  return run_training(cfg, output_dir, config_text=text, **kwargs)
+  text = gin_utils.config_text()  # written by the trainer once the resume key agrees
+  if jax.process_index() != 0:  # every host runs the command; process 0 holds the directory
+    return run_training(cfg, output_dir, config_text=text, **kwargs)
+  with lock.hold(output_dir, "training job"):
+    return run_training(cfg, output_dir, config_text=text, **kwargs)
 
 
 def main(argv: Sequence[str]) -> None:

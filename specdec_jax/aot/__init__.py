@@ -8,6 +8,7 @@ whether the decode loop stays on device.
 Modules, one idea each: `topologies` (slice names -> devices, chip figures), `abstract` (configs
 without weights, sharded ShapeDtypeStructs), `programs` (the runner's and trainer's programs as
 lowerable thunks), `memory` (compile; per-chip bytes, cost, fits), `hlo` (host transfers inside
-loops), `roofline` (c and v(T) from the steps' cost), `job` (one config on one slice), `report`
+loops), `steps` (the roofline's single steps as programs), `roofline` (c and v(T) from the
+models' shapes, the compiled steps beside them), `job` (one config on one slice), `report`
 (aot.json, the table), `cli` (gin + absl).
 """

@@ -11,7 +11,8 @@ Needs libtpu (`pip install -e '.[tpu]'`), no TPU. Flags as `specdec_jax.run` / `
 per program, rewritten after each compile so a job stopped part-way keeps what it compiled)
 and prints a table; with `--roofline` also compiles one target step, one draft step
 per model draft and the verify calls for T = 2..`--roofline_tokens`, and writes roofline.json and
-roofline.md (predicted c, v(T) and the paper's Table-2 rows). Exit status 1 when a program does
+roofline.md (c, v(T) and the paper's Table-2 rows predicted from its alpha; `aot.roofline`).
+Exit status 1 when a program does
 not fit or its loop transfers to the host (each named with the bytes needed and available), 2
 when the config cannot be laid out on the slice (a mesh axis that does not divide a dimension).
 """
@@ -37,7 +38,8 @@ flags.declare_key_flag("verbosity")
 flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e-8, or a "
                     "physical name such as v4:2x2x1.")
 flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "
-                  "predict c, v(T) and the Table-2 speedups from the chip's roofline.")
+                  "predict c, v(T) and the Table-2 speedups from the chip's roofline "
+                  "(scripts/aot_roofline.py records them under docs/results).")
 flags.DEFINE_integer("roofline_tokens", 8, "Largest verify block T of the roofline.")
 flags.DEFINE_list("only", [], "Compile only programs of these kinds (spec_prefill, spec_loop, "
                   "ar_prefill, ar_loop, train_step, target_step, verify, draft_step), e.g. "
@@ -78,10 +80,13 @@ def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: 
                         log=log, on_result=lambda so_far: report.write(
                             output_dir, report.records(so_far, gin_files)))
   recs = report.records(job, gin_files)
-  path = report.write(output_dir, recs, job.roofline)
+  layout = None
+  if any(r["kind"] == roofline.TARGET_STEP for r in recs):
+    layout = roofline.layout_from_aot(recs, f"{topo.name}, mesh {job.mesh_shape}")
+  path = report.write(output_dir, recs, layout)
   log(report.table(job))
-  if job.roofline is not None:
-    md = roofline.markdown(job.roofline, f"{topo.name}, mesh {job.mesh_shape}")
+  if layout is not None:
+    md = roofline.markdown(layout, recs)
     with open(os.path.join(output_dir, "roofline.md"), "w", encoding="utf-8") as f:
       f.write(md + "\n")
     log(md)

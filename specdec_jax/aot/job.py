@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from specdec_jax import sharding as sh
-from specdec_jax.aot import abstract, memory, programs as programs_lib, roofline as roofline_lib
+from specdec_jax.aot import abstract, memory, programs as programs_lib, steps as steps_lib
 from specdec_jax.aot import topologies
 
 
@@ -30,7 +30,6 @@ class JobResult:
   hbm_bytes_per_chip: Optional[int]
   results: list            # memory.Result per program, in compile order
   models: dict             # role -> source of its config
-  roofline: Optional[roofline_lib.Roofline] = None
 
   @property
   def failures(self) -> list:
@@ -71,20 +70,14 @@ def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = 
     progs = programs_lib.train_programs(cfg, mesh, mesh_config.rules_for("target"), model.config,
                                         teacher and teacher.config)
   else:
-    progs, extra, draft_presets = _decode_programs(cfg, mesh, mesh_config, presets, models,
-                                                   roofline_tokens)
+    progs, extra = _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens)
   progs = select(progs + extra, only)
   emit = None
   if on_result is not None:
     emit = lambda so_far: on_result(JobResult(topology, dict(mesh.shape), hbm, so_far, models))  # noqa: E731
   with jax.set_mesh(mesh):
     results = _compile_all(progs, hbm, log, emit)
-  roof = None
-  if extra:
-    roof = roofline_lib.from_results([r for r in results if r.kind in (
-        roofline_lib.TARGET_STEP, roofline_lib.VERIFY, roofline_lib.DRAFT_STEP)],
-        topology.chip, draft_presets)
-  return JobResult(topology, dict(mesh.shape), hbm, results, models, roof)
+  return JobResult(topology, dict(mesh.shape), hbm, results, models)
 
 
 def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
@@ -115,9 +108,9 @@ def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
     model_drafts = {n: dp for n, dp in setup.drafts.items() if n in draft_presets}
     if not model_drafts:
       raise ValueError("--roofline needs a model draft (c is a draft step / a target step)")
-    extra = roofline_lib.step_programs(setup, model_drafts, gamma=max(roofline_tokens - 1, 1),
-                                       max_tokens=roofline_tokens, mesh=mesh)
-  return progs, extra, draft_presets
+    extra = steps_lib.step_programs(setup, model_drafts, gamma=max(roofline_tokens - 1, 1),
+                                    max_tokens=roofline_tokens, mesh=mesh)
+  return progs, extra
 
 
 def select(progs: Sequence[programs_lib.Program], kinds: Sequence[str]) -> list:

@@ -37,6 +37,7 @@ def records(job, config_files=()) -> list[dict]:
 
 
 def write(output_dir: str, recs: list[dict], roofline=None) -> str:
+  """aot.json, and with `roofline` (a `roofline.Layout`) its roofline.json."""
   os.makedirs(output_dir, exist_ok=True)
   path = os.path.join(output_dir, "aot.json")
   with open(path, "w", encoding="utf-8") as f:

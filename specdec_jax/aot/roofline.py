@@ -1,207 +1,353 @@
-"""A roofline for speculative decoding on the slice: c and v(T) from the compiled steps.
+"""A roofline for speculative decoding on TPU: c and v(T) from the models' shapes, per layout.
 
-Why: the speedup formula (DESIGN.md, "Public contract": (1 - alpha^(G+1)) / ((1 - alpha)(G c +
-v(G+1)))) needs c (one draft step / one target step) and v(T) (a verify over T tokens / one target
-step). On TPU those times are not measured here, but the TPU compiler reports each step's flops
-and bytes accessed per chip (`cost_analysis`), and a batch-1 decode step is bound by whichever of
-compute (flops / peak) and HBM traffic (bytes / bandwidth) takes longer. So each step is compiled
-on the configured mesh, exactly as the loop calls it (`Model.extend` on a cache laid out as the
-prefill leaves it), and timed by that bound.
+Why: the speedup formula (`metrics.theory.predicted_speedup`, Leviathan et al. section 3:
+(1 - alpha^(G+1)) / ((1 - alpha)(G c + v(G+1)))) needs c (a draft iteration / a target step) and
+v(T) (a verify over T tokens / a target step). No TPU is attached here, so they are predicted: a
+batch-1 decode step is bound by whichever of compute (flops / peak) and HBM traffic (bytes /
+bandwidth) takes longer on a chip.
 
-What the roofline leaves out: collectives (the all-reduces of a model-parallel layer and the
-vocabulary gather cost ICI latency, several microseconds each, per layer, which for a 77M draft can
-exceed its whole HBM time), kernel launch and loop overhead per step, the sampling and acceptance
-arithmetic between steps, imperfect overlap of compute and memory, and HBM bandwidth below its
-peak. All of them weigh more on the small draft than on the target, so the roofline's c is a lower
-bound and its speedups an upper bound.
+The byte basis, one a reader can check by hand: per step, each chip reads its share of the
+weights the step uses once, its share of the caches once (self-attention K/V over every slot of
+the buffer, which attention reads whole and masks; cross-attention K/V over the prompt), and per
+token writes its K/V and samples from float32 logits over the whole vocabulary. Activations are
+left out (a few vectors of the model width per token). A verify of T tokens therefore reads the
+weights and caches once and adds T tokens' flops, writes and sampling: v(T) >= 1 and
+non-decreasing by construction. XLA's `cost_analysis` byte count is not the basis: it charges
+every fusion's operands and results (4x the weights for a T5-XXL step) and charged a one-token
+step more than a two-token one (v(2) = 0.955); it is printed beside this count as a cross-check,
+with the compiled programs' arguments (`memory_analysis`), which should agree with it.
+
+What the roofline leaves out: collectives (a model-parallel layer all-reduces twice and the
+vocabulary is gathered; several microseconds each, per layer), kernel launch and loop overhead,
+the acceptance arithmetic between calls, imperfect overlap of compute and memory, HBM below its
+peak, and on-chip memory (a TPU v4 chip's CMEM can hold a small draft's weights, which would then
+not stream from HBM). All but the last make real steps slower than these; the small draft
+suffers most, so a measured c is expected above the roofline's.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
-import jax
-import numpy as np
-
-from specdec_jax.aot import abstract
-from specdec_jax.aot.programs import Program
-from specdec_jax.aot.topologies import Chip
+from specdec_jax.aot import topologies
+from specdec_jax.metrics import theory
+from specdec_jax.models.config import ModelConfig
 
 TARGET_STEP, DRAFT_STEP, VERIFY = "target_step", "draft_step", "verify"
+STEP_KINDS = (TARGET_STEP, VERIFY, DRAFT_STEP)
 
-# Leviathan et al. (2023) Table 2: T5-XXL target, batch 1, one TPU v4 (reference/PAPERS.md).
-# (task, draft preset, temperature, gamma, alpha, measured speedup)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+LOGITS_BYTES = 4  # the head's logits are float32 (models/transformer.py), as is sampling
+# float32 [V] vectors one sampled token moves: the logits written by the head and read by
+# `sampling.process_logits`, the probabilities it writes and the sampler (and, for the draft,
+# the acceptance test) reads.
+SAMPLING_PASSES = 4
+V_TOKENS = (1, 2, 4, 8, 16, 32, 64)  # the v(T) a layout's summary prints
+
+# Leviathan et al. (2023) Tables 2 and 4: T5-XXL target, batch 1, one TPU v4 (reference/PAPERS.md).
+# (task, draft preset, temperature, gamma, alpha, expected speedup from its measured c (Table 4),
+# measured speedup)
 PAPER_TABLE2 = (
-    ("EnDe", "t5_1_1_small", 0, 7, 0.75, 3.4), ("EnDe", "t5_1_1_base", 0, 7, 0.80, 2.8),
-    ("EnDe", "t5_1_1_large", 0, 7, 0.82, 1.7), ("EnDe", "t5_1_1_small", 1, 7, 0.62, 2.6),
-    ("EnDe", "t5_1_1_base", 1, 5, 0.68, 2.4), ("EnDe", "t5_1_1_large", 1, 3, 0.71, 1.4),
-    ("CNNDM", "t5_1_1_small", 0, 5, 0.65, 3.1), ("CNNDM", "t5_1_1_base", 0, 5, 0.73, 3.0),
-    ("CNNDM", "t5_1_1_large", 0, 3, 0.74, 2.2), ("CNNDM", "t5_1_1_small", 1, 5, 0.53, 2.3),
-    ("CNNDM", "t5_1_1_base", 1, 3, 0.55, 2.2), ("CNNDM", "t5_1_1_large", 1, 3, 0.56, 1.7),
+    ("EnDe", "t5_1_1_small", 0, 7, 0.75, 3.2, 3.4),
+    ("EnDe", "t5_1_1_base", 0, 7, 0.80, 3.3, 2.8),
+    ("EnDe", "t5_1_1_large", 0, 7, 0.82, 2.5, 1.7),
+    ("EnDe", "t5_1_1_small", 1, 7, 0.62, 2.3, 2.6),
+    ("EnDe", "t5_1_1_base", 1, 5, 0.68, 2.4, 2.4),
+    ("EnDe", "t5_1_1_large", 1, 3, 0.71, 2.0, 1.4),
+    ("CNNDM", "t5_1_1_small", 0, 5, 0.65, 2.4, 3.1),
+    ("CNNDM", "t5_1_1_base", 0, 5, 0.73, 2.6, 3.0),
+    ("CNNDM", "t5_1_1_large", 0, 3, 0.74, 2.0, 2.2),
+    ("CNNDM", "t5_1_1_small", 1, 5, 0.53, 1.9, 2.3),
+    ("CNNDM", "t5_1_1_base", 1, 3, 0.55, 1.8, 2.2),
+    ("CNNDM", "t5_1_1_large", 1, 3, 0.56, 1.6, 1.7),
 )
+PAPER_C = {"t5_1_1_small": 0.02, "t5_1_1_base": 0.04, "t5_1_1_large": 0.11}  # its Table 4
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def _extend(model, params, cache, tokens_BxT):
-  """One `Model.extend` call as the loop makes it (draft step: T = 1; verify: T = gamma + 1)."""
-  return model.extend(params, cache, tokens_BxT)
+# ---- the arithmetic ------------------------------------------------------------------------------
+def weight_params_read(cfg: ModelConfig) -> int:
+  """Parameters one decode step reads whole: the decoder's layers (self-attention q, k, v, o; the
+  gated MLP's wi_0, wi_1, wo; the norms), cross-attention q and o (its k and v were applied to the
+  encoder output once, at prefill, and are cached), the relative-position table, the final norm
+  and the (untied) logits matrix. Not the encoder, not the token embedding (one row per token)."""
+  e, i, m = cfg.emb_dim, cfg.num_heads * cfg.head_dim, cfg.mlp_dim
+  layer = 4 * e * i + 3 * e * m + 2 * e
+  if cfg.is_encoder_decoder:
+    layer += 2 * e * i + e
+  return (cfg.num_decoder_layers * layer + cfg.num_heads * cfg.relative_attention_num_buckets
+          + e + cfg.vocab_size * e)
 
 
-def abstract_cache(model, params, batch: int, prompt_len: int, cache_len: int, mesh):
-  """The cache `model.prefill` leaves, as sharded ShapeDtypeStructs, without compiling a prefill:
-  shapes from `jax.eval_shape`, shardings from the model's rules as `Model.prefill` constrains
-  them (K/V [B, S, H, K] by batch and heads, the per-example index and encoder mask by batch)."""
-  import flax.linen as nn  # pylint: disable=import-outside-toplevel
-  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
-  inputs = abstract.abstract_batch((batch, prompt_len), np.int32, mesh, model.axis_rules)
-  shapes = jax.eval_shape(lambda p, x: model.prefill(p, x, cache_len), params, inputs)
-  logical = {1: ("batch",), 2: ("batch", None), 4: ("batch", "length", "heads", "kv"),
-             5: ("layers", "batch", "length", "heads", "kv")}
-
-  def one(x):
-    spec = P(*logical.get(x.ndim, (None,) * x.ndim))
-    sharding = nn.logical_to_mesh_sharding(spec, mesh, list(model.axis_rules))
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-  return jax.tree.map(one, shapes)
-
-
-def step_programs(setup, drafts: Mapping[str, tuple], *, gamma: int, max_tokens: int, mesh
-                  ) -> list[Program]:
-  """target_step (T = 1), verify[T] for T = 2..max_tokens and draft_step per model draft, each
-  an `extend` on the cache its prefill leaves (slots for `max_decode_len` and gamma's slack).
-
-  setup: the run's `programs.DecodeSetup` (target, its abstract params, batch and lengths).
-  drafts: name -> (draft Model, its abstract params).
-  """
-  from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
-  target, target_params = setup.target, setup.target_params
-  batch, prompt_len, max_decode_len = setup.batch, setup.prompt_len, setup.max_decode_len
-
-  def lower_for(model, params, t):
-    def call(_):
-      cache_len = start.cache_len_needed(model, prompt_len, max_decode_len, gamma)
-      cache = abstract_cache(model, params, batch, prompt_len, cache_len, mesh)
-      tokens = abstract.abstract_batch((batch, t), np.int32, mesh, model.axis_rules)
-      return _extend, (model, params, cache, tokens), {}
-    return call
-
-  progs = [Program(f"{TARGET_STEP}[T=1]", TARGET_STEP, lower_for(target, target_params, 1),
-                   info=dict(tokens=1))]
-  progs += [Program(f"{VERIFY}[T={t}]", VERIFY, lower_for(target, target_params, t),
-                    info=dict(tokens=t)) for t in range(2, max_tokens + 1)]
-  for name, (draft, dparams) in drafts.items():
-    progs.append(Program(f"{DRAFT_STEP}[draft={name}]", DRAFT_STEP, lower_for(draft, dparams, 1),
-                         info=dict(draft=name, tokens=1)))
-  return progs
-
-
-def step_seconds(flops: float, bytes_accessed: float, chip: Chip) -> float:
-  """The roofline time of one chip's program: compute- or HBM-bound, whichever is slower."""
-  return max(flops / chip.peak_flops_bf16, bytes_accessed / chip.hbm_bytes_per_s)
-
-
-def predicted_speedup(alpha: float, gamma: int, c: float, v: float) -> float:
-  """(1 - alpha^(G+1)) / ((1 - alpha)(G c + v)) (Leviathan et al. section 3, v = v(G + 1))."""
-  return (1.0 - alpha ** (gamma + 1)) / ((1.0 - alpha) * (gamma * c + v))
-
-
-@dataclasses.dataclass
-class Roofline:
-  """Per-step roofline times on one chip of the slice and what follows from them."""
-  chip: Chip
-  target_s: float
-  verify_s: dict          # T -> seconds (T = 1 is the target step)
-  draft_s: dict           # draft name -> seconds
-  draft_presets: dict     # draft name -> preset name (matches PAPER_TABLE2), if known
-  basis: str = "cost_analysis"
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """One model as a step runs it: its config (dtype included), the cache the step reads and the
+  chips its weights, heads and caches are split over (model parallelism)."""
+  config: ModelConfig
+  batch: int = 1
+  prompt_len: int = 0    # encoder positions the cross-attention cache holds (T5 only)
+  cache_len: int = 1     # self-attention slots
+  chips: int = 1
 
   @property
-  def v(self) -> dict:
-    return {t: s / self.target_s for t, s in sorted(self.verify_s.items())}
+  def act_bytes(self) -> int:
+    return DTYPE_BYTES[self.config.dtype]
 
-  def c(self, draft: str) -> float:
-    return self.draft_s[draft] / self.target_s
+  @property
+  def cross_len(self) -> int:
+    return self.prompt_len if self.config.is_encoder_decoder else 0
 
-  def table2(self) -> list[dict]:
-    """Every paper Table-2 row whose draft was compiled: predicted vs measured speedup."""
+
+def cache_bytes(p: Placement) -> int:
+  """K/V bytes one step reads, over all chips: every self-attention slot and every prompt slot."""
+  cfg = p.config
+  per_slot = 2 * cfg.num_heads * cfg.head_dim * p.act_bytes * cfg.num_decoder_layers * p.batch
+  return per_slot * (p.cache_len + p.cross_len)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+  """One chip's share of a program: HBM bytes moved and flops."""
+  bytes: float
+  flops: float
+
+  def seconds(self, chip: topologies.Chip) -> float:
+    """Compute- or HBM-bound, whichever is slower."""
+    return max(self.flops / chip.peak_flops_bf16, self.bytes / chip.hbm_bytes_per_s)
+
+
+def step_cost(p: Placement, tokens: int, sampling: bool = True) -> Cost:
+  """One `extend` over `tokens` positions per example, per chip; with `sampling`, the tokens'
+  sampling too (on the whole vocabulary on every chip: the logits are gathered for it).
+
+  Bytes: weights and caches once, split over the chips; per token the new K/V written, the
+  embedding row read and (sampling) SAMPLING_PASSES float32 vocabulary vectors. Flops: 2 per
+  weight read per token, and attention's two products over the cache and the prompt."""
+  cfg = p.config
+  if tokens < 1:
+    raise ValueError(f"a step feeds at least one token, got {tokens}")
+  inner = cfg.num_heads * cfg.head_dim
+  per_token = p.batch * (2 * inner * cfg.num_decoder_layers + cfg.emb_dim) * p.act_bytes
+  shared = weight_params_read(cfg) * p.act_bytes + cache_bytes(p) + tokens * per_token
+  sample = tokens * p.batch * SAMPLING_PASSES * cfg.vocab_size * LOGITS_BYTES if sampling else 0
+  attention = 4 * cfg.num_decoder_layers * inner * (p.cache_len + p.cross_len)
+  flops = tokens * p.batch * (2 * weight_params_read(cfg) + attention)
+  return Cost(bytes=shared / p.chips + sample, flops=flops / p.chips)
+
+
+def argument_bytes(p: Placement) -> int:
+  """Per chip, what a compiled step is passed: the weights it reads, the whole embedding table
+  and the caches (compare with `memory_analysis`'s arguments)."""
+  cfg = p.config
+  weights = (weight_params_read(cfg) + cfg.vocab_size * cfg.emb_dim) * p.act_bytes
+  return (weights + cache_bytes(p)) // p.chips
+
+
+def resident_bytes(p: Placement) -> int:
+  """Per chip, the model's whole weights (encoder included) and its caches: what stays on HBM."""
+  return (p.config.num_params() * p.act_bytes + cache_bytes(p)) // p.chips
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """The target and its drafts on a slice: step times, c and v(T) on one chip's roofline.
+
+  Attributes:
+    name: what the layout is (e.g. the paper's single chip, or a mesh file).
+    chip: the chip's published figures (`topologies.CHIPS`, the one place they are stated).
+    target: the target's placement; drafts: draft name (a preset name where known) -> placement.
+  """
+  name: str
+  chip: topologies.Chip
+  target: Placement
+  drafts: Mapping[str, Placement]
+
+  def target_s(self) -> float:
+    """One target step with its sampling: the autoregressive iteration, the unit of c and v."""
+    return step_cost(self.target, 1).seconds(self.chip)
+
+  def verify_s(self, tokens: int) -> float:
+    return step_cost(self.target, tokens).seconds(self.chip)
+
+  def v(self, tokens: int) -> float:
+    return self.verify_s(tokens) / self.target_s()
+
+  def draft_s(self, name: str) -> float:
+    """One draft iteration: a step and the sampling of its token."""
+    return step_cost(self.drafts[name], 1).seconds(self.chip)
+
+  def c(self, name: str) -> float:
+    return self.draft_s(name) / self.target_s()
+
+  def table2(self) -> list[dict[str, Any]]:
+    """Every paper Table-2 row whose draft this layout holds, predicted from the paper's alpha
+    with this layout's c and v (`theory.predicted_speedup`), beside the paper's figures."""
     rows = []
-    by_preset = {p: n for n, p in self.draft_presets.items()}
-    for task, preset, temp, gamma, alpha, measured in PAPER_TABLE2:
-      if preset not in by_preset or gamma + 1 not in self.verify_s:
+    for task, preset, temp, gamma, alpha, expected, measured in PAPER_TABLE2:
+      if preset not in self.drafts:
         continue
-      name = by_preset[preset]
-      c, v = self.c(name), self.v[gamma + 1]
-      rows.append(dict(task=task, draft=preset, temperature=temp, gamma=gamma, alpha=alpha,
-                       c=c, v=v, predicted=predicted_speedup(alpha, gamma, c, v),
-                       predicted_v1=predicted_speedup(alpha, gamma, c, 1.0), measured=measured))
+      c, v = self.c(preset), self.v(gamma + 1)
+      rows.append(dict(task=task, draft=preset, temperature=temp, gamma=gamma, alpha=alpha, c=c,
+                       v=v, predicted=theory.predicted_speedup(alpha, gamma, c, v),
+                       paper_expected=expected, paper_measured=measured))
     return rows
 
-  def to_json(self) -> dict:
-    return dict(chip=self.chip.name, basis=self.basis, target_step_us=self.target_s * 1e6,
-                verify_us={str(t): s * 1e6 for t, s in sorted(self.verify_s.items())},
-                v={str(t): x for t, x in self.v.items()},
-                draft_step_us={k: s * 1e6 for k, s in self.draft_s.items()},
-                c={k: self.c(k) for k in self.draft_s}, table2=self.table2())
+  def to_json(self) -> dict[str, Any]:
+    return dict(layout=self.name, chip=self.chip.name, target_step_us=self.target_s() * 1e6,
+                v={str(t): self.v(t) for t in V_TOKENS},
+                draft_iteration_us={k: self.draft_s(k) * 1e6 for k in self.drafts},
+                c={k: self.c(k) for k in self.drafts}, table2=self.table2())
 
 
-BASES = ("cost_analysis", "arguments")
+# ---- from the compiled steps' records (aot.json) -------------------------------------------------
+def step_records(aot: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+  """The roofline's steps among a job's aot.json objects, in order."""
+  return [r for r in aot if r.get("kind") in STEP_KINDS]
 
 
-def from_results(results: Sequence[Any], chip: Chip, draft_presets: Mapping[str, str],
-                 basis: str = "cost_analysis") -> Optional[Roofline]:
-  """A Roofline from compiled step programs (`memory.Result`s); None if the target step is missing.
-
-  basis: which HBM traffic a step is charged: 'cost_analysis' (XLA's bytes accessed, every
-  fusion's operands and results: several times the weights) or 'arguments' (the program's
-  arguments, i.e. the weights and caches it reads once: the least traffic a step can have).
-  """
-  if basis not in BASES:
-    raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
-  verify, drafts = {}, {}
-  for r in results:
-    if r.flops is None:
-      continue
-    traffic = r.bytes_accessed if basis == "cost_analysis" else r.per_chip_bytes["arguments"]
-    s = step_seconds(r.flops, traffic, chip)
-    if r.kind in (TARGET_STEP, VERIFY):
-      verify[r.info["tokens"]] = s
-    elif r.kind == DRAFT_STEP:
-      drafts[r.info["draft"]] = s
-  if 1 not in verify:
-    return None
-  return Roofline(chip, verify[1], verify, drafts, dict(draft_presets), basis)
+def placement_of(rec: Mapping[str, Any]) -> Placement:
+  """A step record's model and shapes (the `steps.step_programs` info every record carries)."""
+  return Placement(ModelConfig.from_dict(rec["model_config"]), batch=rec["batch"],
+                   prompt_len=rec["prompt_len"], cache_len=rec["cache_len"],
+                   chips=rec["model_chips"])
 
 
-def from_records(records: Sequence[Mapping[str, Any]], chip: Chip,
-                 basis: str = "cost_analysis") -> Optional[Roofline]:
-  """The same from aot.json records (several jobs' records may be merged: the target's steps
-  from one, the drafts' from another, on the same slice and mesh)."""
-  results = [dataclasses.make_dataclass(
-      "R", ["kind", "flops", "bytes_accessed", "per_chip_bytes", "info"])(
-          r["kind"], r.get("flops"), r.get("bytes_accessed"), r.get("per_chip_bytes") or {},
-          {k: r[k] for k in ("tokens", "draft") if k in r}) for r in records]
-  from specdec_jax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
-  presets = {r["draft"]: r["draft"] for r in records
-             if r.get("kind") == DRAFT_STEP and r.get("draft") in PRESETS}
-  return from_results(results, chip, presets, basis)
+def layout_from_aot(aot: Sequence[Mapping[str, Any]], name: str) -> Layout:
+  """The layout a roofline job compiled: its target step's and its draft steps' placements."""
+  steps = step_records(aot)
+  target = [r for r in steps if r["kind"] == TARGET_STEP]
+  if not target:
+    raise ValueError("no target_step record (run the aot job with --roofline)")
+  topologies_seen = {r["topology"] for r in steps}
+  if len(topologies_seen) != 1:
+    raise ValueError(f"a roofline is one slice; the records hold {sorted(topologies_seen)}")
+  chip = topologies.parse(topologies_seen.pop()).chip
+  drafts = {r["draft"]: placement_of(r) for r in steps if r["kind"] == DRAFT_STEP}
+  return Layout(name, chip, placement_of(target[0]), drafts)
 
 
-def markdown(roof: Roofline, where: str) -> str:
-  """The roofline table (docs/roofline_tpu_v4.md): per Table-2 row, c, v(G+1), predicted speedups and the paper's."""
-  lines = [f"Roofline ({roof.basis}) on {where} ({roof.chip.name}: {roof.chip.peak_flops_bf16 / 1e12:g} TFLOP/s "
-           f"bf16, {roof.chip.hbm_bytes_per_s / 1e12:g} TB/s HBM per chip): target step "
-           f"{roof.target_s * 1e6:.0f} us; v(T) = " +
-           ", ".join(f"{x:.3f}" for _, x in sorted(roof.v.items())) + " for T = 1.." +
-           f"{max(roof.v)}; " + ", ".join(f"{k} step {s * 1e6:.1f} us (c = {roof.c(k):.3f})"
-                                         for k, s in roof.draft_s.items()) + ".",
-           "",
-           "| task | draft | temp | gamma | paper alpha | c | v(gamma+1) | predicted | "
-           "predicted, v = 1 | paper measured |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-  for r in roof.table2():
-    lines.append(f"| {r['task']} | {r['draft'].replace('t5_1_1_', 'T5-')} | {r['temperature']} | "
-                 f"{r['gamma']} | {r['alpha']:.2f} | {r['c']:.3f} | {r['v']:.3f} | "
-                 f"{r['predicted']:.2f}x | {r['predicted_v1']:.2f}x | {r['measured']:.1f}x |")
+# ---- tables (docs/roofline_tpu_v4.md, rendered from results records by metrics.results) ---------
+GiB, MiB = 2 ** 30, 2 ** 20
+
+
+def _short(name: str) -> str:
+  return name.replace("t5_1_1_", "T5-")
+
+
+def layout_of_record(rec: Mapping[str, Any]) -> Layout:
+  """A results record of a roofline job (metrics: its `layout` name and its `aot` objects)."""
+  return layout_from_aot(rec["metrics"]["aot"], rec["metrics"]["layout"])
+
+
+def _fits_cell(layout: Layout, aot: Sequence[Mapping[str, Any]]) -> str:
+  """Per chip, the target's and the largest draft's weights and caches: analytic, and the
+  compiled steps' totals (temporaries of both counted), against the compiler's usable HBM."""
+  steps = step_records(aot)
+  usable = steps[0].get("hbm_bytes_per_chip") or layout.chip.hbm_bytes
+  analytic = resident_bytes(layout.target) + max(
+      (resident_bytes(p) for p in layout.drafts.values()), default=0)
+  totals = {r["kind"]: 0 for r in steps}
+  for r in steps:
+    totals[r["kind"]] = max(totals[r["kind"]], (r.get("per_chip_bytes") or {}).get("total", 0))
+  compiled = totals.get(TARGET_STEP, 0) + totals.get(DRAFT_STEP, 0)
+  verdict = "fits" if max(analytic, compiled) <= usable else "DOES NOT FIT"
+  return (f"{analytic / GiB:.2f} ({compiled / GiB:.2f} compiled) of {usable / GiB:.2f}: "
+          f"{verdict}")
+
+
+def summary_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """One line per layout: the target step, v(T), each draft iteration with its c, and whether
+  the target and its largest draft fit one chip's HBM together."""
+  layouts = [layout_of_record(r) for r in records]
+  drafts = sorted({d for lay in layouts for d in lay.drafts}, key=lambda d: (
+      min((lay.drafts[d].config.num_params() for lay in layouts if d in lay.drafts)), d))
+  head = (["layout", "compiled on", "chips: target / draft", "target step (us)"]
+          + [f"v({t})" for t in V_TOKENS[1:]] + [f"{_short(d)} iteration (us), c" for d in drafts]
+          + ["per chip, target + largest draft (GiB)"])
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for rec, lay in zip(records, layouts):
+    step = step_records(rec["metrics"]["aot"])[0]
+    draft_chips = sorted({p.chips for p in lay.drafts.values()})
+    cells = [lay.name, _where(step),
+             f"{lay.target.chips} / {', '.join(map(str, draft_chips))}",
+             f"{lay.target_s() * 1e6:.0f}"]
+    cells += [f"{lay.v(t):.4f}" for t in V_TOKENS[1:]]
+    cells += [f"{lay.draft_s(d) * 1e6:.1f}, {lay.c(d):.4f}" if d in lay.drafts else "-"
+              for d in drafts]
+    cells.append(_fits_cell(lay, rec["metrics"]["aot"]))
+    lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def _where(step: Mapping[str, Any]) -> str:
+  """'v4-8: 4 of 4 chips, mesh data 1 x model_inner 2 x model_outer 2'."""
+  mesh = step["mesh"]
+  used = math.prod(mesh.values())
+  axes = " x ".join(f"{k} {v}" for k, v in mesh.items())
+  return f"{step['topology']}: {used} of {step['num_chips']} chips, mesh {axes}"
+
+
+def _one(records: Sequence[Mapping[str, Any]], what: str) -> Mapping[str, Any]:
+  if len(records) != 1:
+    raise ValueError(f"a {what} table is one layout's: name one record, got {len(records)}")
+  return records[0]
+
+
+def table2_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Leviathan's Table-2 rows on one layout: the speedup predicted from the paper's alpha with
+  this roofline's c and v (not measured), beside the paper's expected (its measured c, v = 1) and
+  measured speedups."""
+  lay = layout_of_record(_one(records, "roofline_table2"))
+  head = ("task", "draft", "T", "gamma", "paper alpha", "c", "v(gamma+1)",
+          "predicted from the paper's alpha (not measured)", "paper: expected from its c",
+          "paper: measured")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in lay.table2():
+    lines.append("| " + " | ".join((
+        r["task"], _short(r["draft"]), str(r["temperature"]), str(r["gamma"]),
+        f"{r['alpha']:.2f}", f"{r['c']:.4f}", f"{r['v']:.4f}", f"{r['predicted']:.2f}x",
+        f"{r['paper_expected']:.1f}x", f"{r['paper_measured']:.1f}x")) + " |")
+  return "\n".join(lines) + "\n\n" + _against_measured(lay.table2())
+
+
+def _against_measured(rows: Sequence[Mapping[str, Any]]) -> str:
+  """How the predictions fall against the paper's measured speedups, and how the paper's own did:
+  the formula is no bound either way, and the table should not read as one. Within 0.05 (the
+  paper's rounding to one decimal) counts as level."""
+  def count(key):
+    up = sum(r[key] > r["paper_measured"] + 0.05 for r in rows)
+    down = sum(r[key] < r["paper_measured"] - 0.05 for r in rows)
+    return f"above in {up}, below in {down} and level (within 0.05) in {len(rows) - up - down}"
+  return (f"Against the paper's measured speedup, the predictions of these {len(rows)} rows are "
+          f"{count('predicted')}; the paper's own expected speedups are {count('paper_expected')}.")
+
+
+def check_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per compiled step of one layout, the roofline's count beside the compiler's: bytes read and
+  passed (`memory_analysis` arguments), XLA's `cost_analysis` bytes and flops (a cross-check,
+  never the basis), and the roofline time each byte count gives. Steps without sampling: the
+  compiled programs are the `extend` calls alone."""
+  rec = _one(records, "roofline_check")
+  lay = layout_of_record(rec)
+  head = ("program", "read (MiB)", "passed (MiB)", "compiled arguments (MiB)",
+          "XLA bytes accessed (MiB)", "GFLOP", "XLA GFLOP", "roofline (us)",
+          "by XLA's bytes (us)", "compiled total (GiB)")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in step_records(rec["metrics"]["aot"]):
+    p = placement_of(r)
+    cost = step_cost(p, r["tokens"], sampling=False)
+    xla = Cost(r.get("bytes_accessed") or 0.0, r.get("flops") or 0.0)
+    b = r.get("per_chip_bytes") or {}
+    lines.append("| " + " | ".join((
+        r["program"], f"{cost.bytes / MiB:.1f}", f"{argument_bytes(p) / MiB:.1f}",
+        f"{b.get('arguments', 0) / MiB:.1f}", f"{xla.bytes / MiB:.1f}", f"{cost.flops / 1e9:.3f}",
+        f"{xla.flops / 1e9:.3f}", f"{cost.seconds(lay.chip) * 1e6:.1f}",
+        f"{xla.seconds(lay.chip) * 1e6:.1f}", f"{b.get('total', 0) / GiB:.2f}")) + " |")
+  return "\n".join(lines)
+
+
+def markdown(layout: Layout, aot: Sequence[Mapping[str, Any]]) -> str:
+  """A job's roofline.md: the three tables for the layout it compiled."""
+  rec = {"metrics": {"layout": layout.name, "aot": list(aot)}}
+  return "\n\n".join((summary_table([rec]), table2_table([rec]), check_table([rec])))

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from specdec_jax.checkpoints import safetensors_io
+from specdec_jax.checkpoints import safetensors_io, storage
 from specdec_jax.checkpoints.tree import CheckpointError, expected_shapes, flatten, to_layout
 from specdec_jax.models.config import ModelConfig
 
@@ -140,8 +140,7 @@ def read_state_dict(path: str) -> dict[str, Any]:
     if os.path.isfile(os.path.join(path, single)):
       return load(os.path.join(path, single))
     if os.path.isfile(os.path.join(path, index)):
-      with open(os.path.join(path, index)) as f:
-        files = sorted(set(json.load(f)["weight_map"].values()))
+      files = sorted(set(_weight_map(os.path.join(path, index)).values()))
       out = {}
       for file in files:
         out.update(load(os.path.join(path, file)))
@@ -194,8 +193,8 @@ def from_state_dict(sd: Mapping[str, Any], config: ModelConfig) -> dict[str, Any
 
 def load(path: str, **config_overrides: Any) -> tuple[ModelConfig, dict[str, Any]]:
   """HF model directory -> (ModelConfig, flat T5X tree of lazy numpy arrays)."""
-  with open(os.path.join(path, CONFIG_FILE)) as f:
-    config = config_from_hf(json.load(f), **config_overrides)
+  config = config_from_hf(storage.read_json(os.path.join(path, CONFIG_FILE), "HF config"),
+                          **config_overrides)
   return config, from_state_dict(read_state_dict(path), config)
 
 
@@ -223,3 +222,11 @@ def to_hf(config: ModelConfig, params: Mapping[str, Any], out_dir: str, dtype=No
   with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:
     json.dump(config_to_hf(config, dtype_name), f, indent=2, sort_keys=True)
   return out_dir
+
+
+def _weight_map(index_file: str) -> dict[str, str]:
+  """A sharded checkpoint's {array name: shard file}, with an error naming the index file."""
+  index = storage.read_json(index_file, "HF weight index")
+  if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+    raise CheckpointError(f"HF weight index {index_file} has no 'weight_map' object")
+  return index["weight_map"]

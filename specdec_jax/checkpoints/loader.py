@@ -24,7 +24,6 @@ is looked for, which dtype the weights come in). The rules, once:
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
@@ -32,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.checkpoints import arrays, hf, orbax_io, storage
+from specdec_jax.checkpoints import arrays, hf, orbax_io, storage, tree
 from specdec_jax.checkpoints.loading import detect_format, load_checkpoint, open_flat
 from specdec_jax.models.config import PRESETS, ModelConfig, get_preset
 from specdec_jax.models.model import Model
@@ -92,8 +91,7 @@ def stored_config(path: str) -> ModelConfig:
   if fmt == "specdec":
     return orbax_io.read_config(path)
   if fmt == "hf":
-    with open(os.path.join(path, hf.CONFIG_FILE), encoding="utf-8") as f:
-      return hf.config_from_hf(json.load(f))
+    return hf.config_from_hf(storage.read_json(os.path.join(path, hf.CONFIG_FILE), "HF config"))
   return open_flat(path, fmt)[0]
 
 
@@ -127,6 +125,7 @@ def load_model(spec: str, *, dtype: Optional[str] = None, vocab_size: Optional[i
                                      scan_layers=scan_layers)
     config = config if dtype is None else config.replace(dtype=dtype)
     params = in_compute_dtype(params, weights_dtype or config.dtype)
+    tree.check_finite(tree.flatten(params), f"checkpoint {spec}")
   if sharding is None:
     params = jax.device_put(params)
   return Model(config), params

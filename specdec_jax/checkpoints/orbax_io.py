@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 
 from specdec_jax import paths
 from specdec_jax.checkpoints import arrays, storage
-from specdec_jax.checkpoints.tree import CheckpointError, flatten, to_layout, unflatten, validate
+from specdec_jax.checkpoints.tree import CheckpointError, check_finite, flatten, to_layout, unflatten, validate
 from specdec_jax.models.config import ModelConfig
 
 CONFIG_FILE = "model_config.json"
@@ -34,10 +34,21 @@ def is_orbax_dir(path: str) -> bool:
 
 
 def read_config(path: str) -> ModelConfig:
-  raw = storage.read_bytes(storage.join(path, CONFIG_FILE))
-  if raw is None:
+  file = storage.join(path, CONFIG_FILE)
+  if not storage.exists(file):
     raise CheckpointError(f"no {CONFIG_FILE} in {path}")
-  return ModelConfig.from_json(raw.decode())
+  return config_from_dict(storage.read_json(file, "model config"), file)
+
+
+def config_from_dict(raw: Any, source: str) -> ModelConfig:
+  """`ModelConfig.from_dict` with errors that name `source` (the file the dict came from)."""
+  if not isinstance(raw, dict):
+    raise CheckpointError(f"{source}: expected a JSON object of ModelConfig fields, got "
+                          f"{type(raw).__name__}")
+  try:
+    return ModelConfig.from_dict(raw)
+  except (TypeError, ValueError) as e:
+    raise CheckpointError(f"{source} is not a valid model config: {e}") from None
 
 
 def _abs(path: str) -> str:
@@ -58,6 +69,7 @@ def save(path: str, config: ModelConfig, params: Mapping[str, Any], dtype=None,
   paths.check_writable(path, "a checkpoint")  # the shipped zoo is read-only
   flat = to_layout(flatten(params), config.scan_layers)
   validate(flat, config, source="params to save")
+  check_finite(flat, f"the params to save to {path}")  # nothing written
   if dtype is not None:
     flat = {k: (v.astype(dtype) if np.issubdtype(np.dtype(v.dtype), np.floating)
                 or np.dtype(v.dtype) == np.dtype(jax.numpy.bfloat16) else v)

@@ -7,7 +7,9 @@ Any `scheme://` path is treated as a URL; everything else is a local path.
 """
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import tensorstore as ts
 
@@ -41,6 +43,26 @@ def read_bytes(path: str) -> bytes | None:
   directory, name = _split(path)
   result = ts.KvStore.open(directory).result().read(name).result()
   return bytes(result.value) if result.state == "value" else None
+
+
+def read_json(path: str, what: str = "file") -> Any:
+  """The parsed JSON at `path`; a missing, non-UTF-8 or malformed file raises `ValueError`
+  naming the file (and line), not a bare `JSONDecodeError` or `TypeError` from deep inside.
+
+  Why: a truncated `_METADATA` or a hand-edited `model_config.json` gave errors that named no
+  file; with several checkpoints and sidecars in one run, the user had to guess which one.
+  """
+  raw = read_bytes(path)
+  if raw is None:
+    raise FileNotFoundError(f"{what} {path} does not exist")
+  try:
+    return json.loads(raw.decode("utf-8"))
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{what} {path} is not UTF-8 text (byte {e.start}): corrupt or not "
+                     "JSON") from None
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno}, column "
+                     f"{e.colno}") from None
 
 
 def exists(path: str) -> bool:

@@ -9,7 +9,6 @@ abstract target tree, and returns lazy handles so sharded loads fetch only local
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping
 
@@ -40,7 +39,7 @@ def is_t5x_orbax(path: str) -> bool:
 
 
 def _metadata(state: str) -> dict[str, Any]:
-  return json.loads(storage.read_bytes(storage.join(state, METADATA_FILE)))
+  return storage.read_json(storage.join(state, METADATA_FILE), "T5X Orbax metadata")
 
 
 def _array_names(kvstore: ts.KvStore) -> dict[str, str]:

@@ -24,6 +24,30 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be read or does not fit the model config."""
 
 
+def nonfinite(flat: Mapping[str, Any]) -> list[str]:
+  """The paths of floating arrays holding a NaN or an infinity (reduced on device for jax
+  arrays, so a sharded model is checked where it lives).
+
+  Why: a diverged training run exported NaN weights, and a run then drafted with them at alpha
+  NaN without a word; writers and loaders refuse such weights instead.
+  """
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel  (tree.py stays numpy-only)
+  bad = []
+  for key, value in flat.items():
+    x = value if hasattr(value, "sharding") else np.asarray(value)
+    if jnp.issubdtype(x.dtype, jnp.floating) and not bool(jnp.all(jnp.isfinite(x))):
+      bad.append(key)
+  return bad
+
+
+def check_finite(flat: Mapping[str, Any], what: str) -> None:
+  """Raises `CheckpointError` naming up to five non-finite arrays of `what`."""
+  bad = nonfinite(flat)
+  if bad:
+    raise CheckpointError(f"{what} holds NaN or infinite values in {len(bad)} arrays "
+                          f"({', '.join(T5X_PREFIX + b for b in bad[:5])}); refusing to use them")
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   """Nested dicts -> {'a/b/c': leaf}."""
   out = {}

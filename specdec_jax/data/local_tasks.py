@@ -169,6 +169,9 @@ def example_from_record(record: Mapping[str, Any], index: int, where: str = "") 
     inputs = INPUT_PREFIXES[text_field] + value
   ref_field = next((f for f in REFERENCE_FIELDS if f in record), None)
   reference = None if ref_field is None else record[ref_field]
+  if reference is not None and not isinstance(reference, str):  # else the metric silently stops
+    raise ValueError(f"{where}: reference field {ref_field!r} must be a string (or null), got "
+                     f"{type(reference).__name__}")
   used = {IDS_FIELD, text_field, ref_field}
   return Example(index=index, inputs=inputs, reference=reference, input_ids=input_ids,
                  input_field=IDS_FIELD if input_ids is not None else text_field,

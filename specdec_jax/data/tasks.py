@@ -15,12 +15,15 @@ one. A run needs one only to tokenize text fields and to decode outputs to text;
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+
+from absl import logging
 
 from specdec_jax.data import local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
-# The shipped task whose train split a JSONL's input field stands for (n-gram tables).
+# The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
 FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
 
 
@@ -49,11 +52,11 @@ class TaskData:
     return None
 
   def input_ids(self, *, model_vocab_size: int, encoder_decoder: bool,
-                max_input_length: int) -> list[list[int]]:
+                max_input_length: int, truncate: bool = True) -> list[list[int]]:
     """`tokenize` with this task's vocabulary (only when it has text to tokenize)."""
     return tokenize(self.examples, self.vocab if self.text else None,
                     model_vocab_size=model_vocab_size, encoder_decoder=encoder_decoder,
-                    max_input_length=max_input_length)
+                    max_input_length=max_input_length, truncate=truncate)
 
   def decoding_vocab(self, model_vocab_size: int):
     return vocab_for_decoding(self.vocab, model_vocab_size)
@@ -76,6 +79,24 @@ def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | N
 def resolve_task(task: str) -> str:
   """A shipped task name stays a name; anything else is a path (resolved against the repo root)."""
   return task if task in local_tasks.LOCAL_TASKS else resolve_path(task)
+
+
+def content_digest(task: str, split: str) -> str | None:
+  """SHA-256 (16 hex digits) of every byte of the file `task` reads for `split`; None for a
+  seqio task (its data is versioned by TFDS).
+
+  Why: a run resumed over new prompts written to the same path reported "6/6 examples already
+  on disk" and kept the old outputs; the resume fingerprint now covers the data as it covers
+  checkpoints. The whole file is read (task files are small next to checkpoints), so an edit
+  that keeps the size is caught too.
+  """
+  if is_seqio(task):
+    return None
+  h = hashlib.sha256()
+  with open(local_tasks.resolve(resolve_task(task), split), "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()[:16]
 
 
 def is_seqio(task: str) -> bool:
@@ -119,13 +140,16 @@ def load_vocabulary(path: str | None, required: bool):
 
 
 def tokenize(examples, vocab, *, model_vocab_size: int, encoder_decoder: bool,
-             max_input_length: int) -> list[list[int]]:
-  """Input ids per example: tokenized text (T5 inputs end with EOS) or the given `input_ids`."""
+             max_input_length: int, truncate: bool = True) -> list[list[int]]:
+  """Input ids per example: tokenized text (T5 inputs end with EOS) or the given `input_ids`,
+  fitted to `max_input_length` by `fit_length`."""
   if vocab is not None:
-    ids = local_tasks.tokenize_examples(examples, vocab, max_input_length=max_input_length,
-                                        add_eos=encoder_decoder, truncate=True)
+    ids = local_tasks.tokenize_examples(examples, vocab, add_eos=encoder_decoder)
   else:
-    ids = [list(ex.input_ids)[:max_input_length] for ex in examples]
+    ids = [list(ex.input_ids) for ex in examples]
+  ids = fit_length(examples, ids, max_input_length, truncate=truncate,
+                   eos_id=vocab.eos_id if vocab is not None else vocab_lib.EOS_ID,
+                   keep_eos=encoder_decoder)
   for ex, row in zip(examples, ids):
     bad = [t for t in row if t >= model_vocab_size]
     if bad:
@@ -136,6 +160,37 @@ def tokenize(examples, vocab, *, model_vocab_size: int, encoder_decoder: bool,
   return ids
 
 
+def fit_length(examples, ids: list[list[int]], max_input_length: int, *, truncate: bool,
+               eos_id: int, keep_eos: bool) -> list[list[int]]:
+  """Prompts longer than `max_input_length` cut to it (a T5 input that ended with EOS keeps it
+  last), with one warning that counts them; or, without `truncate`, a `ValueError` naming the
+  first.
+
+  Why: prompts were cut silently and lost their EOS, so a run answered a different question
+  than the data asked; a researcher decides whether that is acceptable (RunConfig.truncate_inputs).
+  """
+  long = [(ex, row) for ex, row in zip(examples, ids) if len(row) > max_input_length]
+  if not long:
+    return ids
+  ex, row = long[0]
+  if not truncate:
+    raise ValueError(
+        f"{len(long)} of {len(ids)} prompts are longer than max_input_length={max_input_length} "
+        f"(the first: example {ex.index}, {len(row)} tokens); raise RunConfig.max_input_length "
+        "or set RunConfig.truncate_inputs = True to cut them")
+  logging.warning("%d of %d prompts are longer than max_input_length=%d and were cut (the "
+                  "longest had %d tokens); RunConfig.truncate_inputs = False refuses them instead",
+                  len(long), len(ids), max_input_length, max(len(r) for _, r in long))
+
+  def cut(row):
+    if len(row) <= max_input_length:
+      return row
+    if keep_eos and row[-1] == eos_id:
+      return row[:max_input_length - 1] + [eos_id]
+    return row[:max_input_length]
+  return [cut(row) for row in ids]
+
+
 def vocab_for_decoding(vocab, model_vocab_size: int):
   """Keeps a vocabulary for decoding outputs only if the model's ids are that vocabulary's."""
   if vocab is None:
@@ -143,13 +198,23 @@ def vocab_for_decoding(vocab, model_vocab_size: int):
   return vocab if model_vocab_size in (vocab.vocab_size, vocab.padded_vocab_size) else None
 
 
+def standing_for(task: str, run_examples) -> str:
+  """The task a run's TASK stands for: a shipped task itself; a JSONL the shipped task of its
+  input field (`en` lines: translate_en_de); anything else itself. Why: a JSONL of en-de prompts
+  should draft as the en-de task does, with n-gram tables of its train split and the en-de
+  ranking of a restricted head, not with the mixture's."""
+  if task not in local_tasks.LOCAL_TASKS and run_examples:
+    return FIELD_TASKS.get(run_examples[0].input_field, task)
+  return task
+
+
 def ngram_examples(task: str, run_examples, max_examples: int | None, *,
                    tfds_data_dir: str | None = None):
-  """(examples, description) to estimate n-gram tables on: the train split of the run's task (a
-  shipped task, the shipped task of a JSONL's input field, or a seqio task), else the run's own
-  prompts (only input ids: fine for smoke runs, leaky for real ones)."""
-  if task not in local_tasks.LOCAL_TASKS and run_examples:
-    task = FIELD_TASKS.get(run_examples[0].input_field, task)
+  """(examples, description) to estimate n-gram tables on: the train split of the task the run's
+  TASK stands for (`standing_for`: a shipped task, the shipped task of a JSONL's input field, or
+  a seqio task), else the run's own prompts (only input ids: fine for smoke runs, leaky for real
+  ones)."""
+  task = standing_for(task, run_examples)
   if task in local_tasks.LOCAL_TASKS:
     return (local_tasks.load_examples(task, "train", max_examples), f"{task} (train split)")
   if seqio_tasks.is_seqio_task(task):

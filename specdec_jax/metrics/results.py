@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from specdec_jax.aot import roofline
+from specdec_jax.metrics import findings
 
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
 
@@ -31,6 +35,34 @@ def make_record(name: str, metrics: Mapping[str, Any], *, command: str, commit: 
   return {"name": name, "command": command, "commit": commit, "date": date,
           "machine": dict(machine), "load_average": [round(float(x), 2) for x in load_average],
           "metrics": dict(metrics)}
+
+
+def machine() -> dict[str, Any]:
+  """The CPU model, core count and Python version a record was measured with."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def row_name(prefix: str, metrics: Mapping[str, Any]) -> str:
+  """`<prefix>_<draft>_t<T>_g<gamma>`: a sweep row's record name, from what the row measured."""
+  draft = re.sub(r"[^a-z0-9]+", "_", str(metrics["draft"]).rsplit("/", 1)[-1].lower()).strip("_")
+  temperature = format(float(metrics["temperature"]), "g").replace(".", "p")
+  return f"{prefix}_{draft}_t{temperature}_g{metrics['gamma']}"
+
+
+def write_record(directory: str, record: Mapping[str, Any]) -> str:
+  """Writes `record` as `<directory>/<name>.json` (sorted keys, one line per key); its path."""
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, f"{record['name']}.json")
+  with open(path, "w") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+    f.write("\n")
+  return path
 
 
 def load_records(directory: str) -> dict[str, dict[str, Any]]:
@@ -76,7 +108,14 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {"headline": headline_table}
+TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
+    "headline": headline_table, "alpha": findings.alpha_table,
+    "findings": findings.findings_table,
+    # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.
+    "roofline": roofline.summary_table,          # one line per layout
+    "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions
+    "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
+}
 
 
 def render(text: str, records: Mapping[str, Mapping[str, Any]]) -> str:

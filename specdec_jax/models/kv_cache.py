@@ -44,6 +44,19 @@ class LayerKV:
         self.v_BxHxSxK.at[b_Bx1, :, pos_BxT].set(v_BxTxHxK.astype(self.v_BxHxSxK.dtype),
                                                  mode="drop"))
 
+  def copy_slots(self, src_BxT: jax.Array, dst_BxT: jax.Array) -> "LayerKV":
+    """Slots dst_BxT[b, t] get the keys/values of slots src_BxT[b, t] (all read before any is
+    written, so the two may overlap); out-of-range destinations are dropped. One layer [B, ...],
+    or layers stacked on a leading axis [L, B, ...] (scanned)."""
+    if self.k_BxHxKxS.ndim == 5:
+      return jax.vmap(lambda layer: layer.copy_slots(src_BxT, dst_BxT))(self)
+    slots = self.length
+    src_BxT = jnp.clip(src_BxT, 0, slots - 1)
+    k_BxHxKxT = jnp.take_along_axis(self.k_BxHxKxS, src_BxT[:, None, None, :], axis=3)
+    v_BxHxTxK = jnp.take_along_axis(self.v_BxHxSxK, src_BxT[:, None, :, None], axis=2)
+    return self.write(jnp.transpose(k_BxHxKxT, (0, 3, 1, 2)),
+                      jnp.transpose(v_BxHxTxK, (0, 2, 1, 3)), dst_BxT)
+
   @classmethod
   def zeros(cls, batch: int, length: int, heads: int, head_dim: int, dtype) -> "LayerKV":
     return cls(jnp.zeros((batch, heads, head_dim, length), dtype),
@@ -88,6 +101,17 @@ class DecodeCache:
   def rollback(self, index_B: jax.Array) -> "DecodeCache":
     """Each example's valid prefix cut to `index_B` slots (safe because writes replace)."""
     return self.replace(index_B=index_B.astype(jnp.int32))
+
+  def copy_slots(self, src_BxT: jax.Array, dst_BxT: jax.Array) -> "DecodeCache":
+    """Self-attention K/V of slots src_BxT copied to slots dst_BxT in every layer (the index is
+    left alone). Why: after a block scored with `Model.extend_with_mask`, the entries of the
+    continuation that was kept sit at scattered slots; gathered into consecutive slots, a
+    rollback (an index move) is again all that committing needs. Entries at their final slots
+    were computed at their final positions, so they equal a chain's."""
+    kv = self.self_kv
+    moved = (kv.copy_slots(src_BxT, dst_BxT) if isinstance(kv, LayerKV)
+             else tuple(layer.copy_slots(src_BxT, dst_BxT) for layer in kv))
+    return self.replace(self_kv=moved)
 
 
 def per_layer(kv) -> tuple[LayerKV, ...]:

@@ -156,6 +156,21 @@ class Model:
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, _constrain_cache(cache)
 
+  def extend_with_mask(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
+                       offsets: jax.Array, visible: jax.Array) -> tuple[jax.Array, DecodeCache]:
+    """`extend` for a block that need not be a chain (`transformer.masked_block`): token t goes
+    to slot index + t at position index + offsets[t] and sees the cached prefix and the new
+    tokens u with visible[t, u]. offsets [T] or [B, T], visible [T, T] or [B, T, T]. Why here:
+    several continuations of one prefix (a draft tree: offsets its depths, visible its ancestor
+    mask) are scored in one call; the model takes the layout as data and knows nothing of
+    trees. The index still moves by T; `DecodeCache.copy_slots` then gathers the entries of one
+    continuation into consecutive slots."""
+    with self._rules():
+      logits_BxTxV, cache = self.module.apply({"params": params}, cache, tokens_BxT, offsets,
+                                              visible, method=Transformer.extend)
+      logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+      return logits_BxTxV, _constrain_cache(cache)
+
   def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array, *,
               encoded: Optional[Encoded] = None) -> jax.Array:
     """Teacher-forced logits (training and the full-forward reference of the cache tests).
@@ -171,6 +186,13 @@ class Model:
       return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT, states)
 
 
+# Logical axes of the cache's leaves (one layer; layers stacked under scan add a leading 'layers'):
+# what `_constrain_cache` pins, and what `aot.steps.abstract_cache` lays an abstract cache out by.
+CACHE_AXES = {"k_BxHxKxS": ("batch", "heads", "kv", "length"),
+              "v_BxHxSxK": ("batch", "heads", "length", "kv"),
+              "index_B": ("batch",), "encoder_mask_BxE": ("batch", None)}
+
+
 def _constrain_cache(cache: DecodeCache) -> DecodeCache:
   """Batch/heads sharding of the cache (a no-op without rules and a mesh), so the decode loops'
   carries keep one layout across iterations instead of being resharded each time."""
@@ -180,14 +202,15 @@ def _constrain_cache(cache: DecodeCache) -> DecodeCache:
   def kv(layers):  # a tuple of per-layer LayerKV, or one stacked LayerKV (scan_layers)
     if layers is None:
       return None
-    one = lambda l: LayerKV(c(l.k_BxHxKxS, ("batch", "heads", "kv", "length")),  # noqa: E731
-                            c(l.v_BxHxSxK, ("batch", "heads", "length", "kv")))
+    one = lambda l: LayerKV(c(l.k_BxHxKxS, CACHE_AXES["k_BxHxKxS"]),  # noqa: E731
+                            c(l.v_BxHxSxK, CACHE_AXES["v_BxHxSxK"]))
     return one(layers) if isinstance(layers, LayerKV) else tuple(one(l) for l in layers)
   mask = cache.encoder_mask_BxE
   return cache.replace(
       self_kv=kv(cache.self_kv), cross_kv=kv(cache.cross_kv),
-      index_B=nn.with_logical_constraint(cache.index_B, ("batch",)),
-      encoder_mask_BxE=None if mask is None else nn.with_logical_constraint(mask, ("batch", None)))
+      index_B=nn.with_logical_constraint(cache.index_B, CACHE_AXES["index_B"]),
+      encoder_mask_BxE=None if mask is None else nn.with_logical_constraint(
+          mask, CACHE_AXES["encoder_mask_BxE"]))
 
 
 def prompt_lengths(inputs_BxP: jax.Array) -> jax.Array:

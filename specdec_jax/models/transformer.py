@@ -7,6 +7,9 @@ without cross-attention (T5X's decoder-only layout: relative position biases, ga
 The decoder has one code path, `extend`: a training forward pass is an extend of all target
 tokens into an empty cache, and verification is an extend of gamma + 1 tokens. Positions, masks and
 relative-position buckets come from the per-example cache index, so examples sit where they are.
+A block that is not a chain (several continuations of the prefix, e.g. a draft tree) gives each
+new token a position offset and the new tokens it sees (`masked_block`); the model takes that
+layout as data.
 """
 from __future__ import annotations
 
@@ -94,13 +97,13 @@ class DecoderLayer(nn.Module):
     """`cross_kv` in `nn.scan`'s (carry, output) form: stacks every layer's K/V."""
     return encoded_BxExD, self.cross_kv(encoded_BxExD)
 
-  def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, pos_BxT: jax.Array, self_bias: jax.Array,
+  def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, slots_BxT: jax.Array, self_bias: jax.Array,
                cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array]
                ) -> tuple[jax.Array, LayerKV]:
     h = self.pre_self_attention_layer_norm(x_BxTxD)
     q = self.self_attention.project_q(h)
     k, v = self.self_attention.project_kv(h)
-    kv = kv.write(k, v, pos_BxT)
+    kv = kv.write(k, v, slots_BxT)
     x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias)
     if cross_kv is not None:
       h = self.pre_cross_attention_layer_norm(x_BxTxD)
@@ -136,26 +139,35 @@ class Decoder(nn.Module):
       return self.layers.cross_kv_step(encoded_BxExD)[1]
     return tuple(layer.cross_kv(encoded_BxExD) for layer in self.layers)
 
-  def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache) -> tuple[jax.Array, DecodeCache]:
-    """Runs T new positions per example starting at `cache.index_B`; returns float32 logits."""
+  def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache, offsets: Optional[jax.Array] = None,
+               visible: Optional[jax.Array] = None) -> tuple[jax.Array, DecodeCache]:
+    """Runs T new tokens per example, written to slots `cache.index_B` + 0..T-1; returns float32
+    logits. By default they form a causal chain (positions = slots). `offsets` and `visible`
+    (both or neither; `masked_block`) give each new token another position and another set of
+    new tokens to attend to: the block is then any set of continuations of the cached prefix."""
     cfg = self.config
     batch, t = x_BxTxD.shape[:2]
-    pos_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
-    causal_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
-    self_bias = self.relpos_bias(pos_BxT, slots_BxS)
-    self_bias = self_bias + mask_to_bias(causal_BxTxS[:, None], self_bias.dtype)
+    if offsets is None and visible is None:
+      pos_BxT, key_pos_BxS = slots_BxT, slots_BxS
+      attend_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
+    else:
+      pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
+                                                        visible)
+    self_bias = self.relpos_bias(pos_BxT, key_pos_BxS)
+    self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
     cross_bias = None
     if cache.cross_kv is not None:
       cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
     if self.config.scan_layers:
-      x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, pos_BxT, self_bias, cache.cross_kv,
+      x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
                                     cross_bias)
     else:
       new_kv = []
       for i, layer in enumerate(self.layers):
         cross = None if cache.cross_kv is None else cache.cross_kv[i]
-        x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], pos_BxT, self_bias, cross, cross_bias)
+        x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias)
         new_kv.append(kv)
       new_kv = tuple(new_kv)
     y_BxTxD = self.decoder_norm(x_BxTxD)
@@ -165,6 +177,35 @@ class Decoder(nn.Module):
     logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
     cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
     return logits_BxTxV, cache
+
+
+def masked_block(index_B: jax.Array, length: int, offsets, visible
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Positions and attention of a block of T new tokens that need not form a chain.
+
+  Token t is written to slot index + t (as in every extend) but sits at position
+  index + offsets[t]: the relative-position biases, T5's and the decoder-only LM's alike, see
+  that position, and a key in the block is read at its token's position too. Among the new
+  tokens, t attends to u exactly where visible[t, u]; every cached slot before the index stays
+  visible, every slot past the block stays masked. offsets [T] or [B, T] int, visible [T, T] or
+  [B, T, T] bool (per example: a block whose layout differs by row). With offsets = 0..T-1 and a
+  lower-triangular `visible` this is the causal chain exactly.
+
+  Returns (query positions [B, T], key positions [B, S], attend [B, T, S] bool).
+  """
+  batch, t = index_B.shape[0], jnp.shape(visible)[-1]
+  offsets_BxT = jnp.broadcast_to(jnp.asarray(offsets, jnp.int32), (batch, t))
+  visible_BxTxT = jnp.broadcast_to(jnp.asarray(visible, jnp.bool_), (batch, t, t))
+  slots_BxS = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+  in_block_BxS = slots_BxS - index_B[:, None]  # a slot's place in the block (valid in 0..T-1)
+  inside_BxS = (in_block_BxS >= 0) & (in_block_BxS < t)
+  u_BxS = jnp.clip(in_block_BxS, 0, t - 1)
+  key_pos_BxS = jnp.where(inside_BxS, index_B[:, None] + jnp.take_along_axis(offsets_BxT, u_BxS,
+                                                                             axis=1), slots_BxS)
+  u_BxTxS = jnp.broadcast_to(u_BxS[:, None, :], (batch, t, length))
+  sees_BxTxS = jnp.take_along_axis(visible_BxTxT, u_BxTxS, axis=2) & inside_BxS[:, None, :]
+  attend_BxTxS = sees_BxTxS | (in_block_BxS < 0)[:, None, :]
+  return index_B[:, None] + offsets_BxT, key_pos_BxS, attend_BxTxS
 
 
 _NEEDS_ENCODED = (
@@ -218,8 +259,9 @@ class Transformer(nn.Module):
     return DecodeCache(self_kv=kv, index_B=jnp.zeros((batch,), jnp.int32), cross_kv=cross,
                        encoder_mask_BxE=encoder_mask_BxE)
 
-  def extend(self, cache: DecodeCache, tokens_BxT: jax.Array) -> tuple[jax.Array, DecodeCache]:
-    return self.decoder(self.token_embedder(tokens_BxT), cache)
+  def extend(self, cache: DecodeCache, tokens_BxT: jax.Array, offsets: Optional[jax.Array] = None,
+             visible: Optional[jax.Array] = None) -> tuple[jax.Array, DecodeCache]:
+    return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible)
 
   def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None) -> jax.Array:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import identity
+from specdec_jax.data import tasks
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import keys, prompt_sets
 
@@ -56,6 +57,9 @@ class RunConfig:
   # Knobs with sensible defaults (bind as RunConfig.<name> in gin).
   split: str = "valid"
   max_input_length: int = 256
+  # A prompt longer than max_input_length: True cuts it (a T5 input keeps its EOS last) and logs
+  # one warning with the count; False refuses the run, naming the first such example.
+  truncate_inputs: bool = True
   vocabulary: str | None = None
   dtype: str | None = None
   rule: str = "tokenwise"
@@ -180,6 +184,9 @@ class RunConfig:
     if self.draft_head_vocab:
       fingerprint["draft_head_vocab"] = self.draft_head_vocab
     fingerprint["contents"] = self._contents()
+    task_digest = tasks.content_digest(self.task, self.split)
+    if task_digest is not None:
+      fingerprint["task_contents"] = task_digest
     return json.loads(json.dumps(fingerprint, default=str))
 
   def _contents(self) -> dict[str, str]:

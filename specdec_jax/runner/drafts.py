@@ -12,10 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import jax
+import numpy as np
 from absl import logging
 
 from specdec_jax import seam
 from specdec_jax.checkpoints import head_ranking, loader, pairing
+from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
@@ -33,7 +36,8 @@ class DraftSettings:
     head_vocab: > 0 restricts the draft's output head to that many tokens of its checkpoint's
       ranking (`checkpoints.head_ranking`); 0 keeps the full head, and so does a draft with no
       ranking (one warning line).
-    task: whose ranking (the run's task; the mixture's if the file has none for it).
+    task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
+      mixture's if the file has none for it).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -42,9 +46,10 @@ class DraftSettings:
   task: Optional[str] = None
 
   @classmethod
-  def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int]) -> DraftSettings:
+  def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int], examples=()) -> DraftSettings:
+    """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
-               head_vocab=cfg.draft_head_vocab, task=cfg.task)
+               head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples))
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
@@ -74,6 +79,7 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
     seam.check_pair(target, draft)
   except ValueError as e:
     raise ValueError(f"draft {checkpoint!r}: {e}") from None
+  _warn_if_larger(checkpoint, params, target_name, target_params)
   if draft.shares_encoder and not loader.is_preset(checkpoint):
     pairing.check(resolve_path(checkpoint), draft_name=checkpoint, target_name=target_name,
                   target_params=target_params)
@@ -92,3 +98,18 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
   logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
                checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, params
+
+
+def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:
+  """One warning when the draft has at least as many parameters as its target.
+
+  Why: a swapped pair (the target named as the draft) ran silently at c = 11.9 and a predicted
+  0.03x; the cost calibration warns later, this says it before anything is compiled.
+  """
+  count = lambda tree: sum(int(np.size(x)) for x in jax.tree.leaves(tree))
+  n_draft, n_target = count(params), count(target_params)
+  if n_draft >= n_target:
+    logging.warning("draft %s has %s parameters, at least as many as target %s (%s): each "
+                    "draft step will cost about as much as a target step, so speculation cannot "
+                    "pay; were the two swapped?", checkpoint, f"{n_draft:,}", target_name,
+                    f"{n_target:,}")

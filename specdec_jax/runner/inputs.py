@@ -26,12 +26,14 @@ class Prompts:
   width: int
 
   @classmethod
-  def tokenized(cls, data: tasks.TaskData, target, max_input_length: int) -> Prompts:
+  def tokenized(cls, data: tasks.TaskData, target, max_input_length: int, *,
+                truncate: bool = True) -> Prompts:
     """`data`'s prompts as `target` reads them: ids inside its vocabulary, T5 inputs ending with
-    EOS; outputs decode to text only if the target's ids are the task vocabulary's."""
+    EOS; outputs decode to text only if the target's ids are the task vocabulary's. Longer
+    prompts are cut with a warning (`truncate`) or refused."""
     ids = data.input_ids(model_vocab_size=target.vocab_size,
                          encoder_decoder=target.config.is_encoder_decoder,
-                         max_input_length=max_input_length)
+                         max_input_length=max_input_length, truncate=truncate)
     return cls(data.examples, ids, data.decoding_vocab(target.vocab_size),
                width=max(len(r) for r in ids))
 

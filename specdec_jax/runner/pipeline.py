@@ -81,11 +81,12 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
                 cfg.task, data.examples, cfg.ngram_train_examples,
                 tfds_data_dir=cfg.tfds_data_dir), data.vocab, target, log=logging.info)
       return tables["t"]
-    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab)
+    settings = drafts_lib.DraftSettings.for_run(cfg, preset_vocab, data.examples)
     for spec in draft_specs(cfg):
       drafts[spec] = drafts_lib.load_draft(spec, target, tparams, settings, tables_fn=tables_fn,
                                            target_name=cfg.target_checkpoint)
-  both = inputs_lib.Prompts.tokenized(data, target, cfg.max_input_length)
+  both = inputs_lib.Prompts.tokenized(data, target, cfg.max_input_length,
+                                      truncate=cfg.truncate_inputs)
   where = {i: j for j, i in enumerate(chosen)}
   prompts = both.take([where[i] for i in sets.measured])
   calibration = both.take([where[i] for i in sets.calibration])

@@ -82,6 +82,8 @@ class ResultStore:
       with open(path) as f:
         state = json.load(f)
       old = state.get("fingerprint", {})
+      if "task_contents" not in old:  # written before runs recorded their data's digest
+        fingerprint = {k: v for k, v in fingerprint.items() if k != "task_contents"}
       if old != fingerprint and not _read_lines(self._paths[BATCHES]):
         # The run that wrote this state finished no batch (it failed first): no result to
         # protect, so it has no claim on the directory; start over with this configuration.
@@ -92,6 +94,8 @@ class ResultStore:
         if "contents" in changed and "contents" not in old:
           why = (" (written before runs recorded their checkpoints' contents, so it cannot be "
                  "checked that the weights are the same)")
+        elif "task_contents" in changed:
+          why = " (the task's data changed at the same path)"
         elif "contents" in changed:
           why = " (the files of a checkpoint, vocabulary or n-gram table changed at the same path)"
         raise ValueError(

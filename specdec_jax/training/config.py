@@ -7,6 +7,7 @@ code and the tests as well, and a setting is checked once, when the config is ma
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -108,6 +109,7 @@ class TrainConfig:
   init_from: str | None = None
 
   def __post_init__(self):
+    _check_numbers(self)
     if self.optimizer not in OPTIMIZERS:
       raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of {OPTIMIZERS}")
     if self.schedule not in SCHEDULES:
@@ -150,3 +152,33 @@ class TrainConfig:
     if "://" in path or os.path.isabs(path):
       return path
     return os.path.join(output_dir, path)
+
+
+# (name, lower bound, whether the bound itself is allowed): every float setting must be finite.
+_FLOAT_RANGES = (("learning_rate", 0.0, False), ("weight_decay", 0.0, True),
+                 ("z_loss", 0.0, True), ("distill_temperature", 0.0, False),
+                 ("on_policy_temperature", 0.0, True))
+_INT_MINIMA = (("warmup_steps", 0), ("decay_steps", 0), ("checkpoint_every", 1),
+               ("keep_checkpoints", 1), ("log_every", 1), ("eval_examples", 0))
+
+
+def _check_numbers(cfg: TrainConfig) -> None:
+  """Every numeric setting finite and in range, before anything is loaded or written.
+
+  Why: a learning rate of NaN or inf trained "successfully" (loss NaN), exported NaN weights,
+  and that export then drafted with alpha NaN (`x > 0` is False for NaN, so each check is
+  written to fail on it).
+  """
+  for name, low, closed in _FLOAT_RANGES:
+    value = float(getattr(cfg, name))
+    ok = math.isfinite(value) and (value >= low if closed else value > low)
+    if not ok:
+      raise ValueError(f"TrainConfig.{name} must be finite and {'>=' if closed else '>'} {low}, "
+                       f"got {value}")
+  for name, low in _INT_MINIMA:
+    if int(getattr(cfg, name)) < low:
+      raise ValueError(f"TrainConfig.{name} must be >= {low}, got {getattr(cfg, name)}")
+  if cfg.max_train_seconds is not None and not (math.isfinite(cfg.max_train_seconds)
+                                                and cfg.max_train_seconds > 0):
+    raise ValueError(f"TrainConfig.max_train_seconds must be None or finite and > 0, got "
+                     f"{cfg.max_train_seconds}")

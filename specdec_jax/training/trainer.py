@@ -141,7 +141,8 @@ def make_train_step(model: Model, cfg: TrainConfig, optimizer: optax.GradientTra
     (loss, metrics), grads = loss_and_grads(state.params, batch, teacher_params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads))
+    metrics = dict(metrics, loss=loss, grad_norm=optax.tree.norm(grads),
+                   param_norm=optax.tree.norm(params))
     new_state = state.replace(params=params, opt_state=opt_state, step=state.step + 1,
                               tokens=state.tokens + metrics["target_tokens"].astype(jnp.int32))
     return new_state, metrics
@@ -235,6 +236,9 @@ def train(cfg: TrainConfig, output_dir: str, *, config_text: str = "",
   # Before any weights are loaded: a refused resume should cost nothing.
   run_key.check_or_write(cfg, output_dir, resuming=_has_checkpoint(output_dir),
                          write=jax.process_index() == 0)
+  if config_text and jax.process_index() == 0:  # after the key check: a refusal writes nothing
+    with open(os.path.join(output_dir, "config.gin"), "w", encoding="utf-8") as f:
+      f.write(config_text)
   model_cfg, params = _load_model(cfg.model, cfg.seed, cfg.dtype)
   _check_on_policy_model(cfg, model_cfg)
   if cfg.init_from and not _has_checkpoint(output_dir):  # a resumed run restores its own
@@ -400,10 +404,15 @@ def _loop(run: _Run, state: TrainState, sinks: _Sinks, progress: _Progress,
           crash_after_step: int | None) -> TrainState:
   """Steps until `max_steps` or the wall-clock budget, checkpointing as configured."""
   cfg = run.cfg
+  pending = None  # the previous step's metrics, checked once the next step is dispatched
   while progress.step < cfg.max_steps:
     state, metrics = _step(run, state, progress, sinks.batches_log)
     step = progress.step
+    if pending is not None:
+      _check_finite(*pending, sinks.manager)
+    pending = (step, metrics)
     if step % cfg.log_every == 0 or step == cfg.max_steps:
+      _check_finite(step, metrics, sinks.manager)  # it syncs anyway: no NaN reaches the logs
       _log_metrics(run, step, metrics, progress, sinks)
     if run.evaluator and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
       valid = run.evaluator(state.params)
@@ -414,6 +423,7 @@ def _loop(run: _Run, state: TrainState, sinks: _Sinks, progress: _Progress,
     over_budget = (cfg.max_train_seconds is not None and _agree(
         time.perf_counter() - progress.t_process > cfg.max_train_seconds))
     if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over_budget:
+      _check_finite(step, metrics, sinks.manager)  # only finite states are ever saved
       state = state.replace(seconds=run.place.scalar(progress.seconds(), np.float32))
       sinks.manager.save(step, args=ocp.args.StandardSave(state.to_checkpoint()))
       sinks.manager.wait_until_finished()
@@ -424,7 +434,38 @@ def _loop(run: _Run, state: TrainState, sinks: _Sinks, progress: _Progress,
     if over_budget:
       progress.stopped_by_budget = step < cfg.max_steps
       break
+  if pending is not None:
+    _check_finite(*pending, sinks.manager)
   return state
+
+
+class NonFiniteTraining(FloatingPointError):
+  """The loss, the gradients or the parameters stopped being finite."""
+
+
+_WATCHED = ("loss", "grad_norm", "param_norm")
+
+
+def _check_finite(step: int, metrics: dict[str, jax.Array], manager: ocp.CheckpointManager
+                  ) -> None:
+  """Stops the run at the first step whose loss, gradient norm or parameter norm is NaN or
+  infinite, naming the step, the quantities and the last good checkpoint.
+
+  Why: a diverged run used to train on "successfully" (loss NaN) and export NaN weights. The
+  check reads the previous step's metrics after the next step is dispatched (and the current
+  step's before any checkpoint), so it costs no pipeline stall and no bad state is ever saved.
+  """
+  values = {k: float(v) for k, v in jax.device_get({k: metrics[k] for k in _WATCHED}).items()}
+  bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+  if bad:
+    last = manager.latest_step()
+    raise NonFiniteTraining(
+        f"training stopped at step {step}: {bad} not finite (the others: "
+        f"{ {k: v for k, v in values.items() if k not in bad} }); "
+        + (f"the last good checkpoint is step {last} in {manager.directory}, nothing later "
+           "was saved" if last is not None else "no checkpoint had been saved yet") +
+        " and nothing was exported; lower TrainConfig.learning_rate or add warm-up "
+        "and resume (a changed learning rate resumes)")
 
 
 def _step(run: _Run, state: TrainState, progress: _Progress, batches_log

@@ -116,3 +116,38 @@ def test_each_compiled_program_is_reported_as_it_finishes():
       [r.program for r in so_far]))
   assert seen == [["double"], ["double", "square"]]
   assert [r.fits for r in results] == [True, True] and all(r.compiled is None for r in results)
+
+
+def test_a_step_record_names_the_chips_its_model_is_split_over():
+  # The roofline divides weights and caches by this: the mesh axes the model's 'heads' rule names.
+  from types import SimpleNamespace
+  from specdec_jax.aot import steps
+  mesh = SimpleNamespace(shape={"data": 1, "model_outer": 2, "model_inner": 2})
+  def rules(heads):
+    return SimpleNamespace(axis_rules=(("batch", "data"), ("heads", heads)))
+  assert steps.model_chips(rules(("model_outer", "model_inner")), mesh) == 4
+  assert steps.model_chips(rules("model_inner"), mesh) == 2
+  assert steps.model_chips(rules(None), mesh) == 1
+  assert steps.model_chips(SimpleNamespace(axis_rules=None), mesh) == 1
+
+
+@needs_libtpu
+def test_the_roofline_steps_compile_and_carry_what_the_roofline_needs(tmp_path):
+  # --roofline on a v4-8 mesh (target over 4 chips, draft over 2): every step compiles with the
+  # cache laid out as prefill leaves it, and its record recomputes the layout it ran on.
+  from specdec_jax.aot import cli, roofline
+  lines = []
+  status = cli.run(["configs/local/smoke.gin"], str(tmp_path), "v4:2x2x1", roofline_tokens=3,
+                   only=["target_step", "verify", "draft_step"],
+                   gin_bindings=["RunConfig.mesh = @MeshConfig()", "MeshConfig.data = 1",
+                                 "MeshConfig.model_outer = 2", "MeshConfig.model_inner = 2"],
+                   log=lines.append)
+  assert status == 0, "\n".join(lines)
+  recs = json.loads((tmp_path / "aot.json").read_text())
+  assert [r["program"] for r in recs] == ["target_step[T=1]", "verify[T=2]", "verify[T=3]",
+                                          "draft_step[draft=t5_test_draft]"]
+  layout = roofline.layout_from_aot(recs, "smoke")
+  assert layout.target.chips == 4 and layout.drafts["t5_test_draft"].chips == 2
+  assert layout.target.cache_len == 16 + 2 + 2  # max_decode_len + gamma (2) + 2 slack slots
+  assert json.loads((tmp_path / "roofline.json").read_text())["layout"].startswith("v4:2x2x1")
+  assert "| target_step[T=1] |" in (tmp_path / "roofline.md").read_text()

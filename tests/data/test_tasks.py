@@ -21,7 +21,9 @@ def test_a_repository_path_loads_from_any_working_directory(tmp_path, monkeypatc
   assert len(data.examples) == 3 and not data.text and not data.seqio
   assert data.preset_vocab_size is None  # ids only: a preset keeps its own vocabulary
   ids = data.input_ids(model_vocab_size=10 ** 6, encoder_decoder=True, max_input_length=4)
-  assert ids == [list(ex.input_ids)[:4] for ex in data.examples]
+  # Cut to 4 with the T5 input's EOS kept last (the ids end with EOS = 1).
+  assert all(ex.input_ids[-1] == 1 for ex in data.examples)
+  assert ids == [list(ex.input_ids)[:3] + [1] for ex in data.examples]
 
 
 def test_a_text_task_takes_the_shipped_vocabulary():
@@ -57,3 +59,7 @@ def test_ngram_examples_follow_the_input_field(tmp_path):
   assert examples == local_tasks.load_examples("translate_en_de", "train", 5)
   ids = tasks.load_examples(SMOKE, "valid", 2)
   assert tasks.ngram_examples(SMOKE, ids, 5) == (ids, "the run's own prompts")
+  # The same rule picks a restricted head's ranking (runner.drafts.DraftSettings.for_run).
+  assert tasks.standing_for(str(path), run) == "translate_en_de"
+  assert tasks.standing_for("summarize", run) == "summarize"
+  assert tasks.standing_for(SMOKE, ids) == SMOKE

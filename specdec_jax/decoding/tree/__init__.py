@@ -1,0 +1,12 @@
+"""Draft trees (issue 29): several candidates per position, verified in one target call.
+
+- `shape`: a tree as static data (`Tree`: parents, depths, sibling ranks, the ancestor mask, paths).
+- `verify`: the tree verifiers, pure functions beside `acceptance.tokenwise` / `.block`: `greedy`
+  and `recursive_rejection` (exact at T > 0: siblings drawn without replacement, tried in turn
+  against the running residual).
+- `commit`: the kept path's cache entries gathered into consecutive slots (`commit_path`).
+"""
+from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
+from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
+from specdec_jax.decoding.tree.verify import recursive_rejection  # noqa: F401
+from specdec_jax.decoding.tree.verify import sample_without_replacement  # noqa: F401
