@@ -81,14 +81,16 @@ def run_module(*args, timeout=900):
 
 
 def test_smoke_run_prints_no_library_lines(tmp_path):
-  """The smoke run with its target loaded from an Orbax checkpoint (Orbax logs ~15 INFO lines
-  per restore) and a head restriction its preset draft has no ranking for (one warning line)."""
+  """The smoke run with its models loaded from Orbax checkpoints (Orbax logs ~15 INFO lines
+  per restore) and a head restriction its converted draft has no ranking for (one warning)."""
   from specdec_jax.checkpoints import loader, orbax_io
-  target, params = loader.load_model("t5_test_target", seed=0)
-  orbax_io.save(str(tmp_path / "target"), target.config, params)
+  for name in ("target", "draft"):
+    model, params = loader.load_model(f"t5_test_{name}", seed=0)
+    orbax_io.save(str(tmp_path / name), model.config, params)
   proc = run_module("specdec_jax.run", "--gin_file=configs/local/smoke.gin",
                     f"--output_dir={tmp_path / 'run'}", "--gin.RunConfig.repeats=1",
                     f"--gin.TARGET_CHECKPOINT='{tmp_path / 'target'}'",
+                    f"--gin.DRAFT_CHECKPOINT='{tmp_path / 'draft'}'",
                     "--gin.RunConfig.draft_head_vocab=8")
   assert proc.returncode == 0, proc.stderr[-3000:]
   noise = library_lines(proc.stderr)

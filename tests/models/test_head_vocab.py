@@ -130,17 +130,17 @@ def test_run_config_and_load_draft(tmp_path):
   assert RunConfig(draft_head_vocab=8).fingerprint()["draft_head_vocab"] == 8
   target, tp, _, _ = tiny_pair("t5")
   head8 = DraftSettings(head_vocab=8)
-  # A draft without a ranking (a random preset, a checkpoint with none beside it) decodes with
-  # its full head and says so in one warning line; with one, its head is restricted.
-  with _warnings() as lines:
-    d, _ = load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head8)
-  assert d.head_ids is None and len(lines) == 1 and "full output head" in lines[0]
+  with pytest.raises(ValueError, match="random preset"):  # asked for a head it cannot have
+    load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head8)
+  # A checkpoint without a ranking (converted, freshly trained) decodes with its full head and
+  # says so in one warning line; with one, its head is restricted.
   _, _, draft, dp = tiny_pair("t5")
   ckpt = str(tmp_path / "draft")
   orbax_io.save(ckpt, draft.config, dp)
   with _warnings() as lines:
     d, p = load_draft(DraftSpec("model", ckpt), target, tp, head8)
   assert d.head_ids is None and len(lines) == 1 and "head_ranking.json" in lines[0]
+  assert "full output head" in lines[0]
   assert p["decoder"]["logits_dense"]["kernel"].shape[-1] == draft.vocab_size
   v = draft.vocab_size
   head_ranking.write_ranking(ckpt, head_ranking.ranking_from_counts(np.arange(v)), v, "t",
