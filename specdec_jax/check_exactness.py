@@ -34,12 +34,18 @@ from collections.abc import Sequence
 import numpy as np
 from absl import flags, logging
 
-from specdec_jax import configurables, gin_utils
+from specdec_jax import configurables, gin_utils, logs, paths
 from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
 
 FAULTS = ("none", "target_only_top_k", "residual_from_p")
+
+# The run's flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths, --output_dir: optional here),
+# adopted so `--help` lists them with this module's own and absl.logging's --verbosity.
+gin_utils.define_entry_flags("Where exactness.json goes (optional).")
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
 
 flags.DEFINE_integer("num_samples", 20000, "Samples per method (autoregressive, speculative).")
 flags.DEFINE_integer("num_tokens", 2, "Length k of the compared continuations (first k tokens).")
@@ -185,16 +191,22 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, decoders, dparams):
   key = jax.random.key(cfg.seed)
   ar_rows, sp_rows, accepted, drafted = [], [], 0, 0
   t0 = time.perf_counter()
+  # Both methods' samples count: the bar moves after each chunk of either (minutes on a CPU).
+  progress = logs.bar("exactness: samples (AR + spec)", total=2 * opts.num_samples,
+                      unit="sample")
   for start in range(0, opts.num_samples, opts.chunk):
     n = min(opts.chunk, opts.num_samples - start)
     inputs = jax.device_put(np.repeat(prompt, n, axis=0))
     k_ar, k_sp = jax.random.split(jax.random.fold_in(key, start))
     ar = ar_decoder.generate(Params(loaded.target_params), inputs, k_ar)
-    sp = sp_decoder.generate(Params(loaded.target_params, dparams), inputs, k_sp)
     ar_rows.append(_first_tokens(ar, k))
+    progress.update(n)
+    sp = sp_decoder.generate(Params(loaded.target_params, dparams), inputs, k_sp)
     sp_rows.append(_first_tokens(sp, k))
+    progress.update(n)
     totals = acceptance.counters_to_dict(sp.counters)
     accepted, drafted = accepted + totals["accepted"], drafted + totals["drafted"]
+  progress.close()
   return (np.concatenate(ar_rows), np.concatenate(sp_rows), (accepted, drafted),
           time.perf_counter() - t0)
 
@@ -235,6 +247,8 @@ def run_check(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               output_dir: str | None = None) -> dict:
   configurables.parse(gin_files, gin_bindings, search_paths)
   cfg = configurables.run_config()
+  if output_dir:  # refused before the check's minutes of sampling, not after
+    paths.check_writable(output_dir, "the exactness report")
   report = check(cfg, dataclasses.replace(opts, seed=cfg.seed))
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
@@ -258,7 +272,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)
 
 

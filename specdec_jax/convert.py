@@ -15,6 +15,8 @@ import os
 
 from absl import app, flags, logging
 
+from specdec_jax import logs, paths
+
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax"], "Format of --input.")
 flags.DEFINE_string("input", None, "Checkpoint directory (or T5X msgpack file) to read.")
@@ -23,6 +25,7 @@ flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "Cast weights to this 
 flags.DEFINE_string("preset", None, "Model preset (T5X formats store no config), e.g. t5_1_1_small.")
 flags.DEFINE_string("config_json", None, "ModelConfig JSON file or inline JSON (instead of --preset).")
 flags.DEFINE_bool("scan_layers", None, "Store the layers stacked (scan) or per layer; default: config.")
+flags.declare_key_flag("verbosity")  # absl.logging's, listed by --help beside this module's
 
 
 def _config_from_flags():
@@ -48,6 +51,7 @@ def convert(input_format: str, input_path: str, output: str, dtype: str | None =
             config=None, scan_layers: bool | None = None) -> str:
   """Library form of the entry point; returns the output directory."""
   from specdec_jax.checkpoints import loading, orbax_io
+  paths.check_writable(output, "the converted checkpoint")  # before reading a large input
   found = loading.detect_format(input_path)
   if found != input_format:
     raise ValueError(f"--input_format={input_format} but {input_path} looks like {found!r}")
@@ -67,5 +71,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   flags.mark_flags_as_required(["input_format", "input", "output"])
   app.run(main)

@@ -14,15 +14,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils
-from specdec_jax import lock
+from specdec_jax import gin_utils, lock, logs, paths
 from specdec_jax.training.distill_data import generate
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where the generated sequences go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
@@ -38,6 +41,7 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS.output_dir:
     raise ValueError("--output_dir is required")
   cfg = parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
+  paths.check_writable(FLAGS.output_dir, "distillation data")  # before the lock makes it
   with lock.hold(FLAGS.output_dir, "distillation-data job"):  # one writer per directory
     summary = generate(cfg, FLAGS.output_dir)  # checks the key before writing anything
     gin_utils.write_config(FLAGS.output_dir)
@@ -45,5 +49,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)

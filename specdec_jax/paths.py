@@ -23,3 +23,36 @@ def resolve_path(path: str) -> str:
     return path
   candidate = os.path.join(PACKAGE_PARENT, path)
   return candidate if os.path.exists(candidate) else path
+
+
+class ReadOnlyAssetsError(PermissionError):
+  """A command was asked to write inside the package's shipped assets."""
+
+
+def inside_assets(path: str) -> bool:
+  """Whether `path` (relative to the working directory, as a writer opens it) resolves inside
+  `ASSETS_DIR`, symbolic links followed. URLs (gs://...) never do."""
+  path = str(path)
+  if "://" in path:
+    return False
+  real = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+  assets = os.path.realpath(ASSETS_DIR)
+  return real == assets or real.startswith(assets + os.sep)
+
+
+def check_writable(path: str, what: str = "output") -> str:
+  """Returns `path`, or raises `ReadOnlyAssetsError` when it lies inside the shipped assets.
+
+  Why one guard that every writer calls (the run, training's output and export, distillation
+  data, conversion, the AOT report, the exactness report, `orbax_io.save`): a training recipe
+  once exported over `specdec_jax/assets/zoo/`, silently replacing the shipped weights that every
+  README command and MODEL_CARD.md figure depends on. Nothing a command writes belongs there;
+  updating the zoo is a deliberate copy by hand (README "Training and distillation").
+  """
+  if inside_assets(path):
+    raise ReadOnlyAssetsError(
+        f"refusing to write {what} {path!r}: it lies inside the package's shipped assets "
+        f"({ASSETS_DIR}), which every command treats as read-only. Write under an --output_dir "
+        "elsewhere (e.g. runs/...); to update the shipped zoo, copy a finished export there by "
+        "hand.")
+  return path

@@ -17,15 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, logs
 from specdec_jax.runner.config import RunConfig
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where results, config.gin and TensorBoard events go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.adopt_module_key_flags(distributed)
+flags.declare_key_flag("verbosity")
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()) -> RunConfig:
@@ -53,7 +58,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)
 
 

@@ -38,16 +38,23 @@ def _once(fn: Callable[[], object]) -> float:
 
 def interleaved(programs: Mapping[Hashable, Callable[[], object]], repeats: int, *,
                 min_sample_s: float = 0.02, max_calls: int = 50,
-                agree: Callable[[dict], dict] = lambda calls: calls
-                ) -> tuple[dict, dict]:
+                agree: Callable[[dict], dict] = lambda calls: calls,
+                tick: Callable[[int, int], None] | None = None) -> tuple[dict, dict]:
   """Runs each program once untimed (result kept), then `repeats` rounds, rotating the order.
 
   Returns (results of the warm-up calls, median seconds per call). `agree` makes the calls per
   sample, chosen from this process's timings, the same on every process of a multi-host run
-  (`distributed.agree`), where each call is a collective.
+  (`distributed.agree`), where each call is a collective. `tick(done, total)` is called after
+  every warm-up (a compile) and every sample: a progress bar's feed (the loops' timing is a
+  minute or more of a run's calibration).
   """
   names = list(programs)
-  results = {n: jax.block_until_ready(programs[n]()) for n in names}
+  steps = iter(range(1, len(names) * (repeats + 1) + 1))
+  tick = tick or (lambda done, total: None)
+  results = {}
+  for n in names:
+    results[n] = jax.block_until_ready(programs[n]())
+    tick(next(steps), len(names) * (repeats + 1))
   calls = {n: min(max_calls, max(1, math.ceil(min_sample_s / max(_once(programs[n]), 1e-6))))
            for n in names}
   calls = agree(calls)
@@ -59,6 +66,7 @@ def interleaved(programs: Mapping[Hashable, Callable[[], object]], repeats: int,
       for _ in range(calls[n]):
         jax.block_until_ready(programs[n]())
       times[n].append((time.perf_counter() - t0) / calls[n])
+      tick(next(steps), len(names) * (repeats + 1))
   return results, {n: statistics.median(t) for n, t in times.items()}
 
 
@@ -100,13 +108,14 @@ class Costs:
 
 def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
                        tokens: Iterable[int], repeats: int = 10, *,
-                       max_decode_len: int | None = None) -> dict:
+                       max_decode_len: int | None = None, tick=None) -> dict:
   """{key: Costs} for drafts {key: (model, params)}; v(T) for T in `tokens` (1 always added).
 
   Each model is prefilled once; one `extend` per distinct T (target) and T = 1 (each draft) is
   compiled, then all are timed together by `interleaved`. The caches have the slots the decode
   loop gives them for `max_decode_len` tokens at the largest gamma (attention reads every slot,
   so a shorter cache would time a cheaper step); None sizes them for the largest T only.
+  `tick`: `interleaved`'s progress feed.
   """
   from specdec_jax import seam
   from specdec_jax.decoding import start  # pylint: disable=import-outside-toplevel
@@ -130,7 +139,7 @@ def measure_costs_many(target, target_params, drafts: Mapping, inputs_BxP,
   for key, (draft, draft_params) in drafts.items():
     programs[("draft", key)] = extend_program(draft, draft_params,
                                               prefilled(draft, draft_params), 1)
-  _, med = interleaved(programs, repeats)
+  _, med = interleaved(programs, repeats, tick=tick)
   t = {n: med[("target", n)] for n in tokens}
   # Verifying more tokens never costs less: a dip (v(3) < v(2)) is timing noise on a shared
   # machine, and taking it at face value would make 'auto' favour that gamma. Running maximum.

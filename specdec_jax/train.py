@@ -23,15 +23,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from absl import flags, logging
+from absl import flags
 
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
-from specdec_jax import gin_utils
-from specdec_jax import lock
+from specdec_jax import gin_utils, lock, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where checkpoints, TensorBoard events and the summary go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.adopt_module_key_flags(distributed)
+flags.declare_key_flag("verbosity")
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
@@ -47,6 +51,9 @@ def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str]
   import jax  # pylint: disable=import-outside-toplevel
   from specdec_jax.training.trainer import train as run_training
   cfg = parse(gin_files, gin_bindings, search_paths)
+  paths.check_writable(output_dir, "training output")  # the shipped assets are read-only
+  if cfg.export_path(output_dir):  # refused now, not after the last step
+    paths.check_writable(cfg.export_path(output_dir), "the export")
   text = gin_utils.config_text()  # written by the trainer once the resume key agrees
   if jax.process_index() != 0:  # every host runs the command; process 0 holds the directory
     return run_training(cfg, output_dir, config_text=text, **kwargs)
@@ -65,5 +72,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  logging.set_verbosity(logging.INFO)
+  logs.setup()  # library INFO filtered; --verbosity=1 shows it
   gin_utils.run(main)

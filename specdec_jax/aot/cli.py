@@ -27,10 +27,14 @@ import gin
 from absl import app, flags
 
 from specdec_jax import configurables
-from specdec_jax import gin_utils
+from specdec_jax import gin_utils, logs, paths
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where aot.json (and roofline.*) go.")
+# `--help` lists the main module's key flags only: the shared flags are gin_utils' (and
+# distributed's, absl.logging's --verbosity), so adopt them as this module's.
+flags.adopt_module_key_flags(gin_utils)
+flags.declare_key_flag("verbosity")
 flags.DEFINE_string("topology", "v4-8", "TPU slice: v4-8, v4-16, v4-32, ..., v5e-8, or a "
                     "physical name such as v4:2x2x1.")
 flags.DEFINE_bool("roofline", False, "Also compile single target / draft / verify steps and "
@@ -69,6 +73,7 @@ def run(gin_files: Sequence[str], output_dir: str, topology: str, gin_bindings: 
         log=print) -> int:
   """The whole job; returns the exit status (0 all fit, 1 a failure)."""
   from specdec_jax.aot import job as job_lib, report, roofline, topologies  # after flag errors
+  paths.check_writable(output_dir, "the AOT report")  # the shipped assets are read-only
   topo = topologies.parse(topology)
   cfg, presets = parse(gin_files, gin_bindings, search_paths)
   job = job_lib.run_job(cfg, topo, presets=presets, roofline_tokens=roofline_tokens, only=only,
@@ -108,6 +113,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def console_entry() -> None:
+  logs.setup()  # libtpu quieted on this chip-less host; library INFO filtered
   gin_utils.run(main)
 
 

@@ -64,6 +64,12 @@ def write_ranking(directory: str, ranking: Sequence[int], vocab_size: int, sourc
   return path
 
 
+def has_ranking(directory: str) -> bool:
+  """Whether a checkpoint directory has its ranking beside it (a run restricts the head only
+  then; without one it decodes with the full head)."""
+  return os.path.isfile(os.path.join(directory, RANKING_FILE))
+
+
 def read_ranking(directory: str, vocab_size: int, task: Optional[str] = None
                  ) -> tuple[np.ndarray, str]:
   """(ranking, what it counts) stored with a checkpoint: `task`'s own if the file has one, else

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from specdec_jax import paths
 from specdec_jax.checkpoints import arrays, storage
 from specdec_jax.checkpoints.tree import CheckpointError, check_finite, flatten, to_layout, unflatten, validate
 from specdec_jax.models.config import ModelConfig
@@ -65,6 +66,7 @@ def save(path: str, config: ModelConfig, params: Mapping[str, Any], dtype=None,
   `dtype` casts floating arrays before writing (e.g. bfloat16 for a TPU serving copy); the config
   is stored as given (its `dtype` is the activation dtype, independent of the stored weights).
   """
+  paths.check_writable(path, "a checkpoint")  # the shipped zoo is read-only
   flat = to_layout(flatten(params), config.scan_layers)
   validate(flat, config, source="params to save")
   check_finite(flat, f"the params to save to {path}")  # nothing written

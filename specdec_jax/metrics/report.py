@@ -124,7 +124,9 @@ def build(setting: Setting, measured: Measured, costs=None,
       "num_examples": setting.num_examples,
       "alpha": alpha, "acceptance_rate": stats.get("acceptance_rate"),
       "tokens_per_target_call": stats.get("tokens_per_target_call"),
-      "c": pred_in.c, "v": pred_in.v, "speedup": speedup, "speedup_predicted": pred.speedup,
+      "mean_gamma": _ratio(stats.get("drafted"), stats.get("target_calls")),
+      # c is the draft's, whatever the scheme (an adaptive row has no prediction but its costs)
+      "c": pred_in.c if pred_in.c is not None else getattr(costs, "c", None), "v": pred_in.v, "speedup": speedup, "speedup_predicted": pred.speedup,
       "ar_ms_per_token": ms_per_token(ar_records), "spec_ms_per_token": ms_per_token(spec_records),
       "greedy_match_rate": measured.match_rate if setting.temperature == 0 else None,
       "quality": dict(measured.quality_info),
@@ -163,6 +165,10 @@ def _predictions(setting: Setting, measured: Measured, stats, alpha, costs, loop
                        rule=setting.rule, accepts_per_position=calibration.get("accept_at_least"),
                        loop=loop, tokens=(float(loop["tokens"]),) * 2 if loop else None)
   return out, in_sample
+
+
+def _ratio(num, den) -> float | None:
+  return num / den if num is not None and den else None
 
 
 def _speedup(measured: Measured) -> tuple[float | None, list[float] | None]:
@@ -213,25 +219,129 @@ def _tokens_per_request(ar_records, spec_records, loop: Mapping[str, Any]
   return n, (n * spec_emitted / ar_emitted if ar_emitted and spec_emitted else n)
 
 
-def _fmt(x, spec=".3f") -> str:
-  return "-" if x is None else format(x, spec) if isinstance(x, (int, float)) else str(x)
+WIDTH = 100  # the printed summary fits a 100-column terminal
+QUALITY_NAMES = {"bleu": "BLEU", "rouge": "ROUGE-2", "rougeL": "ROUGE-L",
+                 "exact_match": "exact match"}
+HEAD = ("draft", "T", "gamma", "n", "alpha [95% CI]", "tokens/call", "speedup [95% CI]",
+        "predicted")
+
+
+def _fmt(x, spec=".3f", suffix="") -> str:
+  return "-" if x is None else (format(x, spec) + suffix if isinstance(x, (int, float))
+                                else str(x))
+
+
+def _with_interval(x, interval, spec: str, suffix: str = "") -> str:
+  """'0.623 [0.60,0.65]': a value and its bootstrap interval (two decimals), or the value."""
+  if x is None:
+    return "-"
+  text = format(x, spec) + suffix
+  return text + (f" [{interval[0]:.2f},{interval[1]:.2f}]" if interval else "")
+
+
+def _gamma(m: Mapping[str, Any]) -> str:
+  """The gamma cell: 3, 'auto 3' (GAMMA='auto' chose 3), 'adapt 2.4' (adaptive: mean draft
+  length per target call), '-' (autoregressive only)."""
+  if m.get("adaptive") is not None:
+    return "adapt " + _fmt(m.get("mean_gamma"), ".1f")
+  if m.get("gamma") is None:
+    return "-"
+  return f"auto {m['gamma']}" if m.get("gamma_auto") else str(m["gamma"])
+
+
+def _short(name: str, width: int) -> str:
+  """`name` within `width` columns, its middle elided (a draft's tail, '/export', says which)."""
+  if len(name) <= width:
+    return name
+  tail = min(8, max(width - 6, 0))
+  return name[:width - 3 - tail] + "..." + name[len(name) - tail:]
+
+
+def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
+  """`text` in lines of at most `width` columns, broken between '; '-separated parts (within a
+  part too long for a line, between words), later lines indented."""
+  lines, line = [], ""
+  for part in text.split("; "):
+    joined = f"{line}; {part}" if line else part
+    if len(joined) <= width or not line:
+      line = joined
+    else:
+      lines.append(line + ";")
+      line = indent + part
+    while len(line) > width and " " in line[len(indent):width]:
+      cut = line.rindex(" ", len(indent) + 1, width + 1)
+      lines.append(line[:cut])
+      line = indent + line[cut + 1:]
+  return lines + [line]
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
-  """A Table-2-style text table: one line per metrics object."""
-  head = ("task", "draft", "temp", "gamma", "alpha", "c", "v", "speedup", "predicted",
-          "AR ms/tok", "spec ms/tok", "match", "quality AR", "quality spec", "in AR 95% CI")
-  lines = [head]
+  """The metrics objects as a table of named metrics, one line per object, within 100 columns:
+  alpha and the speedup with their bootstrap 95 % intervals, tokens per target call, the
+  out-of-sample prediction, n prompts; 'auto 3' where GAMMA='auto' chose 3, 'adapt 2.4' for the
+  adaptive scheme's mean draft length."""
+  lines = [HEAD[1:]]
   for m in rows:
-    q = m.get("quality") or {}
-    metric = q.get("metric")
     lines.append((
-        str(m["task"]), str(m["draft"]), _fmt(m["temperature"], "g"), _fmt(m["gamma"], "d"),
-        _fmt(m["alpha"]), _fmt(m["c"]), _fmt(m["v"], ".2f"), _fmt(m["speedup"], ".2f"),
-        _fmt(m["speedup_predicted"], ".2f"), _fmt(m["ar_ms_per_token"], ".2f"),
-        _fmt(m["spec_ms_per_token"], ".2f"), _fmt(m["greedy_match_rate"], ".2f"),
-        _fmt(quality.headline(metric, q.get("autoregressive")), ".2f"),
-        _fmt(quality.headline(metric, q.get("speculative")), ".2f"),
-        {True: "yes", False: "NO"}.get(q.get("speculative_within_interval"), "-")))
-  widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-  return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) for r in lines)
+        _fmt(m["temperature"], "g"), _gamma(m), _fmt(m["num_examples"], "d"),
+        _with_interval(m["alpha"], m.get("alpha_interval95"), ".3f"),
+        _fmt(m["tokens_per_target_call"], ".2f"),
+        _with_interval(m["speedup"], m.get("speedup_interval95"), ".2f", "x"),
+        _fmt(m["speedup_predicted"], ".2f", "x")))
+  widths = [max(len(r[i]) for r in lines) for i in range(len(HEAD) - 1)]
+  room = max(WIDTH - sum(widths) - 2 * len(widths), len(HEAD[0]))  # what the draft names get
+  names = [HEAD[0]] + [_short(str(m["draft"] or "(autoregressive)"), room) for m in rows]
+  widths = [max(len(n) for n in names)] + widths
+  return "\n".join("  ".join(cell.ljust(w) for cell, w in zip((n, *r), widths)).rstrip()
+                   for n, r in zip(names, lines))
+
+
+def _quality_note(m: Mapping[str, Any]) -> str | None:
+  """'BLEU 12.95 (AR 12.95, inside its 95% CI)', or None without scores."""
+  q = m.get("quality") or {}
+  metric = q.get("metric")
+  spec, ar = (quality.headline(metric, q.get(side)) for side in ("speculative", "autoregressive"))
+  name = QUALITY_NAMES.get(metric, metric)
+  if spec is None and ar is None:
+    return None
+  if spec is None:
+    return f"{name} {ar:.2f}"
+  within = {True: ", inside its 95% CI", False: ", OUTSIDE its 95% CI"}.get(
+      q.get("speculative_within_interval"), "")
+  return f"{name} {spec:.2f}" + (f" (AR {ar:.2f}{within})" if ar is not None else "")
+
+
+def row_note(m: Mapping[str, Any], label: bool) -> str:
+  """One row's quality, greedy match, costs and ms/token (what the table leaves out)."""
+  parts = [_quality_note(m)]
+  if m.get("greedy_match_rate") is not None:
+    parts.append(f"greedy match {m['greedy_match_rate']:.2f}")
+  if m.get("c") is not None:
+    parts.append(f"c {m['c']:.3f}" + (f", v {m['v']:.2f}" if m.get("v") is not None else ""))
+  spec_ms, ar_ms = m.get("spec_ms_per_token"), m.get("ar_ms_per_token")
+  if spec_ms is not None:
+    parts.append(f"{spec_ms:.2f} ms/token" + (f" (AR {ar_ms:.2f})" if ar_ms is not None else ""))
+  elif ar_ms is not None:
+    parts.append(f"AR {ar_ms:.2f} ms/token")
+  parts = [p for p in parts if p]
+  head = f"{m['draft'] or '(autoregressive)'} T={m['temperature']:g} gamma {_gamma(m)}: "
+  return (head if label else "") + "; ".join(parts)
+
+
+def summary(rows: Sequence[Mapping[str, Any]], max_notes: int = 4) -> list[str]:
+  """What a run prints: what was measured (task, target, prompts, calibration), the table, and
+  per row (up to `max_notes` rows; metrics.json has them all) quality, costs and ms/token."""
+  tasks = ", ".join(dict.fromkeys(str(m["task"]) for m in rows))
+  targets = ", ".join(dict.fromkeys(str(m["target"]) for m in rows))
+  cal = next((m["calibration"] for m in rows if m.get("calibration")), None)
+  head = f"{tasks}: target {targets}"
+  if cal:
+    head += (f"; calibrated on {cal['prompts']} " +
+             ("held-out prompts" if cal.get("held_out") else "measured prompts (in sample)"))
+  out = wrap(head) + table(rows).splitlines()
+  if len(rows) <= max_notes:
+    for m in rows:
+      out += wrap(row_note(m, label=len(rows) > 1))
+  else:
+    out.append("quality, costs and ms/token of every row: metrics.json")
+  return out

@@ -3,8 +3,8 @@
 Layout: OUTPUT_DIR/tensorboard/ holds the operative gin config as text; each speculative point
 (or the autoregressive run) writes to its own subdirectory, so TensorBoard overlays the points of
 a sweep as separate runs. Per batch: running progress (examples done, tokens/s, running alpha);
-at the end: every published metric, acceptance per draft position and the accepted-length
-histogram. `read_scalars` reads them back with TensorBoard's own `EventAccumulator` (tests, tools).
+at the end: every published metric, acceptance per draft position, the accepted-length
+histogram and the run's configuration as HParams (config -> alpha, speedup, tokens per call). `read_scalars` reads them back with TensorBoard's own `EventAccumulator` (tests, tools).
 """
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ from typing import Any
 
 SCALARS = ("alpha", "acceptance_rate", "tokens_per_target_call", "c", "v", "speedup",
            "speedup_predicted", "ar_ms_per_token", "spec_ms_per_token", "greedy_match_rate",
-           "gamma")
+           "gamma", "mean_gamma")
+# What TensorBoard's HParams view lists beside each run's configuration (tags `final` writes).
+HPARAM_METRICS = ("metrics/alpha", "metrics/speedup", "metrics/tokens_per_target_call",
+                  "metrics/speedup_predicted", "metrics/acceptance_rate",
+                  "metrics/spec_ms_per_token", "metrics/ar_ms_per_token")
 
 
 _WRITER_IDS = itertools.count()
@@ -68,6 +72,18 @@ class RunWriter:
     hist = metrics.get("accepted_length_hist") or []
     if sum(hist) > 0:
       self.histogram("accepted_length", hist, step)
+    self._w.flush()
+
+  def hparams(self, config: Mapping[str, bool | int | float | str]) -> None:
+    """The run's configuration for TensorBoard's HParams view, against `HPARAM_METRICS` (the
+    scalars `final` writes in this same directory), so the points of a sweep, or runs of several
+    output directories under one --logdir, compare side by side in one table. Every run writes
+    the same hparam names and metric tags, so whichever run's experiment summary the view reads
+    describes them all. Values must be bool, int, float or str (no None)."""
+    from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
+    exp, start, end = hparams(dict(config), {tag: 0.0 for tag in HPARAM_METRICS})
+    for summary in (exp, start, end):
+      self._w.file_writer.add_summary(summary)
     self._w.flush()
 
   def histogram(self, tag: str, counts, step: int) -> None:

@@ -100,10 +100,42 @@ def write_outputs(cfg: RunConfig, output_dir: str, metrics: list[dict]) -> None:
   for m in metrics:
     w = RunWriter(run_dir(output_dir, m["run"]))
     w.final(m, step=m["num_examples"])
+    w.hparams(hparams(cfg, m))
     w.close()
   if cfg.is_sweep and cfg.plots:
     from specdec_jax.metrics import plots
     plots.plot_sweep(metrics, output_dir)
+
+
+def hparams(cfg: RunConfig, m: dict) -> dict[str, Any]:
+  """One row's configuration for TensorBoard's HParams view: the same names and types on every
+  row (the view compares rows across sweeps and output directories), no None."""
+  if m.get("adaptive") is not None:
+    setting = "adaptive"
+  elif m.get("gamma") is None:
+    setting = "-"  # autoregressive only
+  else:
+    setting = "auto" if m.get("gamma_auto") else str(m["gamma"])
+  return {"task": str(m["task"]), "target": str(m["target"]),
+          "draft": str(m["draft"] or "(autoregressive)"), "temperature": float(m["temperature"]),
+          "gamma": int(m["gamma"] or 0), "gamma_setting": setting, "rule": str(cfg.rule),
+          "top_k": int(cfg.top_k), "top_p": float(cfg.top_p), "batch_size": int(cfg.batch_size),
+          "num_examples": int(m["num_examples"]), "max_decode_length": int(cfg.max_decode_length),
+          "draft_head_vocab": int(cfg.draft_head_vocab), "calibration": str(cfg.calibration),
+          "mode": str(cfg.mode)}
+
+
+def finished_metrics(store: ResultStore, output_dir: str) -> list[dict] | None:
+  """The metrics objects a finished run wrote (its store says it finished and metrics.json is
+  there), else None. Why: re-running a finished run re-calibrated for 40 s and rewrote c, v and
+  the prediction beside the first run's measured speedup, two runs mixed in one file; a store
+  with the same fingerprint has nothing left to measure."""
+  path = os.path.join(output_dir, METRICS_FILE)
+  if not store.recall("finished", "metrics") or not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    stored = json.load(f)
+  return stored if isinstance(stored, list) else [stored]
 
 
 def finite_json(obj: Any) -> Any:

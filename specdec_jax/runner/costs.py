@@ -85,11 +85,11 @@ def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
 
 
 def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
-            max_decode_len: int | None = None) -> dict[DraftSpec, timing.Costs]:
+            max_decode_len: int | None = None, tick=None) -> dict[DraftSpec, timing.Costs]:
   """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
-  once and shared."""
+  once and shared. `tick(done, total)`: progress (`timing.interleaved`)."""
   return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,
-                                   max_decode_len=max_decode_len)
+                                   max_decode_len=max_decode_len, tick=tick)
 
 
 def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]:
@@ -104,13 +104,14 @@ def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]
 
 def measure_loops(template: Decoder, target_params,
                   drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
-                  batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS
-                  ) -> dict[Any, LoopCosts]:
+                  batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS,
+                  tick=None) -> dict[Any, LoopCosts]:
   """{key: LoopCosts} for drafts {key: (draft, params, gammas >= 1)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
   autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
   the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
-  the same Decoder with the draft and `Chain(gamma)`."""
+  the same Decoder with the draft and `Chain(gamma)`. `tick(done, total)`: progress (every
+  compile and sample of `timing.interleaved`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
   rng = jax.random.key(seed + 7919)
@@ -127,7 +128,7 @@ def measure_loops(template: Decoder, target_params,
       spec = dataclasses.replace(template, draft=draft, scheme=Chain(g))
       programs[(key, g, "full")] = program(spec, Params(target_params, params), full_cap)
       programs[(key, g, "zero")] = program(spec, Params(target_params, params), zero_cap)
-  results, seconds = timing.interleaved(programs, repeats)
+  results, seconds = timing.interleaved(programs, repeats, tick=tick)
   return {key: _loop_costs(results, seconds, key, gammas, len(batches))
           for key, (_, _, gammas) in drafts.items()}
 

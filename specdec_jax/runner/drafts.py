@@ -34,7 +34,8 @@ class DraftSettings:
     dtype: the compute dtype; None keeps the checkpoint's.
     seed: the run's seed (a preset draft is initialised with seed + 1).
     head_vocab: > 0 restricts the draft's output head to that many tokens of its checkpoint's
-      ranking (`checkpoints.head_ranking`); 0 keeps the full head.
+      ranking (`checkpoints.head_ranking`); 0 keeps the full head, and so does a checkpoint
+      with no ranking beside it (one warning line; a random preset is refused).
     task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
       mixture's if the file has none for it).
   """
@@ -87,6 +88,13 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
   if loader.is_preset(checkpoint):
     raise ValueError(f"draft_head_vocab = {settings.head_vocab} needs a draft checkpoint with a "
                      f"token ranking; {checkpoint!r} is a random preset")
+  if not head_ranking.has_ranking(resolve_path(checkpoint)):
+    # Swapping the draft is one binding: a checkpoint without a ranking (converted, or freshly
+    # trained) decodes with its full head, exact either way, and says so in one line.
+    logging.warning("draft %s has no %s beside it: decoding with its full output head, "
+                    "draft_head_vocab = %d not applied (scripts/head_ranking.py writes one)",
+                    checkpoint, head_ranking.RANKING_FILE, settings.head_vocab)
+    return draft, params
   draft, params, counted = head_ranking.restrict_to_ranking(
       draft, params, resolve_path(checkpoint), settings.head_vocab, settings.task)
   logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",

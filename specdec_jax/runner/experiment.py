@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 from absl import logging
 
-from specdec_jax import distributed, lock
+from specdec_jax import distributed, lock, logs, paths
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
@@ -24,14 +24,23 @@ from specdec_jax.runner.store import ResultStore
 
 
 class Progress:
-  """Logs and records per-batch progress of each run (point) of the output directory."""
+  """Shows and records per-batch progress of each run (point) of the output directory: a tqdm bar
+  per temperature (examples, rate, ETA, tokens/s, running alpha) where stderr is a terminal, else
+  a log line every `progress_every_s`; the last batch's line is always logged; TensorBoard gets
+  every batch."""
 
   def __init__(self, output_dir: str, resolved, cfg: RunConfig, log: Callable[[str], None]):
     self.output_dir, self.resolved, self.cfg, self.log = output_dir, resolved, cfg, log
     self.writers: dict[str, RunWriter] = {}
     self.totals: dict[str, list] = {}
+    self.bars: dict[str, object] = {}
     self.t0 = time.perf_counter()
     self.last_log = -float("inf")
+
+  def _bar(self, group: str, total: int, done: int):
+    if group not in self.bars:
+      self.bars[group] = logs.bar(f"decode {group}", total=total, unit="ex", initial=done)
+    return self.bars[group]
 
   def _writer(self, run: str) -> RunWriter:
     if run not in self.writers:
@@ -41,33 +50,43 @@ class Progress:
   def __call__(self, *, temperature: float, done: int, total: int,
                record: BatchRecord | None, resumed: bool) -> None:
     group = keys.group(temperature)
+    bar = self._bar(group, total, done if resumed else 0)
     if resumed:
       self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
       return
     elapsed = time.perf_counter() - self.t0
     parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s)"]
+    short = []  # the bar's postfix
     ar = record.autoregressive
     if ar is not None:
       parts.append(f"AR {ar.emitted / max(ar.seconds, 1e-9):.0f} tok/s")
+      short.append(parts[-1])
     for key, rec in record.points.items():
       hist = self.totals.setdefault(key, [])
       hist.append(rec.counters)
       running = acceptance.summarize(acceptance.merge(hist))
       tok_s = rec.emitted / max(rec.seconds, 1e-9)
-      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha "
-                   + (f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"))
+      alpha = f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"
+      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha {alpha}")
+      short.append(f"spec {tok_s:.0f} tok/s, alpha {alpha}")
       self._writer(key).progress(done, {"examples_done": done, "tokens_per_s": tok_s,
                                         "running_alpha": running["alpha"],
                                         "running_acceptance_rate": running["acceptance_rate"]})
     if not record.points and ar is not None:
       self._writer(keys.autoregressive(temperature)).progress(
           done, {"examples_done": done, "tokens_per_s": ar.emitted / max(ar.seconds, 1e-9)})
-    # TensorBoard gets every batch; the log a line every `progress_every_s` (and the last batch).
-    if done >= total or elapsed - self.last_log >= self.cfg.progress_every_s:
+    bar.set_postfix_str("; ".join(short), refresh=False)
+    bar.update(done - bar.n)
+    if done >= total:
+      bar.close()
+    # A log line every `progress_every_s` where no bar shows (and the last batch's, always).
+    if done >= total or (bar.disable and elapsed - self.last_log >= self.cfg.progress_every_s):
       self.last_log = elapsed
       self.log("; ".join(parts))
 
   def close(self) -> None:
+    for b in self.bars.values():
+      b.close()
     for w in self.writers.values():
       w.close()
 
@@ -81,6 +100,7 @@ def execute(cfg: RunConfig, output_dir: str, *, config_text: str | None = None,
   mesh (`jax.set_mesh`): models that carry rules then constrain activations and caches to it in
   every jitted program of the run, the cost calibration's included.
   """
+  paths.check_writable(output_dir, "run results")  # the shipped assets are read-only
   if cfg.mesh is None:
     return _execute(cfg, output_dir, config_text=config_text, log=log, echo=echo, mesh=None)
   from specdec_jax import sharding  # pylint: disable=import-outside-toplevel
@@ -103,6 +123,11 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   t_start = time.perf_counter()
   store = ResultStore(output_dir, cfg.fingerprint(), resume=cfg.resume)
   distributed.agree(store.snapshot())  # what a resumed run has done, for the other processes
+  stored = collect.finished_metrics(store, output_dir)
+  if stored is not None:  # a finished run: its results as they are, nothing re-measured
+    _report(stored, output_dir, echo, note="stored results of a finished run (same "
+            "configuration); --gin.RunConfig.resume=False runs it again")
+    return stored
   if config_text is not None:
     with open(os.path.join(output_dir, "config.gin"), "w") as f:
       f.write(config_text)
@@ -121,13 +146,25 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     progress.close()
   metrics = collect.collect(cfg, loaded, store, resolved, costs)
   collect.write_outputs(cfg, output_dir, metrics)
-  from specdec_jax.metrics.report import table
-  echo(table(metrics))
-  for note in collect.sweep_notes(metrics):
-    echo(note)
-  echo(f"wrote {output_dir}/metrics.json, predictions.jsonl, config.gin; TensorBoard: "
-       f"tensorboard --logdir {output_dir}/tensorboard ({time.perf_counter() - t_start:.1f}s)")
+  store.remember("finished", "metrics", collect.METRICS_FILE)  # a re-run prints, measures nothing
+  _report(metrics, output_dir, echo, note=f"wrote metrics.json, predictions.jsonl, config.gin "
+          f"({time.perf_counter() - t_start:.0f} s)")
   return metrics
+
+
+def _report(metrics: list[dict], output_dir: str, echo: Callable[[str], None], note: str
+            ) -> None:
+  """The printed summary (metrics.report.summary, within 100 columns), the sweep's notes, where
+  the results are and how to see them in TensorBoard."""
+  from specdec_jax.metrics.report import summary, wrap  # pylint: disable=import-outside-toplevel
+  for line in summary(metrics):
+    echo(line)
+  for text in collect.sweep_notes(metrics):
+    for line in wrap(text):
+      echo(line)
+  for line in wrap(f"{output_dir}: {note}"):
+    echo(line)
+  echo(f"  TensorBoard: tensorboard --logdir {output_dir}/tensorboard")
 
 
 def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -> list[dict]:
@@ -136,6 +173,8 @@ def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -
   with tempfile.TemporaryDirectory(prefix="specdec_follower_") as scratch:
     store = ResultStore(scratch, cfg.fingerprint(), resume=False)
     store.restore(distributed.agree(None))
+    if store.recall("finished", "metrics"):  # process 0 prints the stored results
+      return []
     loaded = pipeline.load(cfg, mesh)
     resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
     decode.decode_all(cfg, loaded, resolved, store, lambda **_: None)

@@ -13,6 +13,7 @@ process feeds only the rows its devices hold, the results are gathered, and only
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import jax
 from absl import logging
 
-from specdec_jax import sharding
+from specdec_jax import logs, sharding
 from specdec_jax.checkpoints import loader
 from specdec_jax.data import ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
@@ -168,8 +169,9 @@ def measure_costs(cfg: RunConfig, loaded: Loaded, log: Callable) -> dict:
   first, _ = global_batch(cal, loaded, range(min(cfg.batch_size, len(cal.ids))))
   tokens = costs_lib.verify_tokens_needed(cfg.gamma, cfg.gamma_max)
   t0 = time.perf_counter()
-  costs = costs_lib.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens,
-                            max_decode_len=cfg.max_decode_length)
+  with contextlib.closing(logs.bar("calibrate: extend costs", unit="step")) as progress:
+    costs = costs_lib.measure(loaded.target, loaded.target_params, loaded.drafts, first, tokens,
+                              max_decode_len=cfg.max_decode_length, tick=logs.ticker(progress))
   costs = costs_lib.agree(costs)  # every process resolves 'auto' from process 0's timings
   log(f"measured costs in {time.perf_counter() - t0:.1f}s: " + "; ".join(
       f"{s.name}: c={c.c:.3f}, target {c.target_ms:.3f} ms/call, " +
@@ -231,10 +233,11 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
   out = {}
   for t, by_draft in need.items():
     t0 = time.perf_counter()
-    loops = costs_lib.measure_loops(
-        decoder_for(cfg, loaded, t)[0], loaded.target_params,
-        {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
-        seed=cfg.seed)
+    with contextlib.closing(logs.bar(f"calibrate: loops at T={t:g}", unit="step")) as progress:
+      loops = costs_lib.measure_loops(
+          decoder_for(cfg, loaded, t)[0], loaded.target_params,
+          {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
+          seed=cfg.seed, tick=logs.ticker(progress))
     for d, lc in loops.items():
       out[(d, t)] = lc
       log(f"loop costs at temperature {t:g}, {d.name} ({lc.batches} batches of {lc.rows}, "

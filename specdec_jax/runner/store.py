@@ -9,7 +9,10 @@ with the examples no record names. Metrics are always computed from these files,
 run's metrics cover every example exactly once.
 
 `run_state.json` pins what must not change between the two processes (the config fingerprint,
-and the gamma chosen by GAMMA='auto', which depends on timings that differ between processes).
+and the gamma chosen by GAMMA='auto', which depends on timings that differ between processes),
+and records that the run finished (`finished`, once metrics.json is written): a re-run of a
+finished run prints its stored results instead of re-measuring costs beside the first run's
+decode (`collect.finished_metrics`).
 """
 from __future__ import annotations
 

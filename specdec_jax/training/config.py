@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +56,10 @@ class TrainConfig:
     log_every: steps between TensorBoard / log lines.
     max_train_seconds: stop (with a checkpoint) once this much training time has passed in this
       process; None for no limit.
-    export_dir: where the final weights are written as a specdec checkpoint (config beside them).
+    export_dir: where the final weights are written as a specdec checkpoint (config beside them):
+      a relative path lies under the run's output directory (the recipes' 'export' is
+      OUTPUT_DIR/export), so no recipe can write over the shipped zoo; an absolute path or a URL
+      as given; None exports nothing. `export_path` resolves it.
     export_dtype: dtype of the exported weights ('bfloat16' halves the size; load as float32).
     eval_examples: valid-split examples per task for the validation loss (0 to skip).
     eval_every: steps between validation losses written to TensorBoard while training (`valid/`
@@ -136,6 +140,18 @@ class TrainConfig:
     if self.num_microbatches < 1 or self.batch_size % self.num_microbatches:
       raise ValueError(f"num_microbatches ({self.num_microbatches}) must be >= 1 and divide "
                        f"batch_size ({self.batch_size})")
+
+  def export_path(self, output_dir: str) -> str | None:
+    """Where the export goes: `export_dir` under `output_dir` when relative, as given when
+    absolute or a URL, None without one. Why under the output directory: a recipe's export
+    belongs to its run, like its checkpoints; a relative path against the working directory once
+    let the zoo recipes replace the shipped weights in specdec_jax/assets/zoo."""
+    if not self.export_dir:
+      return None
+    path = os.path.expanduser(str(self.export_dir))
+    if "://" in path or os.path.isabs(path):
+      return path
+    return os.path.join(output_dir, path)
 
 
 # (name, lower bound, whether the bound itself is allowed): every float setting must be finite.

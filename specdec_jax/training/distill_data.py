@@ -37,7 +37,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from specdec_jax import sharding
+from specdec_jax import paths, sharding
 from specdec_jax.checkpoints import detect_format, identity, loader, orbax_io, pairing
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -196,7 +196,7 @@ def generate(cfg: DistillDataConfig, output_dir: str, *, crash_after_batches: in
   `crash_after_batches` raises after that many batches of this call have been indexed,
   simulating a kill (tests).
   """
-  output_dir = os.path.abspath(output_dir)
+  output_dir = os.path.abspath(paths.check_writable(output_dir, "distillation data"))
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
   vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary

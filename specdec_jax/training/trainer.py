@@ -527,24 +527,26 @@ def _finish(run: _Run, state: TrainState, progress: _Progress, writer: RunWriter
                                    for k, v in summary.get("valid_cross_entropy", {}).items()})
     writer.close()
   if cfg.export_dir:
-    summary.update(_export(run, state))
+    summary.update(_export(run, state, output_dir))
   if run.primary:
     with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
       json.dump(summary, f, indent=1)
   return summary
 
 
-def _export(run: _Run, state: TrainState) -> dict[str, Any]:
-  """Writes the trained weights to `export_dir`; the summary entries that say so."""
+def _export(run: _Run, state: TrainState, output_dir: str) -> dict[str, Any]:
+  """Writes the trained weights to `export_dir` (under `output_dir` when relative:
+  `TrainConfig.export_path`); the summary entries that say so."""
   cfg = run.cfg
+  export_dir = cfg.export_path(output_dir)
   dtype = jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None
   # Sharded params are written shard by shard (every process calls save); the stored config
   # keeps float32 activations, as exports always had (runs pick their own dtype).
   exported = state.params if run.place.tm is not None else jax.device_get(state.params)
-  orbax_io.save(cfg.export_dir, run.model.config.replace(dtype="float32"), exported, dtype=dtype)
-  out = {"export_dir": cfg.export_dir}
+  orbax_io.save(export_dir, run.model.config.replace(dtype="float32"), exported, dtype=dtype)
+  out = {"export_dir": export_dir}
   if run.model.shares_encoder and run.primary:  # which target's encoder it reads (checked at load)
-    out["paired_target"] = pairing.write(cfg.export_dir, target_name=cfg.teacher,
+    out["paired_target"] = pairing.write(export_dir, target_name=cfg.teacher,
                                          target_config=run.teacher.config,
                                          target_params=run.teacher_params)
   return out

@@ -9,7 +9,9 @@ tokens the draft cannot propose has to come from the residual; (4) the run's loa
 input with errors that name the problem (the ranking file itself: tests/checkpoints/
 test_head_ranking.py).
 """
+import contextlib
 import json
+import logging as _logging
 import os
 
 import jax
@@ -107,6 +109,20 @@ def test_restrict_refuses_misuse():
     hv.restrict(pm, pp, (1, 2))
 
 
+@contextlib.contextmanager
+def _warnings():
+  """The warning lines absl logs inside the block."""
+  from absl import logging as absl_logging
+  lines = []
+  handler = _logging.Handler(_logging.WARNING)
+  handler.emit = lambda record: lines.append(record.getMessage())
+  absl_logging.get_absl_logger().addHandler(handler)
+  try:
+    yield lines
+  finally:
+    absl_logging.get_absl_logger().removeHandler(handler)
+
+
 def test_run_config_and_load_draft(tmp_path):
   with pytest.raises(ValueError, match="DRAFT_HEAD_VOCAB must be an integer >= 0"):
     RunConfig(draft_head_vocab=-1)
@@ -114,14 +130,18 @@ def test_run_config_and_load_draft(tmp_path):
   assert RunConfig(draft_head_vocab=8).fingerprint()["draft_head_vocab"] == 8
   target, tp, _, _ = tiny_pair("t5")
   head8 = DraftSettings(head_vocab=8)
-  with pytest.raises(ValueError, match="random preset"):
+  with pytest.raises(ValueError, match="random preset"):  # asked for a head it cannot have
     load_draft(DraftSpec("model", "t5_test_draft"), target, tp, head8)
-  # A saved draft without a ranking is refused by name; with one, its head is restricted.
+  # A checkpoint without a ranking (converted, freshly trained) decodes with its full head and
+  # says so in one warning line; with one, its head is restricted.
   _, _, draft, dp = tiny_pair("t5")
   ckpt = str(tmp_path / "draft")
   orbax_io.save(ckpt, draft.config, dp)
-  with pytest.raises(FileNotFoundError, match="head_ranking.json"):
-    load_draft(DraftSpec("model", ckpt), target, tp, head8)
+  with _warnings() as lines:
+    d, p = load_draft(DraftSpec("model", ckpt), target, tp, head8)
+  assert d.head_ids is None and len(lines) == 1 and "head_ranking.json" in lines[0]
+  assert "full output head" in lines[0]
+  assert p["decoder"]["logits_dense"]["kernel"].shape[-1] == draft.vocab_size
   v = draft.vocab_size
   head_ranking.write_ranking(ckpt, head_ranking.ranking_from_counts(np.arange(v)), v, "t",
                              tasks={"summarize": list(range(v))})
