@@ -213,19 +213,22 @@ class TreeScheme:
   """Draft a static tree per iteration, verify all its nodes in one target call.
 
   A decoding scheme (`decoder.Decoder.scheme`), hashable. tree: a level-ordered `Tree` (nodes
-  laid out depth by depth, as `Tree.from_branching` makes them). verifier: 'auto' (`greedy` at
+  laid out depth by depth, as `Tree.from_branching` makes them), or a branching per depth such
+  as (3, 2, 1) (what gin binds: `TreeScheme.tree = (3, 2, 1)`). verifier: 'auto' (`greedy` at
   temperature 0, `recursive_rejection` above), a name of `verify.TREE_VERIFIERS`, or a function
   with the tree verifiers' contract (the tests' faulty verifiers). Both models need
   `extend_with_mask` (`seam.check_masked`).
   """
 
-  tree: Tree
+  tree: Any
   verifier: Any = "auto"
 
   def __post_init__(self):
+    if isinstance(self.tree, (list, tuple)):  # a branching per depth
+      object.__setattr__(self, "tree", Tree.from_branching(tuple(self.tree)))
     if not isinstance(self.tree, Tree):
-      raise TypeError(f"TreeScheme.tree must be a decoding.tree.Tree, got "
-                      f"{type(self.tree).__name__}")
+      raise TypeError(f"TreeScheme.tree must be a decoding.tree.Tree or a branching per depth "
+                      f"such as (3, 2, 1), got {type(self.tree).__name__}")
     if np.any(np.diff(self.tree.depths_N) < 0):
       raise ValueError("the tree's nodes must be laid out depth by depth (level order, as "
                        "Tree.from_branching makes them): the draft expands one level per call")
