@@ -30,8 +30,8 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
 from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, TREE, DraftSpec, RunConfig, as_list,
-                                      draft_specs, points)
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, TREE, DraftSpec, RunConfig,
+                                      as_list, draft_specs, points)
 from specdec_jax.runner.store import ResultStore
 
 
