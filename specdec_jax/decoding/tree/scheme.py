@@ -4,10 +4,10 @@ A `Decoder` (decoding/decoder.py) with `scheme=TreeScheme(Tree.from_branching((3
 `tree_iteration` inside its one `lax.while_loop`, as `speculative.Chain` runs its chain:
 1. `draft_tree`: the draft expands the tree level by level. Its first call is the chain's
    (`speculative.first_draft_call`: the root, and the token it had not seen when a whole path was
-   kept last time); each deeper level is one `extend_with_mask` call over every drafted node above
-   the leaves, from the slot after the root, positions by depth, the ancestor mask (the model's
-   masked block sees the whole cached prefix, so a level cannot be fed alone without seeing its
-   cousins: the levels above are fed again, D draft calls in all, as the chain's gamma). Each
+   kept last time); each deeper level is one `extend_with_mask` call over that level's nodes
+   alone (node n to slot root + n), whose window reaches back to the slot after the root: it
+   sees its ancestors among the levels cached before and not their cousins, positions by depth
+   (`transformer.masked_block`'s window). D draft calls in all, as the chain's gamma. Each
    expanded node's children are the draft's top-k: ranked by the raw logits at temperature 0,
    drawn without replacement from the processed q at T > 0 (Gumbel-top-k), q kept for the
    verifier.
@@ -96,18 +96,16 @@ def draft_tree(draft, draft_params, state: st.DecodeState, key: jax.Array, tree:
   slot and node n (every depth < D) at root + n)."""
   levels, depths = _levels(tree), tree.depths_N
   logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
-  after_root_B = cache.index_B
   batch, vocab = logits_BxV.shape
   tokens_BxN = jnp.zeros((batch, tree.num_nodes), jnp.int32).at[:, 0].set(st.last_tokens(state))
   q_BxNxV = jnp.zeros((batch, tree.num_nodes, vocab), jnp.float32)
   keys = jax.random.split(key, tree.max_depth)
   logits_BxLxV = logits_BxV[:, None]
   for d, (start, end) in enumerate(levels[:-1]):
-    if d > 0:  # every node of depth 1..d, from the slot after the root
-      logits_BxTxV, cache = draft.extend_with_mask(
-          draft_params, cache.rollback(after_root_B), tokens_BxN[:, 1:end],
-          jnp.asarray(depths[1:end] - 1), jnp.asarray(tree.ancestor_mask_NxN[1:end, 1:end]))
-      logits_BxLxV = logits_BxTxV[:, start - 1:end - 1]
+    if d > 0:  # depth d's nodes at root + node, seeing their ancestors among nodes 1..end - 1
+      logits_BxLxV, cache = draft.extend_with_mask(
+          draft_params, cache, tokens_BxN[:, start:end], jnp.asarray(depths[1:end] - 1),
+          jnp.asarray(tree.ancestor_mask_NxN[start:end, 1:end]))
     q_BxLxV = process_logits(logits_BxLxV, sampling)
     q_BxNxV = q_BxNxV.at[:, start:end].set(q_BxLxV)
     child_C, pos_C, rank_C = _child_plan(tree, start, end)
