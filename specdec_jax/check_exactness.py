@@ -20,7 +20,9 @@ OUTPUT_DIR/exactness.json when --output_dir is given.
 `--fault` injects a known bug to show the check's power: `target_only_top_k` applies top-k
 (`--fault_top_k`) to the target in the speculative run only (a sampler setting that reached one
 model's path), `residual_from_p` samples the correction after a rejection from p instead of
-norm(max(0, p - q)) (the classic implementation bug).
+norm(max(0, p - q)) (the classic implementation bug), `sibling_residual_from_p` (a tree run:
+GAMMA='tree', e.g. with gin/decoding/tree.gin) tests the next sibling of a rejected one against
+the node's p instead of the running residual.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from specdec_jax.seam import Delegate
 from specdec_jax.metrics.exactness import (continuation_counts, pool_rare, tv_bootstrap,
                                            tv_distance, two_sample_chi2)
 
-FAULTS = ("none", "target_only_top_k", "residual_from_p")
+FAULTS = ("none", "target_only_top_k", "residual_from_p", "sibling_residual_from_p")
 
 # The run's flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths, --output_dir: optional here),
 # adopted so `--help` lists them with this module's own and absl.logging's --verbosity.
@@ -51,7 +53,8 @@ flags.DEFINE_integer("num_samples", 20000, "Samples per method (autoregressive, 
 flags.DEFINE_integer("num_tokens", 2, "Length k of the compared continuations (first k tokens).")
 flags.DEFINE_integer("example", 0, "Index of the prompt (in TASK) whose continuations are compared.")
 flags.DEFINE_integer("chunk", 10000, "Samples decoded per batch.")
-flags.DEFINE_integer("gamma", None, "Draft length (default: GAMMA if an int, else 4).")
+flags.DEFINE_integer("gamma", None, "Draft length (default: GAMMA if an int, the tree of "
+                     "RunConfig.tree if GAMMA is 'tree', else 4).")
 flags.DEFINE_integer("adaptive_gamma_max", 0, "If > 0, check the adaptive-gamma loop (HF schedule) "
                      "with this gamma_max instead of the fixed-gamma loop.")
 flags.DEFINE_float("confidence_threshold", 0.0, "Adaptive loop: draft top-probability stop.")
@@ -120,6 +123,33 @@ def _residual_from_p(key, draft_tokens, draft_probs, target_probs):
   return n_B, sample(jax.random.fold_in(key, 1), p_n)
 
 
+def _sibling_residual_from_p_verifier(key, tree, node_tokens_BxN, draft_probs_BxNxV,
+                                      target_probs_BxNxV):
+  """`recursive_rejection` whose next sibling after a rejected one is tested against the node's
+  p instead of the running residual (the `sibling_residual_from_p` fault; the same rule as
+  `testing.sibling_residual_from_p`, which an entry point does not import)."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  import jax.numpy as jnp
+  from specdec_jax.decoding import acceptance
+  from specdec_jax.decoding.sampling import sample
+  from specdec_jax.decoding.tree import verify
+
+  def sibling(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
+    accept_B, valid_B, _, q_next_BxV = verify.rejection_sibling(u_B, x_B, p_node_BxV,
+                                                                p_node_BxV, q_left_BxV)
+    q_i_BxV = q_left_BxV / jnp.maximum(jnp.sum(q_left_BxV, axis=-1), 1e-30)[:, None]
+    reject_B = valid_B & ~accept_B
+    p_next_BxV = jnp.where(reject_B[:, None], acceptance.residual(p_cur_BxV, q_i_BxV),
+                           p_cur_BxV)
+    return accept_B, valid_B, p_next_BxV, q_next_BxV
+
+  k_walk, k_next = jax.random.split(key)
+  verdict, final_BxV = verify.descend(k_walk, tree, node_tokens_BxN, draft_probs_BxNxV,
+                                      target_probs_BxNxV, sibling)
+  return verdict.replace(next_token_B=sample(k_next, final_BxV))
+
+
 def _first_tokens(result, k: int) -> np.ndarray:
   toks = np.asarray(result.tokens_BxN)[:, :k].astype(np.int64)
   lengths = np.asarray(result.lengths_B)
@@ -138,6 +168,9 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   # in_sample: positions are the task's own (nothing calibrates here, nothing is held out)
   cfg = dataclasses.replace(cfg, num_examples=max(opts.example + 1, 1), mode="speculative",
                             calibration="in_sample", sample_examples=False)
+  gammas = config_lib.as_list(cfg.gamma)
+  gamma = opts.gamma or next((g for g in gammas if isinstance(g, int) and g > 0), 4)
+  scheme, label = _scheme(cfg, opts, gamma)
   loaded = pipeline.load(cfg)
   if opts.example >= len(loaded.prompts.examples):
     raise ValueError(f"--example {opts.example} is past the task's last example (it has "
@@ -146,8 +179,6 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   spec = config_lib.draft_specs(cfg)[0]
   draft, dparams = loaded.drafts[spec]
   sampling = pipeline.sampling_of(cfg, temperature)
-  gammas = config_lib.as_list(cfg.gamma)
-  gamma = opts.gamma or next((g for g in gammas if isinstance(g, int) and g > 0), 4)
   rule = cfg.rule
   target = loaded.target
   if opts.fault == "target_only_top_k":
@@ -156,26 +187,44 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
                  if opts.fault == "residual_from_p" else contextlib.nullcontext(rule))
   with faulty_rule as rule:
     ar_rows, sp_rows, rates, seconds = _decode_samples(
-        cfg, opts, loaded, _decoders(opts, loaded, target, draft, sampling, gamma, rule), dparams)
+        cfg, opts, loaded, _decoders(opts, loaded, target, draft, sampling, scheme, rule),
+        dparams)
   info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
-              top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault,
-              gamma=(f"adaptive<={opts.adaptive_gamma_max}" if opts.adaptive_gamma_max else gamma),
+              top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault, gamma=label,
               example=opts.example, acceptance_rate=rates[0] / max(rates[1], 1),
               decode_seconds=seconds)
   log(f"decoded {opts.num_samples} x 2 continuations in {info['decode_seconds']:.1f}s")
   return ar_rows, sp_rows, info
 
 
-def _decoders(opts: CheckOptions, loaded, target, draft, sampling, gamma, rule):
-  """(the autoregressive Decoder, the speculative one) of `opts.num_tokens` tokens each."""
+def _scheme(cfg, opts: CheckOptions, gamma: int):
+  """(the speculative scheme checked, its label): the adaptive loop with --adaptive_gamma_max,
+  the run's tree where GAMMA is 'tree' and no --gamma is given (with the sibling fault, its
+  faulty verifier), else the chain of `gamma`."""
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import adaptive
-  from specdec_jax.decoding.decoder import Decoder
   from specdec_jax.decoding.speculative import Chain
+  from specdec_jax.runner import config as config_lib
+  if opts.adaptive_gamma_max > 0:
+    return (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
+                                    confidence_threshold=opts.confidence_threshold),
+            f"adaptive<={opts.adaptive_gamma_max}")
+  tree = opts.gamma is None and config_lib.TREE in config_lib.as_list(cfg.gamma)
+  if opts.fault == "sibling_residual_from_p" and not tree:
+    raise ValueError("the sibling_residual_from_p fault is a tree verifier's: check a tree run "
+                     "(GAMMA='tree', e.g. --gin_file=gin/decoding/tree.gin) without --gamma")
+  if not tree:
+    return Chain(gamma), gamma
+  scheme = cfg.tree_scheme()
+  if opts.fault == "sibling_residual_from_p":
+    scheme = dataclasses.replace(scheme, verifier=_sibling_residual_from_p_verifier)
+  return scheme, f"tree({scheme.tree.num_nodes} nodes, depth {scheme.tree.max_depth})"
+
+
+def _decoders(opts: CheckOptions, loaded, target, draft, sampling, scheme, rule):
+  """(the autoregressive Decoder, the speculative one) of `opts.num_tokens` tokens each."""
+  from specdec_jax.decoding.decoder import Decoder  # pylint: disable=import-outside-toplevel
   k = opts.num_tokens
-  scheme = (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
-                                    confidence_threshold=opts.confidence_threshold)
-            if opts.adaptive_gamma_max > 0 else Chain(gamma))
   return (Decoder(loaded.target, sampling=sampling, max_decode_len=k),
           Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k))
 

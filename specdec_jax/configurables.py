@@ -17,6 +17,7 @@ import gin
 
 from specdec_jax import gin_utils
 from specdec_jax.decoding.adaptive import AdaptiveConfig  # GAMMA = 'adaptive'
+from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.runner.config import RunConfig
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
 from specdec_jax.training.config import TrainConfig
@@ -24,7 +25,7 @@ from specdec_jax.training.data import TaskSpec
 from specdec_jax.training.distill_data import DistillDataConfig
 
 MODULE = "specdec"
-CLASSES = (RunConfig, AdaptiveConfig, MeshConfig, TrainConfig, TaskSpec, DistillDataConfig)
+CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, MeshConfig, TrainConfig, TaskSpec, DistillDataConfig)
 
 
 def register() -> None:

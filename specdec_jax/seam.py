@@ -25,6 +25,14 @@ Two extension points:
 - `extend` returns `(logits_BxTxV, cache)` today; a feature-level draft will need the target's
   hidden states too. That will be a separate optional member (`extend_with_hidden`), so the
   two-tuple every loop unpacks stays as it is.
+
+Optional capabilities (not in the Protocol: a scheme that needs one checks for it, `check_masked`):
+- `extend_with_mask(params, cache, tokens_BxT, offsets, visible)`: a block that need not be a
+  chain (token t at slot index + t, position index + offsets[t], seeing the cached prefix and the
+  new tokens u with visible[t, u]), and a cache with `copy_slots(src_BxT, dst_BxT)`: the tree
+  scheme (`decoding.tree.scheme`) scores a draft tree in one call and gathers the kept path into
+  consecutive slots. `models.model.Model` has both; `Delegate` forwards the first only where the
+  wrapper does not change `extend` (else the wrapper would silently not apply to trees).
 """
 from __future__ import annotations
 
@@ -119,6 +127,15 @@ def check(model: Any, role: str) -> None:
     raise ValueError(f"the {role}'s kind must be one of {KINDS}, got {model.kind!r}")
 
 
+def check_masked(model: Any, role: str) -> None:
+  """Raises a TypeError unless `model` can score a masked block (`extend_with_mask`): what the
+  tree scheme needs of its target and draft, refused before anything is traced."""
+  if not hasattr(model, "extend_with_mask"):
+    raise TypeError(f"the {role} ({type(model).__name__}) has no extend_with_mask (a block that "
+                    "is not a chain), which tree decoding needs: use a model target and draft "
+                    "(a wrapper that changes `extend` must also define `extend_with_mask`)")
+
+
 def check_pair(target: Decodable, draft: Decodable) -> None:
   """A draft must speak its target's token ids in its target's coordinates; refuse otherwise.
 
@@ -196,3 +213,12 @@ class Delegate:
 
   def extend(self, params, cache, tokens_BxT):
     return self.base.extend(params, cache, tokens_BxT)
+
+  @property
+  def extend_with_mask(self):
+    """The base's, where this wrapper leaves `extend` alone; a wrapper that changes `extend`
+    has none unless it defines its own (an AttributeError, so `hasattr` says False)."""
+    if type(self).extend is not Delegate.extend:
+      raise AttributeError(f"{type(self).__name__} changes extend but defines no "
+                           "extend_with_mask")
+    return self.base.extend_with_mask

@@ -70,6 +70,35 @@ class EosAt(WrappedModel):
     return logits.at[..., self.eos_id].set(eos_logit_BxT), cache
 
 
+@dataclasses.dataclass(frozen=True)
+class TopTwoSwapped(WrappedModel):
+  """The base model with its two highest logits swapped on `rows` (every row when empty), in
+  `extend` and `extend_with_mask` alike. As a greedy draft of its own base, a chain's draft is
+  always rejected on those rows and a tree's rank-1 child is always the target's argmax: the
+  tree scheme keeps non-first siblings, so kept paths leave consecutive slots."""
+
+  rows: tuple[int, ...] = ()
+
+  def _swap(self, logits_BxTxV):
+    top_BxTx2, idx_BxTx2 = jax.lax.top_k(logits_BxTxV, 2)
+    v = logits_BxTxV.shape[-1]
+    gap_BxTx1 = top_BxTx2[..., :1] - top_BxTx2[..., 1:]
+    swapped = (logits_BxTxV - gap_BxTx1 * jax.nn.one_hot(idx_BxTx2[..., 0], v)
+               + gap_BxTx1 * jax.nn.one_hot(idx_BxTx2[..., 1], v))
+    if not self.rows:
+      return swapped
+    on_B = jnp.isin(jnp.arange(logits_BxTxV.shape[0]), jnp.asarray(self.rows))
+    return jnp.where(on_B[:, None, None], swapped, logits_BxTxV)
+
+  def extend(self, params, cache, tokens_BxT):
+    logits, cache = self.base.extend(params, cache, tokens_BxT)
+    return self._swap(logits), cache
+
+  def extend_with_mask(self, params, cache, tokens_BxT, offsets, visible):
+    logits, cache = self.base.extend_with_mask(params, cache, tokens_BxT, offsets, visible)
+    return self._swap(logits), cache
+
+
 def ragged_prompts(lengths, extra: int, vocab_size: int = 64, seed: int = 1):
   """(sequences, prompts_BxP): random token sequences of `lengths[b] + extra` ids (no pad id) and
   their first `lengths[b]` ids right-padded into one batch, for cached-vs-full-forward tests."""

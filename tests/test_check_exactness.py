@@ -79,3 +79,19 @@ def test_command_line_exit_status(tmp_path):
   assert out.returncode == 1, out.stderr[-2000:]
   assert "FAIL" in out.stdout
   assert not json.loads((tmp_path / "exactness.json").read_text())["exact"]
+
+
+def test_tree_run_passes_and_its_sibling_fault_is_flagged():
+  """GAMMA='tree' (gin/decoding/tree.gin) checks the tree scheme; --fault=sibling_residual_from_p
+  (the next sibling tested against p, not the running residual) must fail it."""
+  files = SMOKE + ["gin/decoding/tree.gin"]
+  bindings = BINDINGS + ["TreeScheme.tree = (4, 2)"]
+  opts = ce.CheckOptions(num_samples=5000, num_tokens=1, bootstrap=100)
+  r = ce.run_check(files, bindings, opts=opts)
+  assert r["exact"] and r["gamma"] == "tree(13 nodes, depth 2)", ce.format_report(r)
+  r = ce.run_check(files, bindings, opts=ce.CheckOptions(**{**opts.__dict__,
+                                                             "fault": "sibling_residual_from_p"}))
+  assert not r["exact"] and r["p_value"] < 1e-6, ce.format_report(r)
+  with pytest.raises(ValueError, match="tree verifier's"):
+    ce.run_check(SMOKE, BINDINGS, opts=ce.CheckOptions(**{**OPTS.__dict__,
+                                                          "fault": "sibling_residual_from_p"}))

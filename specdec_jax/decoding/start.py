@@ -74,6 +74,9 @@ def check_decoder(decoder) -> None:
                      "but a draft was given; choose a speculative scheme (e.g. Chain(gamma))")
   if decoder.draft is not None:
     seam.check_pair(decoder.target, decoder.draft)
+  scheme_check = getattr(decoder.scheme, "check", None)  # a scheme's own needs (tree: masks)
+  if scheme_check is not None:
+    scheme_check(decoder)
   if not isinstance(decoder.max_decode_len, int) or decoder.max_decode_len < 1:
     raise ValueError(f"max_decode_len must be an integer >= 1, got {decoder.max_decode_len!r}")
   acceptance.get_rule(decoder.rule)

@@ -160,7 +160,9 @@ class Model:
                        offsets: jax.Array, visible: jax.Array) -> tuple[jax.Array, DecodeCache]:
     """`extend` for a block that need not be a chain (`transformer.masked_block`): token t goes
     to slot index + t at position index + offsets[t] and sees the cached prefix and the new
-    tokens u with visible[t, u]. offsets [T] or [B, T], visible [T, T] or [B, T, T]. Why here:
+    tokens u with visible[t, u]. offsets [T] or [B, T], visible [T, T] or [B, T, T]; or a window
+    (offsets [U], visible [T, U], U > T: the block is the last T of U slots, the U - T cached
+    before it seen by mask and placed by offset, `transformer.masked_block`). Why here:
     several continuations of one prefix (a draft tree: offsets its depths, visible its ancestor
     mask) are scored in one call; the model takes the layout as data and knows nothing of
     trees. The index still moves by T; `DecodeCache.copy_slots` then gathers the entries of one

@@ -191,21 +191,28 @@ def masked_block(index_B: jax.Array, length: int, offsets, visible
   [B, T, T] bool (per example: a block whose layout differs by row). With offsets = 0..T-1 and a
   lower-triangular `visible` this is the causal chain exactly.
 
+  A window: visible [T, U] (or [B, T, U]) with U > T and offsets [U] (or [B, U]) make the block
+  the last T of U window slots that start U - T slots before the index: the U - T already cached
+  ones keep the positions `offsets` gives them and are seen only where `visible` says. Why: a
+  draft tree is expanded one level per call, each level seeing its ancestors among the levels
+  cached before, not their cousins; positions count from the window's first slot.
+
   Returns (query positions [B, T], key positions [B, S], attend [B, T, S] bool).
   """
-  batch, t = index_B.shape[0], jnp.shape(visible)[-1]
-  offsets_BxT = jnp.broadcast_to(jnp.asarray(offsets, jnp.int32), (batch, t))
-  visible_BxTxT = jnp.broadcast_to(jnp.asarray(visible, jnp.bool_), (batch, t, t))
+  batch, t, u = index_B.shape[0], jnp.shape(visible)[-2], jnp.shape(visible)[-1]
+  offsets_BxU = jnp.broadcast_to(jnp.asarray(offsets, jnp.int32), (batch, u))
+  visible_BxTxU = jnp.broadcast_to(jnp.asarray(visible, jnp.bool_), (batch, t, u))
+  start_B = index_B - (u - t)  # the window's first slot
   slots_BxS = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
-  in_block_BxS = slots_BxS - index_B[:, None]  # a slot's place in the block (valid in 0..T-1)
-  inside_BxS = (in_block_BxS >= 0) & (in_block_BxS < t)
-  u_BxS = jnp.clip(in_block_BxS, 0, t - 1)
-  key_pos_BxS = jnp.where(inside_BxS, index_B[:, None] + jnp.take_along_axis(offsets_BxT, u_BxS,
+  in_block_BxS = slots_BxS - start_B[:, None]  # a slot's place in the window (valid in 0..U-1)
+  inside_BxS = (in_block_BxS >= 0) & (in_block_BxS < u)
+  w_BxS = jnp.clip(in_block_BxS, 0, u - 1)
+  key_pos_BxS = jnp.where(inside_BxS, start_B[:, None] + jnp.take_along_axis(offsets_BxU, w_BxS,
                                                                              axis=1), slots_BxS)
-  u_BxTxS = jnp.broadcast_to(u_BxS[:, None, :], (batch, t, length))
-  sees_BxTxS = jnp.take_along_axis(visible_BxTxT, u_BxTxS, axis=2) & inside_BxS[:, None, :]
+  w_BxTxS = jnp.broadcast_to(w_BxS[:, None, :], (batch, t, length))
+  sees_BxTxS = jnp.take_along_axis(visible_BxTxU, w_BxTxS, axis=2) & inside_BxS[:, None, :]
   attend_BxTxS = sees_BxTxS | (in_block_BxS < 0)[:, None, :]
-  return index_B[:, None] + offsets_BxT, key_pos_BxS, attend_BxTxS
+  return start_B[:, None] + offsets_BxU[:, u - t:], key_pos_BxS, attend_BxTxS
 
 
 _NEEDS_ENCODED = (

@@ -36,7 +36,7 @@ from specdec_jax import distributed, timing
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import keys
-from specdec_jax.runner.config import ADAPTIVE, AUTO, DraftSpec, Point
+from specdec_jax.runner.config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
 from specdec_jax.runner.costs import LoopCosts
 
 # 'auto' compiles and times the real loop for at most this many candidate gammas ...
@@ -50,6 +50,8 @@ class ResolvedPoint:
   """A speculative point with a concrete gamma (0 = autoregressive) and how it was chosen.
 
   adaptive: the AdaptiveConfig of a GAMMA='adaptive' point (gamma is then its gamma_max).
+  tree: the TreeScheme of a GAMMA='tree' point (gamma is then the tree's depth: the most drafts
+    one call can keep).
   predicted_curve: 'auto''s {gamma: predicted speedup} over the gammas whose loop was timed (the
     lone-extend curve where none was, on a mesh). lone_curve: the lone-extend prediction for every
     gamma up to gamma_max (what pruned the candidates).
@@ -67,13 +69,15 @@ class ResolvedPoint:
   calibration_alpha: float | None = None
   predicted_curve: tuple[tuple[int, float], ...] = ()
   adaptive: Any = None
+  tree: Any = None
   lone_curve: tuple[tuple[int, float], ...] = ()
   loop: LoopCosts | None = None
   calibration: Mapping[str, Any] | None = None
 
   @property
   def key(self) -> str:
-    label = AUTO if self.auto else ADAPTIVE if self.adaptive is not None else self.gamma
+    label = (AUTO if self.auto else ADAPTIVE if self.adaptive is not None
+             else TREE if self.tree is not None else self.gamma)
     return keys.point(self.draft.name, label, self.temperature)
 
 
@@ -184,7 +188,7 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
 def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple[int, ...]:
   """The gammas whose loop this point needs timed: its fixed gamma, or an 'auto' point's
   candidates (or its remembered choice); none for 'adaptive' or gamma 0."""
-  if point.gamma == ADAPTIVE:
+  if point.gamma in (ADAPTIVE, TREE):
     return ()
   if plan is None:
     return (int(point.gamma),) if int(point.gamma) > 0 else ()
@@ -193,12 +197,14 @@ def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple[int, ...]:
   return plan.candidates
 
 
-def resolved(point: Point, *, adaptive=None, memo: dict | None = None,
+def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None,
              loop: LoopCosts | None = None,
              calibration: Mapping[str, Any] | None = None) -> ResolvedPoint:
-  """The ResolvedPoint of a fixed, adaptive or (with its memo) 'auto' point."""
+  """The ResolvedPoint of a fixed, adaptive, tree or (with its memo) 'auto' point."""
   if point.gamma == ADAPTIVE:
     return ResolvedPoint(point.draft, adaptive.gamma_max, point.temperature, adaptive=adaptive)
+  if point.gamma == TREE:
+    return ResolvedPoint(point.draft, tree.tree.max_depth, point.temperature, tree=tree)
   if point.gamma != AUTO:
     return ResolvedPoint(point.draft, int(point.gamma), point.temperature,
                          loop=loop if int(point.gamma) > 0 else None, calibration=calibration)
@@ -211,11 +217,12 @@ def resolved(point: Point, *, adaptive=None, memo: dict | None = None,
 
 
 def resolve(point: Point, costs: timing.Costs, store, alpha_fn, *, gamma_max: int,
-            min_speedup: float, adaptive=None, rule: str = "tokenwise") -> ResolvedPoint:
+            min_speedup: float, adaptive=None, tree=None, rule: str = "tokenwise"
+            ) -> ResolvedPoint:
   """A concrete point from lone-extend costs only (no loop timing): what a mesh run does.
   alpha_fn() -> alpha, or calibration_acceptance's dict."""
   if point.gamma != AUTO:
-    return resolved(point, adaptive=adaptive)
+    return resolved(point, adaptive=adaptive, tree=tree)
 
   def acceptance_fn():
     a = alpha_fn()

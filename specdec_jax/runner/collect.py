@@ -55,6 +55,10 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                           "best_predicted": best[1], "passed": point.gamma > 0}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
+  if point.tree is not None:  # accepts_per_position: the first `gamma` (= depth) entries count
+    extra["tree"] = {"parents": list(point.tree.tree.parents),
+                     "nodes": point.tree.tree.num_nodes, "depth": point.tree.tree.max_depth,
+                     "verifier": str(point.tree.verifier)}
   # gamma 0 chosen by 'auto': nothing was drafted (alpha is the calibration decode's) and the
   # decode IS the baseline program, so there is no speedup to measure (None, not a 1.00 that
   # would read as measured).
@@ -68,7 +72,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                              speedup_measured=fallback_alpha is None)
   return report.build(setting, measured, costs.get(point.draft),
                       point.loop.to_json() if point.loop is not None else None,
-                      predictable=point.adaptive is None, calibration=point.calibration,
+                      predictable=point.adaptive is None and point.tree is None,
+                      calibration=point.calibration,
                       extra=extra)
 
 

@@ -24,9 +24,9 @@ from specdec_jax.runner import keys, prompt_sets
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
-AUTO, ADAPTIVE = "auto", "adaptive"
+AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
 MATMULS = ("auto", "xla", "kernel", "hybrid")
-GAMMA_WORDS = (AUTO, ADAPTIVE)
+GAMMA_WORDS = (AUTO, ADAPTIVE, TREE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,9 @@ class RunConfig:
     (a per-example draft length inside the loop, `decoding.adaptive`, up to gamma_max), or a list.
   adaptive: the `decoding.adaptive.AdaptiveConfig` of GAMMA='adaptive' (gin: `RunConfig.adaptive
     = @AdaptiveConfig()`); None: `AdaptiveConfig(gamma_max=gamma_max)`.
+  tree: the `decoding.tree.TreeScheme` of GAMMA='tree' (a static draft tree verified in one target
+    call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`); None: the (3, 2, 1)
+    tree with the 'auto' verifier.
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them.
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
@@ -86,6 +89,7 @@ class RunConfig:
   # A specdec_jax.sharding.MeshConfig (gin/mesh/*.gin binds it); None: one device, unsharded.
   mesh: Any = None
   adaptive: Any = None
+  tree: Any = None
   # Dense layers' matmul while decoding (models/packed.py): 'auto' (the packed CPU kernel on one
   # CPU device, XLA's dot elsewhere), 'xla', 'kernel', 'hybrid' (kernel from 2 rows).
   matmul: str = "auto"
@@ -106,7 +110,8 @@ class RunConfig:
       raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
     for g in as_list(self.gamma):
       if g not in GAMMA_WORDS and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
-        raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', or a list of them; got "
+        raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', 'tree', or a list of "
+                         f"them; got "
                          f"{g!r}")
     for t in as_list(self.temperature):
       if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
@@ -151,6 +156,11 @@ class RunConfig:
     from specdec_jax.decoding.adaptive import AdaptiveConfig  # pylint: disable=import-outside-toplevel
     return self.adaptive if self.adaptive is not None else AdaptiveConfig(gamma_max=self.gamma_max)
 
+  def tree_scheme(self):
+    """The TreeScheme of GAMMA='tree' (`tree`, or the (3, 2, 1) tree, verifier 'auto')."""
+    from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
+    return self.tree if self.tree is not None else TreeScheme((3, 2, 1))
+
   @property
   def is_sweep(self) -> bool:
     return self.mode == "sweep" or any(
@@ -179,6 +189,8 @@ class RunConfig:
     # Later knobs enter only when set, so run directories written before them still resume.
     if self.adaptive is not None:
       fingerprint["adaptive"] = self.adaptive
+    if self.tree is not None:
+      fingerprint["tree"] = self.tree
     if self.matmul != "auto":
       fingerprint["matmul"] = self.matmul
     if self.draft_head_vocab:

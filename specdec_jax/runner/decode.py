@@ -37,7 +37,7 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     programs[AR] = program(None, Autoregressive())
   for p in group_points:
     if p.gamma > 0:
-      programs[p.key] = program(p.draft, p.adaptive or Chain(p.gamma))
+      programs[p.key] = program(p.draft, p.tree or p.adaptive or Chain(p.gamma))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}

@@ -31,8 +31,8 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
 from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, DraftSpec, RunConfig, as_list,
-                                      draft_specs, points)
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, TREE, DraftSpec, RunConfig,
+                                      as_list, draft_specs, points)
 from specdec_jax.runner.store import ResultStore
 
 
@@ -145,10 +145,10 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   resolved = []
   for p in pts:
     loop = loops.get((p.draft, p.temperature))
-    cal = acceptance_of(p) if p.gamma != ADAPTIVE else None
+    cal = acceptance_of(p) if p.gamma not in (ADAPTIVE, TREE) else None
     if p not in plans:
-      resolved.append(calibrate.resolved(p, adaptive=cfg.adaptive_config(), loop=loop,
-                                         calibration=cal))
+      resolved.append(calibrate.resolved(p, adaptive=cfg.adaptive_config(),
+                                         tree=cfg.tree_scheme(), loop=loop, calibration=cal))
       continue
     memo = calibrate.choose(plans[p], costs[p.draft], loop, store,
                             min_speedup=cfg.auto_min_speedup, rule=cfg.rule)

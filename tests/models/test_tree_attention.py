@@ -58,6 +58,26 @@ def test_tree_logits_equal_chain_logits_along_every_path(kind, scan, tree):
                                atol=1e-5, err_msg=f"path {path}")
 
 
+@pytest.mark.parametrize("kind,scan,tree", VARIANTS)
+def test_level_by_level_window_equals_one_block(kind, scan, tree):
+  """Each depth fed alone, its window (visible [T, U], U > T) reaching back over the levels
+  cached before: every node scores as in the one-block call and the cache ends the same. How
+  the tree scheme's draft expands a tree, one call per level."""
+  model, params, cache = placed(kind, scan)
+  tokens = random_tokens(4, tree.num_nodes, seed=5)
+  step = jax.jit(model.extend_with_mask)
+  want, want_cache = step(params, cache, tokens, tree.depths_N, tree.ancestor_mask_NxN)
+  got, depths = [], tree.depths_N
+  for d in range(tree.max_depth + 1):
+    lo, hi = int(np.searchsorted(depths, d)), int(np.searchsorted(depths, d, "right"))
+    logits, cache = step(params, cache, tokens[:, lo:hi], depths[:hi],
+                         tree.ancestor_mask_NxN[lo:hi, :hi])
+    got.append(np.asarray(logits))
+  np.testing.assert_allclose(np.concatenate(got, axis=1), np.asarray(want), rtol=1e-5,
+                             atol=1e-5)
+  assert valid_prefix_equal(cache, want_cache, atol=1e-5)
+
+
 def test_per_row_layouts():
   """offsets [B, T] and visible [B, T, T]: each row its own tree, each row equals its chains."""
   model, params, cache = placed("decoder", False)

@@ -79,3 +79,25 @@ def test_adaptive_sharded_equals_unsharded(runs, temperature):
   np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)
   np.testing.assert_array_equal(stats.proposed_hist, ref_stats.proposed_hist)
   assert int(stats.draft_calls) == int(ref_stats.draft_calls)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_tree_sharded_equals_unsharded(runs, temperature):
+  """The tree scheme on a mesh (draft on fewer chips, data-parallel rows): the masked verify
+  call, the per-level masked draft calls and the path commit give the unsharded tokens and
+  statistics."""
+  from specdec_jax.decoding.tree import TreeScheme
+  t, tp, d, dp = runs.models
+  scheme = TreeScheme((2, 2))
+  ref = jax.device_get(Decoder(t, d, scheme, sampling_for(temperature), max_decode_len=MAX_LEN)
+                       .generate(Params(tp, dp), runs.inputs, runs.rng))
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS["dp2_target4_draft2"]),
+                      batch_size=len(runs.inputs))
+  decoder = Decoder(p.target, p.draft, scheme, sampling_for(temperature), max_decode_len=MAX_LEN,
+                    mesh=p.mesh)
+  got = jax.device_get(decoder.generate(Params(p.target_params, p.draft_params), runs.inputs,
+                                        runs.rng))
+  np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
+  np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
+  np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)
+  np.testing.assert_array_equal(got.stats.kept_rank_DxK, ref.stats.kept_rank_DxK)

@@ -5,8 +5,11 @@
   and `recursive_rejection` (exact at T > 0: siblings drawn without replacement, tried in turn
   against the running residual).
 - `commit`: the kept path's cache entries gathered into consecutive slots (`commit_path`).
+- `scheme`: `TreeScheme`, the Decoder scheme that drafts a tree, verifies it in one target call
+  and commits the kept path.
 """
 from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
 from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
 from specdec_jax.decoding.tree.verify import recursive_rejection  # noqa: F401
 from specdec_jax.decoding.tree.verify import sample_without_replacement  # noqa: F401
+from specdec_jax.decoding.tree.scheme import TreeScheme  # noqa: F401

@@ -1,0 +1,24 @@
+"""GAMMA='tree' through the run: one gin module switches a run to tree decoding.
+
+Why: the tree scheme (decoding/tree/scheme.py) must be selectable from a config like any other
+gamma, beside the chain in one run (same draft, same prompts, same process), and visible in
+metrics.json: tokens per target call, the tree it ran, greedy outputs equal to the baseline's.
+"""
+import pytest
+
+from specdec_jax import run
+
+pytestmark = pytest.mark.usefixtures("clean_gin")
+
+
+def test_tree_module_runs_beside_the_chain(tmp_path):
+  metrics = run.run(["configs/local/smoke.gin", "gin/decoding/tree.gin"], str(tmp_path), [
+      "GAMMA = [2, 'tree']", "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8",
+      "RunConfig.repeats = 1", "TreeScheme.tree = (2, 2)"])
+  chain, tree = metrics
+  assert chain["run"] == "draft=t5_test_draft,gamma=2,temperature=0"
+  assert tree["run"] == "draft=t5_test_draft,gamma=tree,temperature=0"
+  assert tree["gamma"] == 2 and tree["tree"]["nodes"] == 7 and tree["tree"]["depth"] == 2
+  assert tree["greedy_match_rate"] == 1.0 and chain["greedy_match_rate"] == 1.0
+  assert tree["speedup_predicted"] is None  # the chain's formula does not apply
+  assert tree["alpha"] is not None and tree["tokens_per_target_call"] >= 1.0
