@@ -54,3 +54,21 @@ def test_kv_heads_the_model_axes_do_not_divide_are_named():
   target = Model(get_preset("llama_test_target", num_heads=8, num_kv_heads=2))
   with pytest.raises(ValueError, match=r"size 4 .*'heads' = 2"):
     sh.shard_models(target, None, mesh_config=sh.MeshConfig(2, 2, 2))
+
+
+@pytest.mark.parametrize("preset,layout", [("llama3_1_70b", (1, 2, 4)), ("llama3_2_1b", (1, 1, 8))])
+def test_llama3_presets_on_8_devices_from_shapes(preset, layout):
+  """Llama 3.1 70B over 8 model chips (its 8 key/value heads one per chip) and the 1B draft,
+  from shapes only: each chip holds 1/8 of the bytes up to the norm scales."""
+  import numpy as np
+  config = sh.MeshConfig(*layout)
+  m = sh.with_rules(Model(get_preset(preset, scan_layers=True, dtype="bfloat16")),
+                    config.rules_for("target"))
+  mesh = sh.make_mesh(config)
+  sh.validate(mesh, m, m.axis_rules, name=preset)
+  shapes = m.param_shapes()
+  per_chip = sum(int(np.prod(s.shard_shape(x.shape))) for s, x in
+                 zip(jax.tree.leaves(sh.param_shardings(m, mesh)), jax.tree.leaves(shapes)))
+  total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+  assert total == m.config.num_params()
+  assert per_chip <= 1.001 * total / 8
