@@ -5,16 +5,14 @@ which maps onto the decoder-only tree of `models.transformer` with the modern op
 `ModelConfig` (DESIGN.md "The modern decoder family"); `hf.py` dispatches here by `model_type`.
 What the mapping does besides renaming:
 - kernels are transposed (HF's `nn.Linear` stores (out, in)), lazily, on the memory maps;
-- the attention's 1/sqrt(head_dim), which HF applies at run time, is folded into the query
-  kernel and bias (T5X's convention, which our attention follows), lazily too (`Scaled`);
+- the attention's 1/sqrt(head_dim) stays a run-time factor (`ModelConfig.attention_scale`), as
+  in HF: folded into a bfloat16 query kernel it would round the weights once more;
 - a tied head (`tie_word_embeddings`) reads the embedding; an `lm_head.weight` a tied file
   carries anyway is the same array and is left out.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
-
-import numpy as np
 
 from specdec_jax.checkpoints.tree import CheckpointError
 from specdec_jax.models.config import ModelConfig
@@ -23,20 +21,6 @@ MODEL_TYPES = ("llama", "qwen2", "gemma")
 _ACT = {"silu": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu"}
 _ATTN = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "out": "o_proj"}
 _MLP = {"wi_0": "gate_proj", "wi_1": "up_proj", "wo": "down_proj"}
-
-
-class Scaled:
-  """A lazily read array times a constant: `read` slices it like a memory map (per-device
-  slices of a sharded load are scaled as they are read), computed in float32, stored back in the
-  array's dtype."""
-
-  def __init__(self, base: Any, scale: float):
-    self.base, self.scale = base, scale
-    self.shape, self.dtype = tuple(base.shape), np.dtype(base.dtype)
-
-  def __getitem__(self, index) -> np.ndarray:
-    x = np.asarray(self.base[index]).astype(np.float32) * np.float32(self.scale)
-    return x.astype(self.dtype)
 
 
 def _rope(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,11 +64,12 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   model_type = hf["model_type"]
   _refuse_unsupported(hf, model_type)
   heads = hf["num_attention_heads"]
+  head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
   gemma = model_type == "gemma"
   fields = dict(
       kind="decoder", vocab_size=hf["vocab_size"], emb_dim=hf["hidden_size"], num_heads=heads,
       num_kv_heads=hf.get("num_key_value_heads") or heads,
-      head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, mlp_dim=hf["intermediate_size"],
+      head_dim=head_dim, attention_scale=head_dim ** -0.5, mlp_dim=hf["intermediate_size"],
       num_encoder_layers=0, num_decoder_layers=hf["num_hidden_layers"], position="rope",
       layer_norm_epsilon=hf.get("rms_norm_eps", 1e-6), mlp_activation=_activation(hf, model_type),
       norm_offset=1.0 if gemma else 0.0, scale_embeddings=gemma, qkv_bias=model_type == "qwen2",
@@ -121,14 +106,12 @@ def name_map(config: ModelConfig) -> dict[str, tuple[str, bool]]:
 
 
 def from_state_dict(sd: Mapping[str, Any], config: ModelConfig) -> dict[str, Any]:
-  """HF state dict -> flat tree (transposes and the query scale are lazy)."""
+  """HF state dict -> flat tree (the transposes are lazy views of the memory maps)."""
   flat, used = {}, set()
-  scale = config.head_dim ** -0.5
   for path, (key, transpose) in name_map(config).items():
     if key not in sd:
       raise CheckpointError(f"HF checkpoint lacks {key} (needed for target/{path})")
-    arr = sd[key].T if transpose else sd[key]
-    flat[path] = Scaled(arr, scale) if "/self_attention/query/" in path else arr
+    flat[path] = sd[key].T if transpose else sd[key]
     used.add(key)
   if config.tie_embeddings:
     used.add("lm_head.weight")

@@ -1,7 +1,8 @@
 """Multi-head dot-product attention as T5X computes it, split so a cache can sit in the middle.
 
-No 1/sqrt(head_dim) scaling of the logits: T5X folds it into the query kernel's initialisation, and
-pretrained checkpoints already contain it. Logits and softmax run in float32 (T5X's
+No 1/sqrt(head_dim) scaling of the logits by default: T5X folds it into the query kernel's
+initialisation, and pretrained checkpoints already contain it; the HF families scale at run time
+(`config.attention_scale`, applied to the float32 queries). Logits and softmax run in float32 (T5X's
 `float32_logits`), because draft and target probabilities are compared to the last bit.
 """
 from __future__ import annotations
@@ -69,6 +70,8 @@ class MultiHeadAttention(nn.Module):
     b, t, h, k = q_BxTxHxK.shape
     g_kv, s = k_BxHxKxS.shape[1], k_BxHxKxS.shape[3]
     q_BxHxTxK = jnp.transpose(q_BxTxHxK, (0, 2, 1, 3)).astype(jnp.float32)
+    if self.config.attention_scale != 1.0:
+      q_BxHxTxK = q_BxHxTxK * jnp.float32(self.config.attention_scale)
     q_BxGxRxK = q_BxHxTxK.reshape(b, g_kv, (h // g_kv) * t, k)
     logits_BxGxRxS = jax.lax.dot_general(q_BxGxRxK, k_BxHxKxS.astype(jnp.float32),
                                          (((3,), (2,)), ((0, 1), (0, 1))))

@@ -65,6 +65,10 @@ class ModelConfig:
   scale_embeddings: bool = False
   # Biases on the query/key/value projections (Qwen2).
   qkv_bias: bool = False
+  # Attention logits q.k multiplied by this (in float32). 1.0: T5X, whose checkpoints fold
+  # 1/sqrt(head_dim) into the query kernel; the HF families scale at run time (head_dim ** -0.5),
+  # and folding it into a bfloat16 kernel would round the weights once more.
+  attention_scale: float = 1.0
 
   def __post_init__(self):
     if isinstance(self.rope_scaling, list):  # from JSON
@@ -178,6 +182,11 @@ _T5_1_1 = dict(
 )
 
 _LLAMA = dict(position="rope", mlp_activation="silu", layer_norm_epsilon=1e-5)
+
+
+def _scaled(**shape: Any) -> dict[str, Any]:
+  """A shape with the HF families' run-time attention scale head_dim ** -0.5."""
+  return dict(shape, attention_scale=shape["head_dim"] ** -0.5)
 # Llama 3.x (HF config.json of meta-llama/Llama-3.1-70B, -3.1-8B, -3.2-1B): shapes only, no
 # weights, for ahead-of-time compilation on TPU slices and as Chen et al.'s 70B-class target with
 # a 1B draft of its family. pad_id stays 0 (the project's right padding); eos is
@@ -216,13 +225,14 @@ PRESETS: dict[str, ModelConfig] = {
     # The modern decoder family in small: rotary positions, SwiGLU, grouped-query attention
     # (4 query heads over 2 key/value heads; the draft 2 over 1, its head tied to its embedding).
     "llama_test_target": ModelConfig(kind="decoder", vocab_size=64, emb_dim=32, num_heads=4,
-                                     head_dim=8, mlp_dim=64, num_encoder_layers=0,
-                                     num_decoder_layers=2, **_LLAMA, num_kv_heads=2),
+                                     mlp_dim=64, num_encoder_layers=0, num_decoder_layers=2,
+                                     **_LLAMA, **_scaled(head_dim=8), num_kv_heads=2),
     "llama_test_draft": ModelConfig(kind="decoder", vocab_size=64, emb_dim=16, num_heads=2,
-                                    head_dim=8, mlp_dim=32, num_encoder_layers=0,
-                                    num_decoder_layers=1, **_LLAMA, num_kv_heads=1,
+                                    mlp_dim=32, num_encoder_layers=0, num_decoder_layers=1,
+                                    **_LLAMA, **_scaled(head_dim=8), num_kv_heads=1,
                                     tie_embeddings=True),
-    **{name: ModelConfig(kind="decoder", num_encoder_layers=0, **_LLAMA, **_LLAMA3, **shape)
+    **{name: ModelConfig(kind="decoder", num_encoder_layers=0, **_LLAMA, **_LLAMA3,
+                         **_scaled(**shape))
        for name, shape in _LLAMA3_SIZES.items()},
     # The local zoo (vocabulary: the shipped 8k SentencePiece model, 8100 ids padded to 8192).
     # Target: 21M parameters, 84 MB in float32, over the CPU's 32 MB L3 (memory-bound decode).

@@ -150,3 +150,16 @@ def test_unsupported_options_are_refused(tmp_path):
   m.save_pretrained(str(tmp_path / "hf"))
   with pytest.raises(CheckpointError, match="sliding"):
     load_checkpoint(str(tmp_path / "hf"))
+
+
+def test_bfloat16_checkpoint_read_as_float32_and_scanned(tmp_path):
+  """A bfloat16 file (how the public checkpoints ship) read at float32 into scanned layers gives
+  transformers' float32 logits on the same (bf16-rounded) weights: nothing is rounded twice."""
+  m = random_hf("llama", seed=2)
+  m.to(torch.bfloat16).save_pretrained(str(tmp_path / "hf"))
+  # Read back at float32 by transformers itself (its rotary buffers then float32 again).
+  m = FAMILIES["llama"][1].from_pretrained(str(tmp_path / "hf"), dtype=torch.float32,
+                                           attn_implementation="eager").eval()
+  config, params = load_checkpoint(str(tmp_path / "hf"), dtype="float32", scan_layers=True)
+  assert config.scan_layers
+  assert_logits_match(m, config, params)
