@@ -200,9 +200,13 @@ def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
     if n > 1 and size % n:
       what = "batch size" if logical == "batch" else f"{name} dimension '{logical}'"
       sizes = " x ".join(f"{a}={mesh.shape[a]}" for a in axes)
+      gqa = (logical in ("heads", "joined_kv") and model.config.kv_heads != model.config.num_heads
+             and size in (model.config.kv_heads, model.config.kv_heads * model.config.head_dim))
       raise ValueError(
           f"mesh axis {axes[0] if len(axes) == 1 else axes} of size {n} ({sizes}) does not divide "
-          f"the {what} = {size}; choose a mesh whose {'/'.join(axes)} size divides {size}")
+          f"the {what} = {size}"
+          f"{' (the key/value heads of grouped-query attention)' if gqa else ''}; choose a mesh "
+          f"whose {'/'.join(axes)} size divides {size}")
 
 
 # ---- placement ------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def test_modern_pair_sharded_equals_unsharded(temperature):
 
 def test_kv_heads_the_model_axes_do_not_divide_are_named():
   target = Model(get_preset("llama_test_target", num_heads=8, num_kv_heads=2))
-  with pytest.raises(ValueError, match=r"size 4 .*'heads' = 2"):
+  with pytest.raises(ValueError, match=r"size 4 .*'heads' = 2 \(the key/value heads"):
     sh.shard_models(target, None, mesh_config=sh.MeshConfig(2, 2, 2))
 
 
