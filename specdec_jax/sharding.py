@@ -167,11 +167,16 @@ def _mesh_axes_of(rules: Rules, logical: str):
 
 
 def _dims(model: Model) -> list[tuple[str, int]]:
+  """Every (logical name, size) a rule may shard. Grouped-query attention adds the key/value
+  heads (the cache's `heads` and the k/v kernels' `joined_kv` are kv_heads wide): they split
+  over the same model axes as the query heads, so those axes must divide the smaller count."""
   c = model.config
   # Order matters for the message: heads before joined_kv (heads | joined_kv).
-  return [("heads", c.num_heads), ("mlp", c.mlp_dim), ("vocab", c.vocab_size),
-          ("joined_kv", c.num_heads * c.head_dim), ("embed", c.emb_dim), ("kv", c.head_dim),
+  dims = [("heads", c.num_heads), ("heads", c.kv_heads), ("mlp", c.mlp_dim),
+          ("vocab", c.vocab_size), ("joined_kv", c.num_heads * c.head_dim),
+          ("joined_kv", c.kv_heads * c.head_dim), ("embed", c.emb_dim), ("kv", c.head_dim),
           ("relpos_buckets", c.relative_attention_num_buckets)]
+  return list(dict.fromkeys(dims))  # MHA: each size once
 
 
 def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
@@ -195,9 +200,13 @@ def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
     if n > 1 and size % n:
       what = "batch size" if logical == "batch" else f"{name} dimension '{logical}'"
       sizes = " x ".join(f"{a}={mesh.shape[a]}" for a in axes)
+      gqa = (logical in ("heads", "joined_kv") and model.config.kv_heads != model.config.num_heads
+             and size in (model.config.kv_heads, model.config.kv_heads * model.config.head_dim))
       raise ValueError(
           f"mesh axis {axes[0] if len(axes) == 1 else axes} of size {n} ({sizes}) does not divide "
-          f"the {what} = {size}; choose a mesh whose {'/'.join(axes)} size divides {size}")
+          f"the {what} = {size}"
+          f"{' (the key/value heads of grouped-query attention)' if gqa else ''}; choose a mesh "
+          f"whose {'/'.join(axes)} size divides {size}")
 
 
 # ---- placement ------------------------------------------------------------------------------------

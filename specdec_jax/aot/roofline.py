@@ -71,13 +71,16 @@ def weight_params_read(cfg: ModelConfig) -> int:
   """Parameters one decode step reads whole: the decoder's layers (self-attention q, k, v, o; the
   gated MLP's wi_0, wi_1, wo; the norms), cross-attention q and o (its k and v were applied to the
   encoder output once, at prefill, and are cached), the relative-position table, the final norm
-  and the (untied) logits matrix. Not the encoder, not the token embedding (one row per token)."""
+  and the logits matrix (a tied head's is the embedding, read whole as the head). Not the
+  encoder, not an untied token embedding (one row per token). Grouped-query attention: k and v
+  are kv_heads wide; rotary models have no relative-position table."""
   e, i, m = cfg.emb_dim, cfg.num_heads * cfg.head_dim, cfg.mlp_dim
-  layer = 4 * e * i + 3 * e * m + 2 * e
+  kv = cfg.kv_heads * cfg.head_dim
+  layer = 2 * e * i + 2 * e * kv + 3 * e * m + 2 * e + ((i + 2 * kv) if cfg.qkv_bias else 0)
   if cfg.is_encoder_decoder:
     layer += 2 * e * i + e
-  return (cfg.num_decoder_layers * layer + cfg.num_heads * cfg.relative_attention_num_buckets
-          + e + cfg.vocab_size * e)
+  table = 0 if cfg.uses_rope else cfg.num_heads * cfg.relative_attention_num_buckets
+  return cfg.num_decoder_layers * layer + table + e + cfg.vocab_size * e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +105,7 @@ class Placement:
 def cache_bytes(p: Placement) -> int:
   """K/V bytes one step reads, over all chips: every self-attention slot and every prompt slot."""
   cfg = p.config
-  per_slot = 2 * cfg.num_heads * cfg.head_dim * p.act_bytes * cfg.num_decoder_layers * p.batch
+  per_slot = 2 * cfg.kv_heads * cfg.head_dim * p.act_bytes * cfg.num_decoder_layers * p.batch
   return per_slot * (p.cache_len + p.cross_len)
 
 
@@ -128,7 +131,8 @@ def step_cost(p: Placement, tokens: int, sampling: bool = True) -> Cost:
   if tokens < 1:
     raise ValueError(f"a step feeds at least one token, got {tokens}")
   inner = cfg.num_heads * cfg.head_dim
-  per_token = p.batch * (2 * inner * cfg.num_decoder_layers + cfg.emb_dim) * p.act_bytes
+  kv = cfg.kv_heads * cfg.head_dim
+  per_token = p.batch * (2 * kv * cfg.num_decoder_layers + cfg.emb_dim) * p.act_bytes
   shared = weight_params_read(cfg) * p.act_bytes + cache_bytes(p) + tokens * per_token
   sample = tokens * p.batch * SAMPLING_PASSES * cfg.vocab_size * LOGITS_BYTES if sampling else 0
   attention = 4 * cfg.num_decoder_layers * inner * (p.cache_len + p.cross_len)
@@ -140,7 +144,8 @@ def argument_bytes(p: Placement) -> int:
   """Per chip, what a compiled step is passed: the weights it reads, the whole embedding table
   and the caches (compare with `memory_analysis`'s arguments)."""
   cfg = p.config
-  weights = (weight_params_read(cfg) + cfg.vocab_size * cfg.emb_dim) * p.act_bytes
+  embedding = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.emb_dim  # tied: the head itself
+  weights = (weight_params_read(cfg) + embedding) * p.act_bytes
   return (weights + cache_bytes(p)) // p.chips
 
 

@@ -1,4 +1,5 @@
-"""Hugging Face T5 v1.1 checkpoints <-> the T5X parameter tree.
+"""Hugging Face T5 v1.1 checkpoints <-> the T5X parameter tree (Llama, Qwen2 and Gemma
+checkpoints: `hf_decoder`, dispatched to by `model_type` from `config_from_hf` and `load`).
 
 HF stores `nn.Linear` weights (out, in), so every kernel is transposed; the relative-position
 table exists only in block 0 of each stack, stored (buckets, heads); the v1.1 head is a separate
@@ -14,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from specdec_jax.checkpoints import safetensors_io, storage
+from specdec_jax.checkpoints import hf_decoder, safetensors_io, storage
 from specdec_jax.checkpoints.tree import CheckpointError, expected_shapes, flatten, to_layout
 from specdec_jax.models.config import ModelConfig
 
@@ -32,10 +33,14 @@ def is_hf(path: str) -> bool:
 
 
 def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
-  """Maps an HF T5Config dict to ModelConfig; rejects what the T5 v1.1 network cannot run."""
+  """Maps an HF T5Config dict to ModelConfig; rejects what the T5 v1.1 network cannot run.
+  Llama, Qwen2 and Gemma configs go to `hf_decoder.config_from_hf`."""
   model_type = hf.get("model_type", "t5")
+  if model_type in hf_decoder.MODEL_TYPES:
+    return hf_decoder.config_from_hf(hf, **overrides)
   if model_type not in ("t5", "mt5", "umt5"):
-    raise CheckpointError(f"HF model_type {model_type!r} is not T5")
+    raise CheckpointError(f"HF model_type {model_type!r} is not T5, nor one of the decoder "
+                          f"families {list(hf_decoder.MODEL_TYPES)}")
   if model_type == "umt5":
     raise CheckpointError("umT5 has per-layer relative position tables; not a T5 v1.1 layout")
   proj = hf.get("feed_forward_proj", "relu")
@@ -195,6 +200,8 @@ def load(path: str, **config_overrides: Any) -> tuple[ModelConfig, dict[str, Any
   """HF model directory -> (ModelConfig, flat T5X tree of lazy numpy arrays)."""
   config = config_from_hf(storage.read_json(os.path.join(path, CONFIG_FILE), "HF config"),
                           **config_overrides)
+  if not config.is_encoder_decoder:
+    return config, hf_decoder.from_state_dict(read_state_dict(path), config)
   return config, from_state_dict(read_state_dict(path), config)
 
 

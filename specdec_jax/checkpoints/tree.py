@@ -72,9 +72,16 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
   return tree
 
 
-def _attention(prefix: str, e: int, i: int) -> dict[str, tuple[int, ...]]:
-  return {f"{prefix}/query/kernel": (e, i), f"{prefix}/key/kernel": (e, i),
-          f"{prefix}/value/kernel": (e, i), f"{prefix}/out/kernel": (i, e)}
+def _attention(prefix: str, e: int, i: int, kv: int | None = None,
+               bias: bool = False) -> dict[str, tuple[int, ...]]:
+  """`kv`: the key/value width (grouped-query attention; default i); `bias`: q/k/v biases."""
+  kv = i if kv is None else kv
+  shapes = {f"{prefix}/query/kernel": (e, i), f"{prefix}/key/kernel": (e, kv),
+            f"{prefix}/value/kernel": (e, kv), f"{prefix}/out/kernel": (i, e)}
+  if bias:
+    shapes.update({f"{prefix}/query/bias": (i,), f"{prefix}/key/bias": (kv,),
+                   f"{prefix}/value/bias": (kv,)})
+  return shapes
 
 
 def _mlp(prefix: str, e: int, m: int) -> dict[str, tuple[int, ...]]:
@@ -88,7 +95,9 @@ def layer_shapes(config: ModelConfig, stack: str) -> dict[str, tuple[int, ...]]:
   if stack == "encoder":
     return {"pre_attention_layer_norm/scale": (e,), **_attention("attention", e, i),
             "pre_mlp_layer_norm/scale": (e,), **_mlp("mlp", e, m)}
-  shapes = {"pre_self_attention_layer_norm/scale": (e,), **_attention("self_attention", e, i)}
+  kv = config.kv_heads * config.head_dim
+  shapes = {"pre_self_attention_layer_norm/scale": (e,),
+            **_attention("self_attention", e, i, kv, config.qkv_bias)}
   if config.is_encoder_decoder:
     shapes.update({"pre_cross_attention_layer_norm/scale": (e,),
                    **_attention("encoder_decoder_attention", e, i)})
@@ -108,7 +117,8 @@ def expected_shapes(config: ModelConfig, scan_layers: bool | None = None) -> dic
   if config.shares_encoder and config.source_dim != config.emb_dim:
     shapes["source_projection/kernel"] = (config.source_dim, config.emb_dim)
   for stack, n, norm in stacks:
-    shapes[f"{stack}/relpos_bias/rel_embedding"] = rel
+    if not config.uses_rope:
+      shapes[f"{stack}/relpos_bias/rel_embedding"] = rel
     for sub, shape in layer_shapes(config, stack).items():
       if scan:
         shapes[f"{stack}/layers/{sub}"] = (n, *shape)
@@ -116,7 +126,8 @@ def expected_shapes(config: ModelConfig, scan_layers: bool | None = None) -> dic
         for layer in range(n):
           shapes[f"{stack}/layers_{layer}/{sub}"] = shape
     shapes[f"{stack}/{norm}/scale"] = (config.emb_dim,)
-  shapes["decoder/logits_dense/kernel"] = (config.emb_dim, config.vocab_size)
+  if not config.tie_embeddings:
+    shapes["decoder/logits_dense/kernel"] = (config.emb_dim, config.vocab_size)
   return shapes
 
 

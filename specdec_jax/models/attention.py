@@ -1,7 +1,8 @@
 """Multi-head dot-product attention as T5X computes it, split so a cache can sit in the middle.
 
-No 1/sqrt(head_dim) scaling of the logits: T5X folds it into the query kernel's initialisation, and
-pretrained checkpoints already contain it. Logits and softmax run in float32 (T5X's
+No 1/sqrt(head_dim) scaling of the logits by default: T5X folds it into the query kernel's
+initialisation, and pretrained checkpoints already contain it; the HF families scale at run time
+(`config.attention_scale`, applied to the float32 queries). Logits and softmax run in float32 (T5X's
 `float32_logits`), because draft and target probabilities are compared to the last bit.
 """
 from __future__ import annotations
@@ -18,6 +19,12 @@ from specdec_jax.models.layers import Dense
 class MultiHeadAttention(nn.Module):
   """Parameters `query`, `key`, `value` (embed, joined_kv) and `out` (joined_kv, embed).
 
+  Grouped-query attention (`config.kv_heads` < num_heads): `key` and `value` project to kv_heads
+  heads, and query heads g * G .. g * G + G - 1 (G = num_heads / kv_heads) read key head g, as
+  HF's `repeat_kv`. The keys are never repeated: the query heads of a group are folded into the
+  rows of one product, so the cache and its reads shrink by G. `config.qkv_bias` (Qwen2): the
+  three input projections carry biases.
+
   `matmul`: the layout and product of the projections a decode step runs (see `layers.Dense`).
   `kv_from_encoder` (cross-attention): keys and values project the encoder output once per request,
   many rows at once, where XLA's GEMM is the right tool; they stay "xla".
@@ -30,21 +37,24 @@ class MultiHeadAttention(nn.Module):
   def setup(self):
     cfg = self.config
     inner, dt = cfg.num_heads * cfg.head_dim, jnp.dtype(cfg.dtype)
+    kv_inner, bias = cfg.kv_heads * cfg.head_dim, cfg.qkv_bias
     mm, mkv = self.matmul, "xla" if self.kv_from_encoder else self.matmul
-    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim, matmul=mm)
-    self.key = Dense(inner, ("embed", "joined_kv"), dt, matmul=mkv)
-    self.value = Dense(inner, ("embed", "joined_kv"), dt, matmul=mkv)
+    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim, matmul=mm,
+                       use_bias=bias)
+    self.key = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
+    self.value = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
     self.out = Dense(cfg.emb_dim, ("joined_kv", "embed"), dt, matmul=mm)
 
   def _heads(self, x_BxTxI: jax.Array) -> jax.Array:
-    b, t, _ = x_BxTxI.shape
-    x = x_BxTxI.reshape(b, t, self.config.num_heads, self.config.head_dim)
+    b, t, inner = x_BxTxI.shape
+    x = x_BxTxI.reshape(b, t, inner // self.config.head_dim, self.config.head_dim)
     return nn.with_logical_constraint(x, ("batch", "length", "heads", "kv"))
 
   def project_q(self, x_BxTxD: jax.Array) -> jax.Array:
     return self._heads(self.query(x_BxTxD))
 
   def project_kv(self, x_BxSxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Keys and values [B, S, kv_heads, K]."""
     return self._heads(self.key(x_BxSxD)), self._heads(self.value(x_BxSxD))
 
   def attend(self, q_BxTxHxK: jax.Array, k_BxHxKxS: jax.Array, v_BxHxSxK: jax.Array,
@@ -55,14 +65,21 @@ class MultiHeadAttention(nn.Module):
     # Both products as batched (b, h) matmuls with the operands in the order written: [T, K] x
     # [K, S] and [T, S] x [S, K]. Left to `jnp.einsum`, XLA:CPU computed the second as
     # ([S, K]^T x [T, S]^T) into [H, K, T], a GEMM path ~1.5-2x slower at T = 2..9 (verification).
+    # Grouped queries: [B, H, T, K] -> [B, kv_heads, G * T, K] is a free reshape (heads of a group
+    # are adjacent), and the logits [B, kv_heads, G * T, S] reshape back to [B, H, T, S] freely.
+    b, t, h, k = q_BxTxHxK.shape
+    g_kv, s = k_BxHxKxS.shape[1], k_BxHxKxS.shape[3]
     q_BxHxTxK = jnp.transpose(q_BxTxHxK, (0, 2, 1, 3)).astype(jnp.float32)
-    logits_BxHxTxS = jax.lax.dot_general(q_BxHxTxK, k_BxHxKxS.astype(jnp.float32),
+    if self.config.attention_scale != 1.0:
+      q_BxHxTxK = q_BxHxTxK * jnp.float32(self.config.attention_scale)
+    q_BxGxRxK = q_BxHxTxK.reshape(b, g_kv, (h // g_kv) * t, k)
+    logits_BxGxRxS = jax.lax.dot_general(q_BxGxRxK, k_BxHxKxS.astype(jnp.float32),
                                          (((3,), (2,)), ((0, 1), (0, 1))))
-    logits_BxHxTxS = logits_BxHxTxS + bias_BxHxTxS.astype(jnp.float32)
+    logits_BxHxTxS = logits_BxGxRxS.reshape(b, h, t, s) + bias_BxHxTxS.astype(jnp.float32)
     weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxHxSxK.dtype)
-    y_BxHxTxK = jax.lax.dot_general(weights, v_BxHxSxK, (((3,), (2,)), ((0, 1), (0, 1))))
-    y_BxTxHxK = jnp.transpose(y_BxHxTxK, (0, 2, 1, 3))
-    b, t, h, k = y_BxTxHxK.shape
+    y_BxGxRxK = jax.lax.dot_general(weights.reshape(b, g_kv, (h // g_kv) * t, s), v_BxHxSxK,
+                                    (((3,), (2,)), ((0, 1), (0, 1))))
+    y_BxTxHxK = jnp.transpose(y_BxGxRxK.reshape(b, h, t, k), (0, 2, 1, 3))
     return self.out(y_BxTxHxK.reshape(b, t, h * k))
 
   def __call__(self, x_BxTxD: jax.Array, bias_BxHxTxS: jax.Array) -> jax.Array:

@@ -44,8 +44,36 @@ class ModelConfig:
   # of this width (`decoding.seam.Encoded`), projected to emb_dim when the widths differ. The
   # request is encoded once, by the strong encoder (as a distilled Whisper assists Whisper).
   source_dim: int = 0
+  # The modern decoder family (Llama, Qwen2, Gemma; kind 'decoder' only). The defaults are the
+  # T5-style LM above, so existing configs and checkpoints read unchanged; an HF checkpoint sets
+  # them from its config.json (`checkpoints.hf`).
+  # 'relative': T5 buckets (one table per stack); 'rope': rotary positions, no table.
+  position: str = "relative"
+  rope_theta: float = 10000.0
+  # Llama-3's frequency scaling: () none, or (factor, low_freq_factor, high_freq_factor,
+  # original_max_position_embeddings) as HF's rope_scaling {"rope_type": "llama3", ...}.
+  rope_scaling: tuple = ()
+  # Key/value heads (grouped-query attention; the cache holds these): 0 = num_heads.
+  num_kv_heads: int = 0
+  # Gated MLP activation: 'gelu' (tanh approximation: T5 v1.1, Gemma's GeGLU) or 'silu' (SwiGLU).
+  mlp_activation: str = "gelu"
+  # RMSNorm multiplies by (norm_offset + scale): 0 (T5, Llama, Qwen2) or 1 (Gemma).
+  norm_offset: float = 0.0
+  # The output head is the embedding table transposed (no `logits_dense`).
+  tie_embeddings: bool = False
+  # Embeddings multiplied by sqrt(emb_dim) (Gemma).
+  scale_embeddings: bool = False
+  # Biases on the query/key/value projections (Qwen2).
+  qkv_bias: bool = False
+  # Attention logits q.k multiplied by this (in float32). 1.0: T5X, whose checkpoints fold
+  # 1/sqrt(head_dim) into the query kernel; the HF families scale at run time (head_dim ** -0.5),
+  # and folding it into a bfloat16 kernel would round the weights once more.
+  attention_scale: float = 1.0
 
   def __post_init__(self):
+    if isinstance(self.rope_scaling, list):  # from JSON
+      object.__setattr__(self, "rope_scaling", tuple(self.rope_scaling))
+    self._check_family()
     if self.kind not in ("t5", "decoder"):
       raise ValueError(f"ModelConfig.kind must be 't5' or 'decoder', got {self.kind!r}")
     for name in ("vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim",
@@ -65,6 +93,35 @@ class ModelConfig:
                        "shared-encoder draft)")
     if self.dtype not in ("float32", "bfloat16", "float16"):
       raise ValueError(f"ModelConfig.dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+
+  def _check_family(self):
+    """The modern-family fields: valid values, and decoder-only where T5 has no counterpart."""
+    if self.position not in ("relative", "rope"):
+      raise ValueError(f"ModelConfig.position must be 'relative' or 'rope', got {self.position!r}")
+    if self.mlp_activation not in ("gelu", "silu"):
+      raise ValueError(f"ModelConfig.mlp_activation must be 'gelu' or 'silu', got "
+                       f"{self.mlp_activation!r}")
+    if self.rope_scaling and len(self.rope_scaling) != 4:
+      raise ValueError("ModelConfig.rope_scaling must be () or (factor, low_freq_factor, "
+                       f"high_freq_factor, original_max_position_embeddings), got "
+                       f"{self.rope_scaling!r}")
+    if self.num_kv_heads < 0 or (self.num_kv_heads and self.num_heads % self.num_kv_heads):
+      raise ValueError(f"ModelConfig.num_kv_heads ({self.num_kv_heads}) must divide num_heads "
+                       f"({self.num_heads}), or be 0 (= num_heads)")
+    modern = (self.position != "relative" or self.num_kv_heads not in (0, self.num_heads)
+              or self.tie_embeddings or self.scale_embeddings or self.qkv_bias)
+    if modern and self.kind != "decoder":
+      raise ValueError("rotary positions, grouped-query attention, tied heads, embedding scale "
+                       "and q/k/v biases are decoder-only (kind 'decoder') options")
+
+  @property
+  def kv_heads(self) -> int:
+    """Heads of the keys and values (and of the cache)."""
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def uses_rope(self) -> bool:
+    return self.position == "rope"
 
   @property
   def is_encoder_decoder(self) -> bool:
@@ -101,9 +158,11 @@ class ModelConfig:
     e, i, m, v, h = self.emb_dim, self.num_heads * self.head_dim, self.mlp_dim, self.vocab_size, self.num_heads
     attn = 4 * e * i
     mlp = 3 * e * m
-    rel = h * self.relative_attention_num_buckets
-    total = v * e + v * e + e  # embedding, logits_dense, decoder_norm
-    total += self.num_decoder_layers * (attn + mlp + 2 * e) + rel
+    rel = 0 if self.uses_rope else h * self.relative_attention_num_buckets
+    kv = self.kv_heads * self.head_dim
+    self_attn = 2 * e * i + 2 * e * kv + (i + 2 * kv if self.qkv_bias else 0)
+    total = v * e + (0 if self.tie_embeddings else v * e) + e  # embedding, head, decoder_norm
+    total += self.num_decoder_layers * (self_attn + mlp + 2 * e) + rel
     if self.is_encoder_decoder:
       if self.shares_encoder:  # no encoder; the projection of the target's states, if any
         total += 0 if self.source_dim == e else self.source_dim * e
@@ -120,6 +179,27 @@ _T5_1_1 = dict(
     large=dict(emb_dim=1024, num_heads=16, num_encoder_layers=24, num_decoder_layers=24, mlp_dim=2816),
     xl=dict(emb_dim=2048, num_heads=32, num_encoder_layers=24, num_decoder_layers=24, mlp_dim=5120),
     xxl=dict(emb_dim=4096, num_heads=64, num_encoder_layers=24, num_decoder_layers=24, mlp_dim=10240),
+)
+
+_LLAMA = dict(position="rope", mlp_activation="silu", layer_norm_epsilon=1e-5)
+
+
+def _scaled(**shape: Any) -> dict[str, Any]:
+  """A shape with the HF families' run-time attention scale head_dim ** -0.5."""
+  return dict(shape, attention_scale=shape["head_dim"] ** -0.5)
+# Llama 3.x (HF config.json of meta-llama/Llama-3.1-70B, -3.1-8B, -3.2-1B): shapes only, no
+# weights, for ahead-of-time compilation on TPU slices and as Chen et al.'s 70B-class target with
+# a 1B draft of its family. pad_id stays 0 (the project's right padding); eos is
+# <|end_of_text|>.
+_LLAMA3 = dict(vocab_size=128256, rope_theta=500000.0, eos_id=128001)
+_LLAMA3_SIZES = dict(
+    llama3_1_70b=dict(emb_dim=8192, num_heads=64, num_kv_heads=8, head_dim=128, mlp_dim=28672,
+                      num_decoder_layers=80, rope_scaling=(8.0, 1.0, 4.0, 8192)),
+    llama3_1_8b=dict(emb_dim=4096, num_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14336,
+                     num_decoder_layers=32, rope_scaling=(8.0, 1.0, 4.0, 8192)),
+    llama3_2_1b=dict(emb_dim=2048, num_heads=32, num_kv_heads=8, head_dim=64, mlp_dim=8192,
+                     num_decoder_layers=16, rope_scaling=(32.0, 1.0, 4.0, 8192),
+                     tie_embeddings=True),
 )
 
 PRESETS: dict[str, ModelConfig] = {
@@ -142,6 +222,18 @@ PRESETS: dict[str, ModelConfig] = {
     "decoder_test_draft": ModelConfig(kind="decoder", vocab_size=64, emb_dim=16, num_heads=2,
                                       head_dim=8, mlp_dim=32, num_encoder_layers=0,
                                       num_decoder_layers=1),
+    # The modern decoder family in small: rotary positions, SwiGLU, grouped-query attention
+    # (4 query heads over 2 key/value heads; the draft 2 over 1, its head tied to its embedding).
+    "llama_test_target": ModelConfig(kind="decoder", vocab_size=64, emb_dim=32, num_heads=4,
+                                     mlp_dim=64, num_encoder_layers=0, num_decoder_layers=2,
+                                     **_LLAMA, **_scaled(head_dim=8), num_kv_heads=2),
+    "llama_test_draft": ModelConfig(kind="decoder", vocab_size=64, emb_dim=16, num_heads=2,
+                                    mlp_dim=32, num_encoder_layers=0, num_decoder_layers=1,
+                                    **_LLAMA, **_scaled(head_dim=8), num_kv_heads=1,
+                                    tie_embeddings=True),
+    **{name: ModelConfig(kind="decoder", num_encoder_layers=0, **_LLAMA, **_LLAMA3,
+                         **_scaled(**shape))
+       for name, shape in _LLAMA3_SIZES.items()},
     # The local zoo (vocabulary: the shipped 8k SentencePiece model, 8100 ids padded to 8192).
     # Target: 21M parameters, 84 MB in float32, over the CPU's 32 MB L3 (memory-bound decode).
     # Drafts grow roughly 1 : 2.6 : 6.6 like T5-small : base : large (embeddings dominate the

@@ -48,7 +48,9 @@ def restrict(model, params: Params, head_ids: Sequence[int]):
   """(model, params) whose head computes the `head_ids` columns only (the rest: logit -inf).
 
   A load-time transformation of a `Model` and its T5X-layout params: the head kernel [D, V]
-  becomes [D, K]; everything else is the same array. Apply it before packing or sharding.
+  becomes [D, K]; everything else is the same array. Apply it before packing or sharding. A
+  tied head (`config.tie_embeddings`) keeps its params: the embedding stays whole for the input
+  side, and the head takes the ids' rows of it.
   """
   if packed.is_packed(model):
     raise ValueError("restrict the head before packing the model (models.packed.pack)")
@@ -58,6 +60,8 @@ def restrict(model, params: Params, head_ids: Sequence[int]):
   v = model.vocab_size
   if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= v:
     raise ValueError(f"head_ids must be sorted, distinct token ids in [0, {v}), got {len(ids)} ids")
+  if model.config.tie_embeddings:  # the head is the embedding: the model reads the ids' rows
+    return dataclasses.replace(model, head_ids=ids), params
   try:
     kernel_DxV = params["decoder"]["logits_dense"]["kernel"]
   except (KeyError, TypeError):

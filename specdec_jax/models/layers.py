@@ -63,9 +63,21 @@ class Dense(nn.Module):
   dtype: jnp.dtype = jnp.float32
   init_scale: float = 1.0
   matmul: str = "xla"
+  # A bias `bias` [out] (Qwen2's q/k/v), the same array in every matmul layout.
+  use_bias: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    y = self._project(x)
+    if not self.use_bias:
+      return y
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                           self.kernel_axes[1:]),
+                      (self.features,), jnp.float32)
+    return y + jnp.asarray(bias, y.dtype).reshape((1,) * (y.ndim - 1) + (-1,))
+
+  def _project(self, x: jax.Array) -> jax.Array:
+    """x @ kernel in the layout `matmul` names (see the class docstring)."""
     if self.matmul not in MATMULS:
       raise ValueError(f"Dense.matmul must be one of {MATMULS}, got {self.matmul!r}")
     init = _kernel_init(self.init_scale)
@@ -91,10 +103,13 @@ def _xla_dot(x: jax.Array, kernel: jax.Array, dtype) -> jax.Array:
 
 
 class LayerNorm(nn.Module):
-  """T5 RMS norm: statistics in float32, no mean subtraction, no bias, eps 1e-6."""
+  """T5 RMS norm: statistics in float32, no mean subtraction, no bias, eps 1e-6.
+
+  `offset`: the multiplier is offset + scale; Gemma stores scale - 1 (offset 1), the rest 0."""
 
   epsilon: float = 1e-6
   dtype: jnp.dtype = jnp.float32
+  offset: float = 0.0
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -102,12 +117,20 @@ class LayerNorm(nn.Module):
                        (x.shape[-1],), jnp.float32)
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.epsilon)
+    if self.offset:  # Gemma multiplies in float32 before the cast (as HF's GemmaRMSNorm)
+      y = y * (self.offset + scale.astype(jnp.float32)).reshape((1,) * (x.ndim - 1) + (-1,))
+      return y.astype(self.dtype)
     scale = jnp.asarray(scale, self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
     return y.astype(self.dtype) * scale
 
 
+_ACTIVATIONS = {"gelu": lambda x: nn.gelu(x, approximate=True), "silu": nn.silu}
+
+
 class MlpBlock(nn.Module):
-  """Gated GELU (tanh approximation, flax's default): gelu(x wi_0) * (x wi_1), then wo.
+  """Gated MLP: act(x wi_0) * (x wi_1), then wo. act: `config.mlp_activation`, GELU with the tanh
+  approximation (T5 v1.1, Gemma's GeGLU) or SiLU (Llama and Qwen2's SwiGLU); wi_0 is HF's
+  gate_proj, wi_1 its up_proj, wo its down_proj.
 
   `matmul`: the three projections' layout and product (see `Dense`)."""
 
@@ -119,7 +142,7 @@ class MlpBlock(nn.Module):
     cfg, dt, mm = self.config, _dtype(self.config), self.matmul
     gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_0")(x)
     lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_1")(x)
-    h = nn.gelu(gate, approximate=True) * lin
+    h = _ACTIVATIONS[cfg.mlp_activation](gate) * lin
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
     return Dense(cfg.emb_dim, ("mlp", "embed"), dt, matmul=mm, name="wo")(h)
 
@@ -172,17 +195,63 @@ class RelativePositionBiases(nn.Module):
 
 
 class Embed(nn.Module):
-  """Token embedding table (vocab, emb); normal(1.0) init as T5X."""
+  """Token embedding table (vocab, emb); normal(1.0) init as T5X.
+
+  `scale_embeddings` (Gemma): rows multiplied by sqrt(emb_dim), the factor rounded to the
+  activation dtype first as HF does. `table()`: the array itself, for a head tied to it."""
 
   config: ModelConfig
 
-  @nn.compact
+  def setup(self):
+    cfg = self.config
+    self.embedding = self.param(
+        "embedding", nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
+        (cfg.vocab_size, cfg.emb_dim), jnp.float32)
+
   def __call__(self, tokens: jax.Array) -> jax.Array:
     cfg = self.config
-    table = self.param("embedding",
-                       nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
-                       (cfg.vocab_size, cfg.emb_dim), jnp.float32)
-    return jnp.take(jnp.asarray(table, _dtype(cfg)), tokens.astype(jnp.int32), axis=0)
+    x = jnp.take(jnp.asarray(self.embedding, _dtype(cfg)), tokens.astype(jnp.int32), axis=0)
+    if cfg.scale_embeddings:
+      x = x * jnp.asarray(math.sqrt(cfg.emb_dim), _dtype(cfg))
+    return x
+
+  def table(self) -> jax.Array:
+    return self.embedding
+
+
+def rope_frequencies(config: ModelConfig) -> np.ndarray:
+  """Rotary inverse frequencies [K / 2] (HF's `inv_freq`), with Llama-3's scaling if configured:
+  wavelengths past original_max / low_freq_factor are divided by factor, those under
+  original_max / high_freq_factor kept, and the band between interpolated smoothly."""
+  k = config.head_dim
+  inv = 1.0 / (config.rope_theta ** (np.arange(0, k, 2, dtype=np.int64).astype(np.float32) / k))
+  if not config.rope_scaling:
+    return inv.astype(np.float32)
+  factor, low, high, original = config.rope_scaling
+  wavelen = 2 * math.pi / inv
+  scaled = np.where(wavelen > original / low, inv / factor, inv)
+  smooth = (original / wavelen - low) / (high - low)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= original / high) & (wavelen <= original / low)
+  return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(config: ModelConfig, pos_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(cos, sin) [B, T, K] at each token's position, computed in float32 as HF does, then cast to
+  the activation dtype. Why per call from positions: a token's position is data (its example's
+  cache index, or a tree node's depth), so no table of max-length rows is kept."""
+  inv_K2 = jnp.asarray(rope_frequencies(config))
+  angles_BxTxK2 = pos_BxT.astype(jnp.float32)[:, :, None] * inv_K2[None, None, :]
+  angles_BxTxK = jnp.concatenate([angles_BxTxK2, angles_BxTxK2], axis=-1)
+  dt = _dtype(config)
+  return jnp.cos(angles_BxTxK).astype(dt), jnp.sin(angles_BxTxK).astype(dt)
+
+
+def apply_rope(x_BxTxHxK: jax.Array, cos_BxTxK: jax.Array, sin_BxTxK: jax.Array) -> jax.Array:
+  """Rotates halves (HF's `rotate_half` convention, the layout HF checkpoints are stored in)."""
+  half = x_BxTxHxK.shape[-1] // 2
+  rotated = jnp.concatenate([-x_BxTxHxK[..., half:], x_BxTxHxK[..., :half]], axis=-1)
+  return x_BxTxHxK * cos_BxTxK[:, :, None, :] + rotated * sin_BxTxK[:, :, None, :]
 
 
 def mask_to_bias(mask: jax.Array, dtype) -> jax.Array:

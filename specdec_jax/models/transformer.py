@@ -23,11 +23,11 @@ from specdec_jax.models.attention import MultiHeadAttention
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.layers import (Dense, Embed, LayerNorm, MlpBlock, RelativePositionBiases,
-                                       mask_to_bias, scatter_logits)
+                                       apply_rope, mask_to_bias, rope_tables, scatter_logits)
 
 
 def _norm(cfg: ModelConfig, name: str) -> LayerNorm:
-  return LayerNorm(cfg.layer_norm_epsilon, jnp.dtype(cfg.dtype), name=name)
+  return LayerNorm(cfg.layer_norm_epsilon, jnp.dtype(cfg.dtype), cfg.norm_offset, name=name)
 
 
 def _scan(module_cls, length: int, **method_kwargs):
@@ -73,7 +73,10 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Pre-norm self-attention (cached), cross-attention (T5 only), gated-GELU MLP.
+  """Pre-norm self-attention (cached), cross-attention (T5 only), gated MLP.
+
+  `rope` ((cos, sin) [B, T, K], rotary models only): queries and keys are rotated to their
+  tokens' positions before the keys are cached, so a cached key never moves again.
 
   `matmul`: layout and product of the projections a decode step runs (`layers.Dense`)."""
 
@@ -98,11 +101,13 @@ class DecoderLayer(nn.Module):
     return encoded_BxExD, self.cross_kv(encoded_BxExD)
 
   def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, slots_BxT: jax.Array, self_bias: jax.Array,
-               cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array]
-               ) -> tuple[jax.Array, LayerKV]:
+               cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array],
+               rope: Optional[tuple[jax.Array, jax.Array]] = None) -> tuple[jax.Array, LayerKV]:
     h = self.pre_self_attention_layer_norm(x_BxTxD)
     q = self.self_attention.project_q(h)
     k, v = self.self_attention.project_kv(h)
+    if rope is not None:
+      q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     kv = kv.write(k, v, slots_BxT)
     x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias)
     if cross_kv is not None:
@@ -114,7 +119,12 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-  """The decoder stack and the output head. `matmul`, `head_ids`: see `Transformer`."""
+  """The decoder stack and the output head. `matmul`, `head_ids`: see `Transformer`.
+
+  Rotary models (`config.uses_rope`) have no relative-position table: their self-attention bias
+  is the mask alone ([B, 1, T, S]) and positions enter as rotations. Tied models
+  (`config.tie_embeddings`) have no `logits_dense`: the head is the embedding table the caller
+  passes."""
 
   config: ModelConfig
   matmul: str = "xla"
@@ -122,16 +132,19 @@ class Decoder(nn.Module):
 
   def setup(self):
     cfg, mm = self.config, self.matmul
-    self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
+    if not cfg.uses_rope:
+      self.relpos_bias = RelativePositionBiases(cfg, bidirectional=False)
     if cfg.scan_layers:  # one module, parameters stacked on a leading axis: decoder/layers/...
       self.layers = _scan(DecoderLayer, cfg.num_decoder_layers,
-                          __call__={"in_axes": (0, nn.broadcast, nn.broadcast, 0, nn.broadcast)},
+                          __call__={"in_axes": (0, nn.broadcast, nn.broadcast, 0, nn.broadcast,
+                                                nn.broadcast)},
                           cross_kv_step={"in_axes": ()})(cfg, mm)
     else:
       self.layers = [DecoderLayer(cfg, mm) for _ in range(cfg.num_decoder_layers)]  # layers_{i}
     self.decoder_norm = _norm(cfg, "decoder_norm")
     head = cfg.vocab_size if self.head_ids is None else len(self.head_ids)
-    self.logits_dense = Dense(head, ("embed", "vocab"), jnp.float32, matmul=mm)
+    if not cfg.tie_embeddings:
+      self.logits_dense = Dense(head, ("embed", "vocab"), jnp.float32, matmul=mm)
 
   def cross_kv(self, encoded_BxExD: jax.Array) -> tuple[LayerKV, ...] | LayerKV:
     """Per-layer cross-attention K/V: a tuple, or one LayerKV stacked [L, ...] when scanned."""
@@ -140,12 +153,13 @@ class Decoder(nn.Module):
     return tuple(layer.cross_kv(encoded_BxExD) for layer in self.layers)
 
   def __call__(self, x_BxTxD: jax.Array, cache: DecodeCache, offsets: Optional[jax.Array] = None,
-               visible: Optional[jax.Array] = None) -> tuple[jax.Array, DecodeCache]:
+               visible: Optional[jax.Array] = None, table_VxD: Optional[jax.Array] = None
+               ) -> tuple[jax.Array, DecodeCache]:
     """Runs T new tokens per example, written to slots `cache.index_B` + 0..T-1; returns float32
     logits. By default they form a causal chain (positions = slots). `offsets` and `visible`
     (both or neither; `masked_block`) give each new token another position and another set of
-    new tokens to attend to: the block is then any set of continuations of the cached prefix."""
-    cfg = self.config
+    new tokens to attend to: the block is then any set of continuations of the cached prefix.
+    `table_VxD`: the embedding, the head of a tied model."""
     batch, t = x_BxTxD.shape[:2]
     slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
@@ -155,28 +169,49 @@ class Decoder(nn.Module):
     else:
       pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
                                                         visible)
-    self_bias = self.relpos_bias(pos_BxT, key_pos_BxS)
-    self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
+    rope = None
+    if self.config.uses_rope:
+      self_bias = mask_to_bias(attend_BxTxS[:, None], jnp.dtype(self.config.dtype))
+      rope = rope_tables(self.config, pos_BxT)
+    else:
+      self_bias = self.relpos_bias(pos_BxT, key_pos_BxS)
+      self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
+    x_BxTxD, new_kv = self._layers(x_BxTxD, cache, slots_BxT, self_bias, rope)
+    logits_BxTxV = self._head(self.decoder_norm(x_BxTxD), table_VxD)
+    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
+    return logits_BxTxV, cache
+
+  def _layers(self, x_BxTxD, cache, slots_BxT, self_bias, rope):
+    """The stack over (x, cache): scanned, or one layer after another."""
     cross_bias = None
     if cache.cross_kv is not None:
       cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
     if self.config.scan_layers:
-      x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
-                                    cross_bias)
+      return self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
+                         cross_bias, rope)
+    new_kv = []
+    for i, layer in enumerate(self.layers):
+      cross = None if cache.cross_kv is None else cache.cross_kv[i]
+      x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias, rope)
+      new_kv.append(kv)
+    return x_BxTxD, tuple(new_kv)
+
+  def _head(self, y_BxTxD: jax.Array, table_VxD: Optional[jax.Array]) -> jax.Array:
+    """float32 logits over the vocabulary: `logits_dense`, or the tied embedding (its rows of the
+    restricted head's ids when there is one: the restriction needs no copy of the table)."""
+    cfg = self.config
+    y_BxTxD = y_BxTxD.astype(jnp.float32)
+    if cfg.tie_embeddings:
+      if table_VxD is None:
+        raise ValueError("a tied model's decoder needs the embedding table as its head")
+      if self.head_ids is not None:
+        table_VxD = jnp.take(table_VxD, jnp.asarray(self.head_ids, jnp.int32), axis=0)
+      logits_BxTxV = jnp.einsum("btd,vd->btv", y_BxTxD, jnp.asarray(table_VxD, jnp.float32))
     else:
-      new_kv = []
-      for i, layer in enumerate(self.layers):
-        cross = None if cache.cross_kv is None else cache.cross_kv[i]
-        x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias)
-        new_kv.append(kv)
-      new_kv = tuple(new_kv)
-    y_BxTxD = self.decoder_norm(x_BxTxD)
-    logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
+      logits_BxTxV = self.logits_dense(y_BxTxD)
     if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
       logits_BxTxV = scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
-    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
-    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
-    return logits_BxTxV, cache
+    return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
 
 
 def masked_block(index_B: jax.Array, length: int, offsets, visible
@@ -256,7 +291,7 @@ class Transformer(nn.Module):
     cfg = self.config
     if encoded_BxExD is not None and cfg.shares_encoder and cfg.source_dim != cfg.emb_dim:
       encoded_BxExD = self.source_projection(encoded_BxExD)
-    zeros = lambda: LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim,  # noqa: E731
+    zeros = lambda: LayerKV.zeros(batch, length, cfg.kv_heads, cfg.head_dim,  # noqa: E731
                                   jnp.dtype(cfg.dtype))
     if cfg.scan_layers:  # one LayerKV with a leading layer axis [L, B, H, K, S] / [L, B, H, S, K]
       kv = jax.tree.map(lambda z: jnp.broadcast_to(z, (cfg.num_decoder_layers, *z.shape)), zeros())
@@ -268,7 +303,8 @@ class Transformer(nn.Module):
 
   def extend(self, cache: DecodeCache, tokens_BxT: jax.Array, offsets: Optional[jax.Array] = None,
              visible: Optional[jax.Array] = None) -> tuple[jax.Array, DecodeCache]:
-    return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible)
+    table = self.token_embedder.table() if self.config.tie_embeddings else None
+    return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible, table)
 
   def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None) -> jax.Array:

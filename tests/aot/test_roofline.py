@@ -63,7 +63,7 @@ def test_a_tiny_step_counted_by_hand():
 
 
 @pytest.mark.parametrize("name", ["t5_1_1_xxl", "t5_1_1_small", "t5_test_shared_draft",
-                                  "decoder_97m"])
+                                  "decoder_97m", "llama3_1_70b"])
 def test_what_a_step_does_not_read_is_the_rest_of_the_model(name):
   # read + the token embedding + cross-attention k, v + the encoder (or the shared draft's
   # projection) is every parameter: nothing counted twice or forgotten.
@@ -166,3 +166,13 @@ def test_a_layout_needs_a_target_step_on_one_slice():
   rec = _record("one_chip")["metrics"]["aot"][0]
   with pytest.raises(ValueError, match="one slice"):
     R.layout_from_aot([rec, dict(rec, topology="v4-32")], "x")
+
+
+def test_tied_gqa_model_reads_its_embedding_as_the_head_and_caches_kv_heads():
+  """Llama-3.2 1B: the tied embedding is read whole once (as the head) and is every parameter
+  a step reads beside the layers; its cache holds 8 key/value heads, not 32."""
+  cfg = get_preset("llama3_2_1b")
+  assert R.weight_params_read(cfg) == cfg.num_params()
+  p = R.Placement(cfg, batch=1, cache_len=1)
+  assert R.cache_bytes(p) == 2 * 8 * 64 * 4 * 16
+  assert R.argument_bytes(p) == cfg.num_params() * 4 + R.cache_bytes(p)

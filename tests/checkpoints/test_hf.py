@@ -131,3 +131,42 @@ def test_to_hf_requires_complete_params(tmp_path):
   del flat["decoder/logits_dense/kernel"]
   with pytest.raises(CheckpointError, match="target/decoder/logits_dense/kernel"):
     hf.to_hf(config, unflatten(flat), str(tmp_path))
+
+
+# meta-llama/Llama-3.1-70B's config.json (transformers < 5 spelling: rope_theta + rope_scaling).
+LLAMA31_70B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 128000,
+    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 8192,
+    "intermediate_size": 28672, "max_position_embeddings": 131072, "mlp_bias": False,
+    "model_type": "llama", "num_attention_heads": 64, "num_hidden_layers": 80,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256}
+
+
+def test_decoder_family_configs_map_to_the_presets():
+  """The Llama-3.x presets are what their HF config.json files say (either rope spelling)."""
+  assert hf.config_from_hf(LLAMA31_70B) == get_preset("llama3_1_70b")
+  new = {k: v for k, v in LLAMA31_70B.items() if k not in ("rope_theta", "rope_scaling")}
+  new["rope_parameters"] = dict(LLAMA31_70B["rope_scaling"], rope_theta=500000.0)
+  assert hf.config_from_hf(new) == get_preset("llama3_1_70b")
+  small = dict(LLAMA31_70B, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+               num_hidden_layers=16, head_dim=64, tie_word_embeddings=True,
+               rope_scaling=dict(LLAMA31_70B["rope_scaling"], factor=32.0))
+  assert hf.config_from_hf(small) == get_preset("llama3_2_1b")
+  gemma = hf.config_from_hf(dict(model_type="gemma", vocab_size=256, hidden_size=32,
+                                 intermediate_size=64, num_attention_heads=4, head_dim=16,
+                                 num_hidden_layers=2, num_key_value_heads=1, hidden_act="gelu",
+                                 eos_token_id=1))
+  assert (gemma.mlp_activation, gemma.norm_offset, gemma.scale_embeddings,
+          gemma.tie_embeddings) == ("gelu", 1.0, True, True)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "yarn"),
+    (dict(attention_bias=True), "attention_bias"), (dict(hidden_act="relu"), "relu"),
+    (dict(eos_token_id=None), "eos_token_id")])
+def test_decoder_family_options_we_do_not_compute_are_refused(change, match):
+  with pytest.raises(CheckpointError, match=match):
+    hf.config_from_hf(dict(LLAMA31_70B, **change))

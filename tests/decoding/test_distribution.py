@@ -98,3 +98,20 @@ def test_broken_residual_is_detected(models, monkeypatch):
   counts = _spec_counts(models, sampling, rule="broken_residual")
   _, _, pvalue = chi_square_gof(counts, _exact(models, sampling))
   assert pvalue < 1e-6
+
+
+def test_modern_family_speculative_matches_exact_target_distribution():
+  """The same test with nucleus sampling (Chen et al.'s top-p 0.8) for a llama-style pair: rotary
+  positions, grouped-query attention, SwiGLU; the draft tied, with q/k/v biases."""
+  cfg = get_preset("llama_test_draft", vocab_size=V, num_heads=2, num_kv_heads=1, eos_id=-1,
+                   tie_embeddings=False)
+  target, draft = Model(cfg), Model(cfg.replace(tie_embeddings=True, qkv_bias=True, mlp_dim=16))
+  tp = target.init(jax.random.key(21))  # top-p keeps 56 of the 216 continuations; alpha ~0.1
+  dp = jax.tree_util.tree_map(lambda x: x + 0.1, draft.init(jax.random.key(22)))
+  pair = (target, tp, draft, dp)
+  sampling = CONFIGS["topp0.8"]
+  probs = _exact(pair, sampling)
+  counts = _spec_counts(pair, sampling)
+  stat, dof, pvalue = chi_square_gof(counts, probs)
+  assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e}"
+  assert 0.5 * np.abs(counts / counts.sum() - probs).sum() < 0.01

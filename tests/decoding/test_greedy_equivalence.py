@@ -21,6 +21,7 @@ INPUTS = {
     "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
     "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
 }
+INPUTS["llama"] = INPUTS["decoder"]  # rotary, grouped-query, the draft's head tied
 
 
 def _ar(model, params, inputs, *, sampling, max_decode_len):
@@ -38,7 +39,7 @@ def _assert_same(spec, ar):
   np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
 
 
-@pytest.fixture(scope="module", params=["t5", "decoder"])
+@pytest.fixture(scope="module", params=["t5", "decoder", "llama"])
 def setup(request):
   target, tp, draft, dp = tiny_pair(request.param)
   inputs = jnp.asarray(INPUTS[request.param], jnp.int32)

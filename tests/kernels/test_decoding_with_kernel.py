@@ -25,6 +25,7 @@ INPUTS = {
     "t5": np.array([[5, 6, 7, 1, 0], [8, 9, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
     "decoder": np.array([[5, 6, 7, 2, 0], [8, 9, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
 }
+INPUTS["llama"] = INPUTS["decoder"]
 CUSTOM_CALL = f'custom_call_target="{build.TARGET_NAME}"'
 
 
@@ -57,7 +58,7 @@ def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
 
 
 @pytest.mark.parametrize("kind,matmul", [("t5", "kernel"), ("decoder", "kernel"),
-                                         ("decoder", "hybrid")])
+                                         ("decoder", "hybrid"), ("llama", "hybrid")])
 def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul):
   target, tp, draft, dp = _packed_pair(kind, matmul)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)

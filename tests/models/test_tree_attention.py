@@ -21,7 +21,8 @@ from specdec_jax.testing import ragged_prompts
 
 IRREGULAR = Tree((-1, 0, 0, 1, 1, 1, 2, 4))  # leaves at depths 1..3, up to 3 children
 VARIANTS = [("t5", False, Tree.from_branching((3, 2))), ("decoder", False, IRREGULAR),
-            ("decoder", True, Tree.from_branching((2, 2, 1))), ("t5", True, IRREGULAR)]
+            ("decoder", True, Tree.from_branching((2, 2, 1))), ("t5", True, IRREGULAR),
+            ("llama", False, IRREGULAR)]  # rotary: keys rotated at their node's depth
 CACHE_LEN = 32
 
 
@@ -29,7 +30,7 @@ def placed(kind, scan, seed=0):
   """(model, params, cache) with the four rows at different cache indices."""
   model = Model(get_preset(f"{kind}_test_target").replace(scan_layers=scan))
   params = model.init(jax.random.key(seed))
-  if kind == "decoder":
+  if model.config.kind == "decoder":
     _, prompts = ragged_prompts([6, 3, 1, 5], extra=0)
     return model, params, jax.jit(model.prefill, static_argnums=2)(params, jnp.asarray(prompts),
                                                                    CACHE_LEN)
