@@ -216,18 +216,3 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
                        loop=loop if gamma > 0 else None, calibration=calibration)
 
 
-def resolve(point: Point, costs: timing.Costs, store, alpha_fn, *, gamma_max: int,
-            min_speedup: float, adaptive=None, tree=None, rule: str = "tokenwise"
-            ) -> ResolvedPoint:
-  """A concrete point from lone-extend costs only (no loop timing): what a mesh run does.
-  alpha_fn() -> alpha, or calibration_acceptance's dict."""
-  if point.gamma != AUTO:
-    return resolved(point, adaptive=adaptive, tree=tree)
-
-  def acceptance_fn():
-    a = alpha_fn()
-    return a if isinstance(a, Mapping) else {"alpha": float(a)}
-  plan = plan_auto(point, costs, store, acceptance_fn, gamma_max=gamma_max,
-                   min_speedup=min_speedup, rule=rule)
-  return resolved(point, memo=choose(plan, costs, None, store, min_speedup=min_speedup,
-                                     rule=rule))
