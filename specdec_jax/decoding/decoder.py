@@ -144,9 +144,13 @@ class Decoder:
       return state, loop_program.lower(self, params, state, None)
 
   def place_inputs(self, inputs_BxP, process_local: bool = False) -> jax.Array:
-    """The prompts as a global array batch-sharded over the mesh (by the target's rules)."""
+    """The prompts as a global array batch-sharded over the mesh (by the target's rules); a
+    global array that spans other processes' devices (the runner's `global_batch`) is already
+    placed and is taken as it is (it cannot be read back to this host)."""
     batch = np.shape(inputs_BxP)[0] * (jax.process_count() if process_local else 1)
     sh.validate(self.mesh, self.target, self.target.axis_rules, name="target", batch_size=batch)
+    if isinstance(inputs_BxP, jax.Array) and not inputs_BxP.is_fully_addressable:
+      return inputs_BxP
     return sh.shard_batch(np.asarray(inputs_BxP, np.int32), self.mesh, self.target.axis_rules,
                           process_local=process_local)
 
