@@ -101,7 +101,8 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
         r["name"], str(m["task"]), _f(m["temperature"], "g"), str(m["gamma"]),
         str(m["num_examples"]), f"{_f(m['alpha'], '.3f')} {_interval(m.get('alpha_interval95'), '.3f')}",
         _f(m.get("tokens_per_target_call")),
-        f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}",
+        ("- (gamma 0: nothing speculative to time)" if m.get("speedup") is None else
+         f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}"),
         _f(m.get("speedup_predicted")), _f(m.get("speedup_predicted_in_sample")),
         {True: "yes", False: "no"}.get(cal.get("held_out"), "-"),
         _f(r["load_average"][0], ".1f"), r["commit"][:7])) + " |")
