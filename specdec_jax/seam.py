@@ -22,9 +22,11 @@ Two extension points:
   mask) to both prefills: the target uses it as its own encoder output instead of encoding again,
   the draft cross-attends to it. Without such a draft every prefill gets None and encodes itself.
   `shares_encoder` and `encode` are optional members (`shares_encoder(model)` reads the first).
-- `extend` returns `(logits_BxTxV, cache)` today; a feature-level draft will need the target's
-  hidden states too. That will be a separate optional member (`extend_with_hidden`), so the
-  two-tuple every loop unpacks stays as it is.
+- `extend` returns `(logits_BxTxV, cache)`; a feature-level draft needs the target's hidden
+  states too. The models have the optional member `extend_with_hidden(params, cache, tokens_BxT,
+  layers) -> (logits_BxTxV, hidden_BxTxnxD, cache)` (the same call: logits equal `extend`'s), so
+  the two-tuple every loop unpacks stays as it is. `Delegate` does not forward it (a wrapper
+  that changes `extend` would not change it).
 """
 from __future__ import annotations
 

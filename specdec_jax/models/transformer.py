@@ -145,8 +145,31 @@ class Decoder(nn.Module):
     logits. By default they form a causal chain (positions = slots). `offsets` and `visible`
     (both or neither; `masked_block`) give each new token another position and another set of
     new tokens to attend to: the block is then any set of continuations of the cached prefix."""
-    cfg = self.config
-    batch, t = x_BxTxD.shape[:2]
+    logits_BxTxV, _, cache = self.with_hidden(x_BxTxD, cache, (), offsets, visible)
+    return logits_BxTxV, cache
+
+  def with_hidden(self, x_BxTxD: jax.Array, cache: DecodeCache, hidden_layers: tuple[int, ...],
+                  offsets: Optional[jax.Array] = None, visible: Optional[jax.Array] = None
+                  ) -> tuple[jax.Array, Optional[jax.Array], DecodeCache]:
+    """`__call__` that also returns the residual stream at `hidden_layers` [B, T, n, D] (None
+    when empty), from the same pass: index i is the input of layer i (0: the token embeddings,
+    L: the last layer's output, before the final norm). Why here: a feature-level draft reads
+    the target's own states of the verified tokens, and a second call would cost a target step."""
+    t = x_BxTxD.shape[1]
+    self_bias, cross_bias, slots_BxT = self._biases(cache, t, offsets, visible)
+    x_BxTxD, new_kv, hidden = self._stack(x_BxTxD, cache, slots_BxT, self_bias, cross_bias,
+                                          hidden_layers)
+    y_BxTxD = self.decoder_norm(x_BxTxD)
+    logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
+    if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
+      logits_BxTxV = scatter_logits(logits_BxTxV, self.head_ids, self.config.vocab_size)
+    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
+    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
+    return logits_BxTxV, hidden, cache
+
+  def _biases(self, cache: DecodeCache, t: int, offsets, visible):
+    """(self-attention bias [B, H, T, S], cross bias or None, write slots [B, T])."""
+    batch = cache.index_B.shape[0]
     slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
     if offsets is None and visible is None:
@@ -160,23 +183,30 @@ class Decoder(nn.Module):
     cross_bias = None
     if cache.cross_kv is not None:
       cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
+    return self_bias, cross_bias, slots_BxT
+
+  def _stack(self, x_BxTxD, cache: DecodeCache, slots_BxT, self_bias, cross_bias,
+             hidden_layers: tuple[int, ...]):
+    """The decoder layers: (output, new self K/V, stacked residuals at `hidden_layers` or None)."""
+    n = self.config.num_decoder_layers
+    if any(not 0 <= i <= n for i in hidden_layers):
+      raise ValueError(f"hidden layers {hidden_layers} out of range 0..{n} (0: the embeddings, "
+                       f"{n}: the last layer's output)")
     if self.config.scan_layers:
+      if hidden_layers:
+        raise ValueError("hidden states need unrolled decoder layers (scan_layers=False)")
       x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
                                     cross_bias)
-    else:
-      new_kv = []
-      for i, layer in enumerate(self.layers):
-        cross = None if cache.cross_kv is None else cache.cross_kv[i]
-        x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias)
-        new_kv.append(kv)
-      new_kv = tuple(new_kv)
-    y_BxTxD = self.decoder_norm(x_BxTxD)
-    logits_BxTxV = self.logits_dense(y_BxTxD.astype(jnp.float32))
-    if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
-      logits_BxTxV = scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
-    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
-    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
-    return logits_BxTxV, cache
+      return x_BxTxD, new_kv, None
+    new_kv, stream = [], [x_BxTxD]
+    for i, layer in enumerate(self.layers):
+      cross = None if cache.cross_kv is None else cache.cross_kv[i]
+      x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias)
+      new_kv.append(kv)
+      stream.append(x_BxTxD)
+    hidden = (jnp.stack([stream[i] for i in hidden_layers], axis=2).astype(jnp.float32)
+              if hidden_layers else None)
+    return x_BxTxD, tuple(new_kv), hidden
 
 
 def masked_block(index_B: jax.Array, length: int, offsets, visible
@@ -263,19 +293,34 @@ class Transformer(nn.Module):
              visible: Optional[jax.Array] = None) -> tuple[jax.Array, DecodeCache]:
     return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible)
 
+  def extend_with_hidden(self, cache: DecodeCache, tokens_BxT: jax.Array,
+                         hidden_layers: tuple[int, ...]):
+    """`extend` that also returns the decoder's residual stream at `hidden_layers`."""
+    return self.decoder.with_hidden(self.token_embedder(tokens_BxT), cache, hidden_layers)
+
+  def forward_with_hidden(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
+                          hidden_layers: tuple[int, ...],
+                          encoded_BxExD: Optional[jax.Array] = None):
+    """Teacher-forced (logits, hidden [B, T, n, D]): a feature draft's training features."""
+    cache = self._teacher_cache(inputs_BxE, decoder_tokens_BxT.shape, encoded_BxExD)
+    logits_BxTxV, hidden, _ = self.extend_with_hidden(cache, decoder_tokens_BxT, hidden_layers)
+    return logits_BxTxV, hidden
+
+  def _teacher_cache(self, inputs_BxE, shape, encoded_BxExD) -> DecodeCache:
+    batch, t = shape
+    if self.config.is_encoder_decoder:
+      if encoded_BxExD is None:
+        if self.config.shares_encoder:
+          raise ValueError(_NEEDS_ENCODED)
+        encoded_BxExD = self.encode(inputs_BxE)
+      return self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
+    return self.empty_cache(batch, t)
+
   def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None) -> jax.Array:
     """Teacher-forced logits over the whole target (training, scoring, initialisation).
 
     `encoded_BxExD`: the encoder output of `inputs_BxE` (a shared-encoder draft: its target's,
     required; a T5 model with its own encoder: its own, computed once by the caller)."""
-    batch, t = decoder_tokens_BxT.shape
-    if self.config.is_encoder_decoder:
-      if encoded_BxExD is None:
-        if self.config.shares_encoder:
-          raise ValueError(_NEEDS_ENCODED)
-        encoded_BxExD = self.encode(inputs_BxE)
-      cache = self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
-    else:
-      cache = self.empty_cache(batch, t)
+    cache = self._teacher_cache(inputs_BxE, decoder_tokens_BxT.shape, encoded_BxExD)
     return self.extend(cache, decoder_tokens_BxT)[0]
