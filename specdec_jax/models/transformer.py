@@ -156,7 +156,8 @@ class Decoder(nn.Module):
     L: the last layer's output, before the final norm). Why here: a feature-level draft reads
     the target's own states of the verified tokens, and a second call would cost a target step."""
     t = x_BxTxD.shape[1]
-    self_bias, cross_bias, slots_BxT = self._biases(cache, t, offsets, visible)
+    self_bias, cross_bias, slots_BxT = block_biases(self.relpos_bias, cache, t, offsets,
+                                                    visible)
     x_BxTxD, new_kv, hidden = self._stack(x_BxTxD, cache, slots_BxT, self_bias, cross_bias,
                                           hidden_layers)
     y_BxTxD = self.decoder_norm(x_BxTxD)
@@ -166,24 +167,6 @@ class Decoder(nn.Module):
     logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
     cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
     return logits_BxTxV, hidden, cache
-
-  def _biases(self, cache: DecodeCache, t: int, offsets, visible):
-    """(self-attention bias [B, H, T, S], cross bias or None, write slots [B, T])."""
-    batch = cache.index_B.shape[0]
-    slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
-    if offsets is None and visible is None:
-      pos_BxT, key_pos_BxS = slots_BxT, slots_BxS
-      attend_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
-    else:
-      pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
-                                                        visible)
-    self_bias = self.relpos_bias(pos_BxT, key_pos_BxS)
-    self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
-    cross_bias = None
-    if cache.cross_kv is not None:
-      cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
-    return self_bias, cross_bias, slots_BxT
 
   def _stack(self, x_BxTxD, cache: DecodeCache, slots_BxT, self_bias, cross_bias,
              hidden_layers: tuple[int, ...]):
@@ -207,6 +190,27 @@ class Decoder(nn.Module):
     hidden = (jnp.stack([stream[i] for i in hidden_layers], axis=2).astype(jnp.float32)
               if hidden_layers else None)
     return x_BxTxD, tuple(new_kv), hidden
+
+
+def block_biases(relpos_bias, cache: DecodeCache, t: int, offsets=None, visible=None):
+  """(self-attention bias [B, H, T, S], cross bias [B, 1, 1, E] or None, write slots [B, T]) of
+  T new tokens at `cache.index_B`: a causal chain, or `masked_block`'s layout when `offsets` and
+  `visible` are given. Shared by the decoder and the feature-level draft's block."""
+  batch = cache.index_B.shape[0]
+  slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+  slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
+  if offsets is None and visible is None:
+    pos_BxT, key_pos_BxS = slots_BxT, slots_BxS
+    attend_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
+  else:
+    pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
+                                                      visible)
+  self_bias = relpos_bias(pos_BxT, key_pos_BxS)
+  self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
+  cross_bias = None
+  if cache.cross_kv is not None:
+    cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
+  return self_bias, cross_bias, slots_BxT
 
 
 def masked_block(index_B: jax.Array, length: int, offsets, visible
