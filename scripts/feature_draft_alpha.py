@@ -58,11 +58,17 @@ def decode_counts(decoder: Decoder, params: Params, inputs_NxP: np.ndarray, batc
     for name in ("drafted_B", "accepted_B", "emitted_B", "target_calls_B", "beta_sum_B",
                  "beta_count_B"):
       sums[name] = sums.get(name, 0.0) + float(np.sum(getattr(c, name)))
+    per_position = np.sum(c.accepts_per_position_BxG, axis=0).astype(float)
+    sums["per_position"] = sums.get("per_position", 0.0) + per_position
     outputs.append(np.asarray(result.tokens_BxN))
   return {"alpha": sums["beta_sum_B"] / max(sums["beta_count_B"], 1.0),
           "acceptance_rate": sums["accepted_B"] / max(sums["drafted_B"], 1.0),
           "tokens_per_target_call": sums["emitted_B"] / max(sums["target_calls_B"], 1.0),
           "target_calls": int(sums["target_calls_B"]), "tokens": int(sums["emitted_B"]),
+          # P(at least i drafts kept in a call), i = 1..gamma: depth 1 reads the target's
+          # states, deeper drafts the draft's own features
+          "accept_at_least": [round(float(x) / max(sums["target_calls_B"], 1.0), 4)
+                              for x in sums["per_position"]],
           "seconds": round(time.perf_counter() - t0, 1)}, np.concatenate(outputs)
 
 
