@@ -23,9 +23,11 @@ from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = 
 from specdec_jax.training.config import TrainConfig
 from specdec_jax.training.data import TaskSpec
 from specdec_jax.training.distill_data import DistillDataConfig
+from specdec_jax.training.feature_draft import FeatureTrainConfig
 
 MODULE = "specdec"
-CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, MeshConfig, TrainConfig, TaskSpec, DistillDataConfig)
+CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, MeshConfig, TrainConfig, TaskSpec,
+           DistillDataConfig, FeatureTrainConfig)
 
 
 def register() -> None:
@@ -49,6 +51,17 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
 def is_training_job() -> bool:
   """Whether the parsed config describes a training job (it binds `TrainConfig.model`)."""
   return _binding("TrainConfig.model")[0]
+
+
+def is_feature_training_job() -> bool:
+  """Whether the parsed config trains a feature-level draft (it binds `FeatureTrainConfig.target`)."""
+  return _binding("FeatureTrainConfig.target")[0]
+
+
+def feature_train_config() -> FeatureTrainConfig:
+  """The parsed `FeatureTrainConfig` (`training.feature_draft`)."""
+  register()
+  return gin.get_configurable("FeatureTrainConfig")()
 
 
 def _binding(name: str):

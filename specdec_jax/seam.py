@@ -22,9 +22,9 @@ Two extension points:
   mask) to both prefills: the target uses it as its own encoder output instead of encoding again,
   the draft cross-attends to it. Without such a draft every prefill gets None and encodes itself.
   `shares_encoder` and `encode` are optional members (`shares_encoder(model)` reads the first).
-- `extend` returns `(logits_BxTxV, cache)` today; a feature-level draft will need the target's
-  hidden states too. That will be a separate optional member (`extend_with_hidden`), so the
-  two-tuple every loop unpacks stays as it is.
+- `extend` returns `(logits_BxTxV, cache)`; a feature-level draft needs the target's hidden
+  states too, so the two-tuple every loop unpacks stays as it is and the states come from an
+  optional member (below).
 
 Optional capabilities (not in the Protocol: a scheme that needs one checks for it, `check_masked`):
 - `extend_with_mask(params, cache, tokens_BxT, offsets, visible)`: a block that need not be a
@@ -33,6 +33,10 @@ Optional capabilities (not in the Protocol: a scheme that needs one checks for i
   scheme (`decoding.tree.scheme`) scores a draft tree in one call and gathers the kept path into
   consecutive slots. `models.model.Model` has both; `Delegate` forwards the first only where the
   wrapper does not change `extend` (else the wrapper would silently not apply to trees).
+- `extend_with_hidden(params, cache, tokens_BxT, layers) -> (logits_BxTxV, hidden_BxTxnxD,
+  cache)`: the same call as `extend` (equal logits) that also returns the residual stream at
+  chosen layers, for a feature-level draft (`decoding.feature_chain`). `Delegate` does not
+  forward it (a wrapper that changes `extend` would not change it).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ same data order. Distilling a draft (DistillSpec): `TrainConfig.teacher`, `diver
 `python -m specdec_jax.distill_data` wrote (the target's own continuations), e.g.
 configs/local/train/t5_draft_small_seqkd_fkl.gin. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
 `--gin_search_paths`, and the multi-host `--distributed=auto` / `--coordinator_address`...).
+A config that binds `FeatureTrainConfig.target` trains a feature-level draft on that frozen
+target instead (`training.feature_draft`; e.g. configs/local/train/t5_feature_draft.gin).
 Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl, train_summary.json and, with
 `TrainConfig.export_dir`, the trained weights.
 
@@ -50,6 +52,11 @@ def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str]
           search_paths: Sequence[str] = (), **kwargs) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from specdec_jax.training.trainer import train as run_training
+  configurables.parse(gin_files, gin_bindings, search_paths)
+  if configurables.is_feature_training_job():  # a feature-level draft on its frozen target
+    from specdec_jax.training import feature_draft  # pylint: disable=import-outside-toplevel
+    with lock.hold(output_dir, "training job"):
+      return feature_draft.train(configurables.feature_train_config(), output_dir)
   cfg = parse(gin_files, gin_bindings, search_paths)
   paths.check_writable(output_dir, "training output")  # the shipped assets are read-only
   if cfg.export_path(output_dir):  # refused now, not after the last step

@@ -100,6 +100,10 @@ def test_train_config_parses(path):
   gin_utils.parse_gin_flags([path], finalize=False)
   if complete:
     assert gin.get_configurable("TrainConfig")() is not None
+  with open(path) as f:
+    if "FeatureTrainConfig.target" in f.read():  # a feature-level draft's recipe
+      assert configurables.is_feature_training_job()
+      assert configurables.feature_train_config().max_steps > 0
 
 
 def test_draft_swap_is_one_include_or_binding():

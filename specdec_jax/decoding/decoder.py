@@ -4,7 +4,7 @@ Why one object: the autoregressive baseline, the fixed-gamma chain, the adaptive
 sharded variants and the calibration's capped decode are the same program (front door, initial
 state, one `lax.while_loop` over an iteration, finish) that differ only in the iteration. So a
 `Decoder` names the target, the draft, the *scheme* (what one iteration does: `Autoregressive()`,
-`Chain(gamma)`, `AdaptiveConfig(...)`; a tree verifier or a feature-level draft is one more
+`Chain(gamma)`, `AdaptiveConfig(...)`, `FeatureChain(...)`; a tree verifier is one more
 scheme), the sampling, the acceptance rule and the lengths; it is frozen and hashable, so it is
 the one static argument of each program and equal decoders share compiled code.
 

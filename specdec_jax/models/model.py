@@ -156,6 +156,23 @@ class Model:
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, _constrain_cache(cache)
 
+  def extend_with_hidden(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
+                         layers: tuple[int, ...]
+                         ) -> tuple[jax.Array, jax.Array, DecodeCache]:
+    """`extend` that also returns the decoder's residual stream at `layers` (a static tuple):
+    (float32 logits [B, T, V], float32 hidden [B, T, n, D], cache). Index i is the input of
+    decoder layer i: 0 the token embeddings, `num_decoder_layers` the last layer's output
+    before the final norm. Why: a feature-level draft drafts from the target's own low, middle
+    and high states of the verified tokens; they come out of the verify call itself (same
+    logits as `extend`, no second target call, nothing sent to the host). An optional seam
+    member: the loops that do not need it keep `extend`'s two-tuple."""
+    with self._rules():
+      logits_BxTxV, hidden, cache = self.module.apply(
+          {"params": params}, cache, tokens_BxT, tuple(layers),
+          method=Transformer.extend_with_hidden)
+      logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+      return logits_BxTxV, hidden, _constrain_cache(cache)
+
   def extend_with_mask(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
                        offsets: jax.Array, visible: jax.Array) -> tuple[jax.Array, DecodeCache]:
     """`extend` for a block that need not be a chain (`transformer.masked_block`): token t goes
@@ -186,6 +203,17 @@ class Model:
               if encoded is not None and self.config.is_encoder_decoder else None)
     with self._rules():
       return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT, states)
+
+  def forward_with_hidden(self, params: Params, inputs_BxP: jax.Array,
+                          decoder_tokens_BxT: jax.Array, layers: tuple[int, ...], *,
+                          encoded: Optional[Encoded] = None) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced (logits [B, T, V], hidden [B, T, n, D]) at `layers` (see
+    `extend_with_hidden`): what a feature-level draft trains on, from one target pass."""
+    states = (encoded.states_BxExD
+              if encoded is not None and self.config.is_encoder_decoder else None)
+    with self._rules():
+      return self.module.apply({"params": params}, inputs_BxP, decoder_tokens_BxT, tuple(layers),
+                               states, method=Transformer.forward_with_hidden)
 
 
 # Logical axes of the cache's leaves (one layer; layers stacked under scan add a leading 'layers'):

@@ -160,41 +160,52 @@ class Decoder(nn.Module):
     (both or neither; `masked_block`) give each new token another position and another set of
     new tokens to attend to: the block is then any set of continuations of the cached prefix.
     `table_VxD`: the embedding, the head of a tied model."""
-    batch, t = x_BxTxD.shape[:2]
-    slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
-    if offsets is None and visible is None:
-      pos_BxT, key_pos_BxS = slots_BxT, slots_BxS
-      attend_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
-    else:
-      pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
-                                                        visible)
-    rope = None
-    if self.config.uses_rope:
-      self_bias = mask_to_bias(attend_BxTxS[:, None], jnp.dtype(self.config.dtype))
-      rope = rope_tables(self.config, pos_BxT)
-    else:
-      self_bias = self.relpos_bias(pos_BxT, key_pos_BxS)
-      self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
-    x_BxTxD, new_kv = self._layers(x_BxTxD, cache, slots_BxT, self_bias, rope)
-    logits_BxTxV = self._head(self.decoder_norm(x_BxTxD), table_VxD)
-    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
+    logits_BxTxV, _, cache = self.with_hidden(x_BxTxD, cache, (), offsets, visible, table_VxD)
     return logits_BxTxV, cache
 
-  def _layers(self, x_BxTxD, cache, slots_BxT, self_bias, rope):
-    """The stack over (x, cache): scanned, or one layer after another."""
-    cross_bias = None
-    if cache.cross_kv is not None:
-      cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
+  def with_hidden(self, x_BxTxD: jax.Array, cache: DecodeCache, hidden_layers: tuple[int, ...],
+                  offsets: Optional[jax.Array] = None, visible: Optional[jax.Array] = None,
+                  table_VxD: Optional[jax.Array] = None
+                  ) -> tuple[jax.Array, Optional[jax.Array], DecodeCache]:
+    """`__call__` that also returns the residual stream at `hidden_layers` [B, T, n, D] (None
+    when empty), from the same pass: index i is the input of layer i (0: the token embeddings,
+    L: the last layer's output, before the final norm). Why here: a feature-level draft reads
+    the target's own states of the verified tokens, and a second call would cost a target step."""
+    t = x_BxTxD.shape[1]
+    relpos = None if self.config.uses_rope else self.relpos_bias
+    self_bias, cross_bias, slots_BxT, pos_BxT = block_biases(
+        relpos, cache, t, offsets, visible, mask_dtype=self.config.dtype)
+    rope = rope_tables(self.config, pos_BxT) if self.config.uses_rope else None
+    x_BxTxD, new_kv, hidden = self._stack(x_BxTxD, cache, slots_BxT, (self_bias, cross_bias),
+                                          rope, hidden_layers)
+    logits_BxTxV = self._head(self.decoder_norm(x_BxTxD), table_VxD)
+    cache = cache.replace(self_kv=new_kv, index_B=cache.index_B + t)
+    return logits_BxTxV, hidden, cache
+
+  def _stack(self, x_BxTxD, cache: DecodeCache, slots_BxT, biases, rope,
+             hidden_layers: tuple[int, ...]):
+    """The decoder layers: (output, new self K/V, stacked residuals at `hidden_layers` or None).
+    `biases`: (self-attention bias, cross-attention bias or None)."""
+    self_bias, cross_bias = biases
+    n = self.config.num_decoder_layers
+    if any(not 0 <= i <= n for i in hidden_layers):
+      raise ValueError(f"hidden layers {hidden_layers} out of range 0..{n} (0: the embeddings, "
+                       f"{n}: the last layer's output)")
     if self.config.scan_layers:
-      return self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
-                         cross_bias, rope)
-    new_kv = []
+      if hidden_layers:
+        raise ValueError("hidden states need unrolled decoder layers (scan_layers=False)")
+      x_BxTxD, new_kv = self.layers(x_BxTxD, cache.self_kv, slots_BxT, self_bias, cache.cross_kv,
+                                    cross_bias, rope)
+      return x_BxTxD, new_kv, None
+    new_kv, stream = [], [x_BxTxD]
     for i, layer in enumerate(self.layers):
       cross = None if cache.cross_kv is None else cache.cross_kv[i]
       x_BxTxD, kv = layer(x_BxTxD, cache.self_kv[i], slots_BxT, self_bias, cross, cross_bias, rope)
       new_kv.append(kv)
-    return x_BxTxD, tuple(new_kv)
+      stream.append(x_BxTxD)
+    hidden = (jnp.stack([stream[i] for i in hidden_layers], axis=2).astype(jnp.float32)
+              if hidden_layers else None)
+    return x_BxTxD, tuple(new_kv), hidden
 
   def _head(self, y_BxTxD: jax.Array, table_VxD: Optional[jax.Array]) -> jax.Array:
     """float32 logits over the vocabulary: `logits_dense`, or the tied embedding (its rows of the
@@ -212,6 +223,33 @@ class Decoder(nn.Module):
     if self.head_ids is not None:  # a restricted head: -inf (probability 0) off its tokens
       logits_BxTxV = scatter_logits(logits_BxTxV, self.head_ids, cfg.vocab_size)
     return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
+
+
+def block_biases(relpos_bias, cache: DecodeCache, t: int, offsets=None, visible=None,
+                 mask_dtype=jnp.float32):
+  """(self-attention bias [B, H or 1, T, S], cross bias [B, 1, 1, E] or None, write slots [B, T],
+  positions [B, T]) of T new tokens at `cache.index_B`: a causal chain, or `masked_block`'s
+  layout when `offsets` and `visible` are given. `relpos_bias` None (rotary positions): the bias
+  is the mask alone (in `mask_dtype`), the positions go to the rotation. Shared by the decoder and the
+  feature-level draft's block."""
+  batch = cache.index_B.shape[0]
+  slots_BxT = cache.index_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+  slots_BxS = jnp.broadcast_to(jnp.arange(cache.length, dtype=jnp.int32), (batch, cache.length))
+  if offsets is None and visible is None:
+    pos_BxT, key_pos_BxS = slots_BxT, slots_BxS
+    attend_BxTxS = slots_BxS[:, None, :] <= pos_BxT[:, :, None]
+  else:
+    pos_BxT, key_pos_BxS, attend_BxTxS = masked_block(cache.index_B, cache.length, offsets,
+                                                      visible)
+  if relpos_bias is None:
+    self_bias = mask_to_bias(attend_BxTxS[:, None], jnp.dtype(mask_dtype))
+  else:
+    self_bias = relpos_bias(pos_BxT, key_pos_BxS)
+    self_bias = self_bias + mask_to_bias(attend_BxTxS[:, None], self_bias.dtype)
+  cross_bias = None
+  if cache.cross_kv is not None:
+    cross_bias = mask_to_bias(cache.encoder_mask_BxE[:, None, None, :], self_bias.dtype)
+  return self_bias, cross_bias, slots_BxT, pos_BxT
 
 
 def masked_block(index_B: jax.Array, length: int, offsets, visible
@@ -306,19 +344,36 @@ class Transformer(nn.Module):
     table = self.token_embedder.table() if self.config.tie_embeddings else None
     return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible, table)
 
+  def extend_with_hidden(self, cache: DecodeCache, tokens_BxT: jax.Array,
+                         hidden_layers: tuple[int, ...]):
+    """`extend` that also returns the decoder's residual stream at `hidden_layers`."""
+    table = self.token_embedder.table() if self.config.tie_embeddings else None
+    return self.decoder.with_hidden(self.token_embedder(tokens_BxT), cache, hidden_layers,
+                                    table_VxD=table)
+
+  def forward_with_hidden(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
+                          hidden_layers: tuple[int, ...],
+                          encoded_BxExD: Optional[jax.Array] = None):
+    """Teacher-forced (logits, hidden [B, T, n, D]): a feature draft's training features."""
+    cache = self._teacher_cache(inputs_BxE, decoder_tokens_BxT.shape, encoded_BxExD)
+    logits_BxTxV, hidden, _ = self.extend_with_hidden(cache, decoder_tokens_BxT, hidden_layers)
+    return logits_BxTxV, hidden
+
+  def _teacher_cache(self, inputs_BxE, shape, encoded_BxExD) -> DecodeCache:
+    batch, t = shape
+    if self.config.is_encoder_decoder:
+      if encoded_BxExD is None:
+        if self.config.shares_encoder:
+          raise ValueError(_NEEDS_ENCODED)
+        encoded_BxExD = self.encode(inputs_BxE)
+      return self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
+    return self.empty_cache(batch, t)
+
   def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None) -> jax.Array:
     """Teacher-forced logits over the whole target (training, scoring, initialisation).
 
     `encoded_BxExD`: the encoder output of `inputs_BxE` (a shared-encoder draft: its target's,
     required; a T5 model with its own encoder: its own, computed once by the caller)."""
-    batch, t = decoder_tokens_BxT.shape
-    if self.config.is_encoder_decoder:
-      if encoded_BxExD is None:
-        if self.config.shares_encoder:
-          raise ValueError(_NEEDS_ENCODED)
-        encoded_BxExD = self.encode(inputs_BxE)
-      cache = self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
-    else:
-      cache = self.empty_cache(batch, t)
+    cache = self._teacher_cache(inputs_BxE, decoder_tokens_BxT.shape, encoded_BxExD)
     return self.extend(cache, decoder_tokens_BxT)[0]

@@ -1,0 +1,80 @@
+"""A feature-level draft's checkpoint: Orbax arrays, its config and the target it belongs to.
+
+DIR/feature_draft_config.json   FeatureDraftConfig.to_json() (what makes DIR a feature draft)
+DIR/params/                     Orbax (OCDBT) arrays, the shared target pieces included
+DIR/paired_target.json          the target's name, config and a digest of ALL its params
+
+Why the whole target in the digest: the draft reads the target's hidden states of every decoder
+layer it names and carries copies of its embedding and head; another target of the same shape
+runs without error and only drafts noise, so a run refuses it (`check_target`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+
+CONFIG_FILE = "feature_draft_config.json"
+RECORD_FILE = "paired_target.json"
+PARAMS_DIR = "params"
+
+
+def is_feature_draft(path: str) -> bool:
+  return os.path.isfile(os.path.join(str(path), CONFIG_FILE))
+
+
+def target_digest(params: Mapping[str, Any]) -> str:
+  """16 hex digits over every target parameter (paths and bfloat16 values)."""
+  h = hashlib.sha256()
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+    x = np.asarray(jax.device_get(leaf)).astype(jax.numpy.bfloat16)
+    h.update(f"{jax.tree_util.keystr(path)}:{x.shape}\0".encode())
+    h.update(np.ascontiguousarray(x).tobytes())
+  return h.hexdigest()[:16]
+
+
+def save(path: str, draft: FeatureDraft, params, *, target_name: str, target_params,
+         dtype=None) -> str:
+  """Writes the draft (arrays cast to `dtype` if given), its config and its pairing record."""
+  path = os.path.abspath(path)
+  os.makedirs(path, exist_ok=True)
+  arrays = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+  if dtype is not None:
+    arrays = jax.tree.map(lambda x: x.astype(dtype), arrays)
+  with ocp.PyTreeCheckpointer() as ckptr:
+    ckptr.save(os.path.join(path, PARAMS_DIR), arrays, force=True)
+  record = {"target": target_name, "target_digest": target_digest(target_params)}
+  with open(os.path.join(path, RECORD_FILE), "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+  with open(os.path.join(path, CONFIG_FILE), "w", encoding="utf-8") as f:  # last: complete
+    f.write(draft.config.to_json())
+  return path
+
+
+def load(path: str) -> tuple[FeatureDraft, Any]:
+  """(FeatureDraft, float32 params as numpy arrays)."""
+  path = os.path.abspath(path)
+  with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
+    config = FeatureDraftConfig.from_json(f.read())
+  with ocp.PyTreeCheckpointer() as ckptr:
+    params = ckptr.restore(os.path.join(path, PARAMS_DIR))
+  return FeatureDraft(config), jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+
+
+def check_target(path: str, target_name: str, target_params) -> None:
+  """Raises a ValueError unless `target_params` are the ones the draft was trained on."""
+  with open(os.path.join(os.path.abspath(path), RECORD_FILE), encoding="utf-8") as f:
+    record = json.load(f)
+  digest = target_digest(target_params)
+  if digest != record["target_digest"]:
+    raise ValueError(f"feature draft {path!r} was trained on the states of {record['target']!r} "
+                     f"(digest {record['target_digest']}), but the target {target_name!r} has "
+                     f"other weights (digest {digest}): pair it with its own target")

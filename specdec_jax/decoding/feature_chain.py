@@ -1,0 +1,154 @@
+"""The feature chain scheme: a feature-level draft (EAGLE-3 style) drafts gamma tokens from the
+target's own hidden states, and the target's verify call gives the next ones.
+
+A `Decoder` scheme like `speculative.Chain`, composing the same verify rule and `commit`. What
+differs is what the draft reads (coordinates: `models/feature_draft.py`; entry j = (g_j, y_{j+1})
+predicts y_{j+2}):
+- verify is `extend_with_hidden` over [last, x_1..x_G]: p and the target's states h at the
+  block's positions from the same call (no second target call);
+- after acceptance, the entries of every newly written position (the accepted drafts and the
+  next token: count = n + 1 per row) are pending: their fused features fuse(h) ride in the
+  state (`FeatureCarry`, the scheme's `stats`) and the draft's cache is rolled back to before
+  them (EAGLE's "draft extend": every accepted position, not only the last);
+- the next iteration's first draft call feeds those pending entries in one static-shape call of
+  G + 1 entries (rolled back past the unused ones); its output at the last pending entry is q
+  for x_1, and its output feature stands in for the target's state of the next position: the
+  gamma - 1 further calls feed (own feature, x_i), one entry each. So the draft costs gamma calls
+  per iteration, as the chain's draft does.
+- The first iteration has no target state yet (count 0): the first call feeds (zeros, the start
+  token) and drafts from that; verification keeps the output exact whatever it proposes.
+alpha here covers the drafted positions only (the chain also scores the bonus position, from an
+extra fed token this scheme has no reason to feed); tokens per target call compare directly.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import state as st
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.speculative import Proposal, commit
+
+
+@flax.struct.dataclass
+class FeatureCarry:
+  """The draft entries the target has verified but the draft has not been fed yet.
+
+  g_BxG1xD: fused target features of up to G + 1 pending entries (zeros at the start).
+  count_B: how many are pending (the tokens written by the last iteration; 0 at the start).
+  """
+
+  g_BxG1xD: jax.Array
+  count_B: jax.Array
+
+
+def first_draft_call(draft, draft_params, state: st.DecodeState, carry: FeatureCarry):
+  """Feeds the pending entries; (logits for x_1 [B, V], its output feature [B, D], cache)."""
+  g1 = carry.g_BxG1xD.shape[1]
+  count_B = carry.count_B
+  c_B = jnp.maximum(count_B, 1)
+  idx_BxG1 = jnp.clip(state.num_B[:, None] - c_B[:, None] + jnp.arange(g1)[None, :], 0,
+                      state.tokens_BxL.shape[1] - 1)
+  tokens_BxG1 = jnp.take_along_axis(state.tokens_BxL, idx_BxG1, axis=1)
+  start_B = state.base_B + state.num_B - 1
+  cache = state.draft_cache.rollback(start_B - count_B)
+  logits_BxG1xV, out_BxG1xD, cache = draft.extend_features(draft_params, cache, tokens_BxG1,
+                                                           carry.g_BxG1xD)
+  last_B = (c_B - 1)[:, None, None]
+  logits_BxV = jnp.take_along_axis(logits_BxG1xV, last_B, axis=1)[:, 0]
+  out_BxD = jnp.take_along_axis(out_BxG1xD, last_B, axis=1)[:, 0]
+  return logits_BxV, out_BxD, cache.rollback(start_B)
+
+
+def draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, key: jax.Array,
+               gamma: int, sampling: SamplingConfig) -> tuple[Proposal, object]:
+  """gamma draft calls: the pending entries, then (own feature, x_i) one at a time."""
+  logits_BxV, out_BxD, cache = first_draft_call(draft, draft_params, state, carry)
+  keys = jax.random.split(key, gamma)
+  q_BxV = process_logits(logits_BxV, sampling)
+  x_B = sample(keys[0], q_BxV)
+
+  def one(c, key_i):
+    cache, x_B, g_BxD = c
+    logits_Bx1xV, out_Bx1xD, cache = draft.extend_features(draft_params, cache, x_B[:, None],
+                                                           g_BxD[:, None])
+    q_BxV = process_logits(logits_Bx1xV[:, 0], sampling)
+    x_next = sample(key_i, q_BxV)
+    return (cache, x_next, out_Bx1xD[:, 0]), (x_next, q_BxV)
+
+  (cache, _, _), (xs_GxB, qs_GxBxV) = jax.lax.scan(one, (cache, x_B, out_BxD), keys[1:])
+  tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
+  q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
+  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
+  # fed_B = gamma + 1: the accepted drafts are always fed next iteration with the target's
+  # features, so `commit` never marks the draft pending; no bonus q (see the module docstring).
+  return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B + 1,
+                  bonus_q_BxV=jnp.zeros_like(q_BxV)), cache
+
+
+def verify_with_hidden(target, target_params, cache, last_B: jax.Array,
+                       draft_tokens_BxG: jax.Array, layers, sampling: SamplingConfig):
+  """One target call over [last, x_1..x_G]: (processed p [B, G+1, V], states [B, G+1, n, D],
+  cache)."""
+  block_BxG1 = jnp.concatenate([last_B[:, None], draft_tokens_BxG], axis=1)
+  logits_BxG1xV, hidden, cache = target.extend_with_hidden(target_params, cache, block_BxG1,
+                                                           layers)
+  return process_logits(logits_BxG1xV, sampling), hidden, cache
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureChain:
+  """Draft `gamma` tokens per iteration with a feature-level draft of output width `width`
+  (`models.feature_draft.FeatureDraft`; `for_draft` reads it), verify them in one target call
+  that also returns the target's states. Hashable: a static part of the `Decoder`."""
+
+  gamma: int = 4
+  width: int = 0
+
+  needs_draft = True
+
+  def __post_init__(self):
+    if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
+      raise ValueError(f"gamma must be an integer >= 1, got {self.gamma!r}")
+    if self.width < 1:
+      raise ValueError(f"width (the feature draft's width) must be >= 1, got {self.width}; "
+                       "use FeatureChain.for_draft(draft, gamma)")
+
+  @classmethod
+  def for_draft(cls, draft, gamma: int) -> "FeatureChain":
+    return cls(gamma=gamma, width=draft.width)
+
+  def init_stats(self, batch: int) -> FeatureCarry:
+    return FeatureCarry(jnp.zeros((batch, self.gamma + 1, self.width), jnp.float32),
+                        jnp.zeros((batch,), jnp.int32))
+
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    """Draft (pending entries, then own features) -> verify with states -> accept -> commit,
+    then the newly written positions' fused target features become the pending entries."""
+    draft = decoder.draft
+    if not hasattr(draft, "extend_features") or not hasattr(decoder.target, "extend_with_hidden"):
+      raise TypeError("FeatureChain needs a feature-level draft (extend_features) and a target "
+                      "with extend_with_hidden")
+    rng, k_draft, k_accept = jax.random.split(state.rng, 3)
+    carry = state.stats
+    proposal, draft_cache = draft_step(draft, params.draft, state, carry, k_draft, self.gamma,
+                                       decoder.sampling)
+    p_BxG1xV, hidden, target_cache = verify_with_hidden(
+        decoder.target, params.target, state.target_cache, st.last_tokens(state),
+        proposal.tokens_BxG, draft.feature_layers, decoder.sampling)
+    n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
+                                             p_BxG1xV)
+    state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
+    new = commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
+                 decoder.max_decode_len)
+    written_B = new.num_B - state.num_B
+    active_B = ~state.done_B
+    g_BxG1xD = draft.fuse(params.draft, hidden).astype(jnp.float32)
+    carry = FeatureCarry(jnp.where(active_B[:, None, None], g_BxG1xD, carry.g_BxG1xD),
+                         jnp.where(active_B, written_B, carry.count_B))
+    return new.replace(stats=carry,
+                       draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))

@@ -1,0 +1,284 @@
+"""A feature-level draft (EAGLE-3 style): one decoder block over the target's own hidden states.
+
+Why (issue 28; `shared/reference/DRAFTING_2026.md`): a separate small decoder must rebuild from
+tokens what the target already knows; a draft that reads the target's low, middle and high
+residual states (`Model.extend_with_hidden`) needs one block to predict the token after next.
+This module is a model and knows nothing of speculation: it takes tokens and per-position
+features and returns logits, its own output features and its cache.
+
+Coordinates (the ones a loop must keep; an off-by-one here silently halves acceptance): entry j
+of the draft's cache holds (g_j, y_{j+1}): g_j the fused features of the target's states at
+decoder position j (the target fed y_j there), y_{j+1} the token after it; its output predicts
+y_{j+2}, the target's next-token distribution at position j + 1. Where the target has not run
+yet (drafting ahead), g_j is the draft's own output feature of entry j - 1 (training-time test
+trains exactly that). The block's input is a learned linear fusion of the token embedding and
+g (the residual stream carries the fused feature, not the embedding alone).
+
+Pieces: the token embedding is the target's table (copied, frozen in training); `head='target'`
+reads the target's final norm and output head (copied, frozen; a projection first when the
+block is narrower), `head='own'` trains its own. For T5 the block cross-attends to the target's
+encoder output (`shares_encoder`: the loops encode once, as for the shared-encoder draft). The
+cache is a `kv_cache.DecodeCache` with one layer: rollback is the usual index move.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from specdec_jax.seam import Encoded
+from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.kv_cache import DecodeCache, LayerKV
+from specdec_jax.models.layers import Dense, Embed, LayerNorm, RelativePositionBiases
+from specdec_jax.models.transformer import DecoderLayer, block_biases
+
+Params = Any
+HEADS = ("target", "own")
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDraftConfig:
+  """A feature-level draft's shape. Hashable (a static jit argument), JSON beside the weights.
+
+  target_dim: the target's width (its embedding and its head's input). feature_layers: which of
+  the target's residual states it reads (`Model.extend_with_hidden`'s indices). emb_dim,
+  num_heads, head_dim, mlp_dim: the one block. source_dim: T5, the target's encoder width it
+  cross-attends to (0 for decoder-only). head: 'target' (frozen copy) or 'own'.
+  """
+
+  kind: str = "t5"
+  vocab_size: int = 64
+  target_dim: int = 32
+  feature_layers: tuple[int, ...] = (0, 1, 2)
+  emb_dim: int = 32
+  num_heads: int = 4
+  head_dim: int = 8
+  mlp_dim: int = 64
+  source_dim: int = 32
+  head: str = "target"
+  dtype: str = "float32"
+  relative_attention_num_buckets: int = 32
+  relative_attention_max_distance: int = 128
+  layer_norm_epsilon: float = 1e-6
+  pad_id: int = 0
+  eos_id: int = 1
+
+  def __post_init__(self):
+    object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+    if self.head not in HEADS:
+      raise ValueError(f"FeatureDraftConfig.head must be one of {HEADS}, got {self.head!r}")
+    if not self.feature_layers:
+      raise ValueError("FeatureDraftConfig.feature_layers is empty: name the target's layers")
+    if (self.kind == "t5") != (self.source_dim > 0):
+      raise ValueError(f"a {self.kind} feature draft needs source_dim "
+                       f"{'> 0 (the target encoder width)' if self.kind == 't5' else '0'}, "
+                       f"got {self.source_dim}")
+    self.block_config()  # validates the rest
+
+  @classmethod
+  def for_target(cls, target: ModelConfig, **overrides) -> "FeatureDraftConfig":
+    """A draft shaped for `target`: its vocabulary, width, encoder width, and its low / middle /
+    high states (embeddings, the middle layer's output, the last layer's output)."""
+    n = target.num_decoder_layers
+    base = dict(kind=target.kind, vocab_size=target.vocab_size, target_dim=target.emb_dim,
+                feature_layers=tuple(sorted({0, n // 2, n})), emb_dim=target.emb_dim,
+                num_heads=target.num_heads, head_dim=target.head_dim, mlp_dim=target.mlp_dim,
+                source_dim=target.emb_dim if target.is_encoder_decoder else 0,
+                relative_attention_num_buckets=target.relative_attention_num_buckets,
+                relative_attention_max_distance=target.relative_attention_max_distance,
+                pad_id=target.pad_id, eos_id=target.eos_id)
+    return cls(**{**base, **overrides})
+
+  def block_config(self) -> ModelConfig:
+    """The block as a one-layer decoder (`transformer.DecoderLayer` reads this)."""
+    return ModelConfig(kind=self.kind, vocab_size=self.vocab_size, emb_dim=self.emb_dim,
+                       num_heads=self.num_heads, head_dim=self.head_dim, mlp_dim=self.mlp_dim,
+                       num_encoder_layers=0, num_decoder_layers=1, dtype=self.dtype,
+                       source_dim=self.source_dim,
+                       relative_attention_num_buckets=self.relative_attention_num_buckets,
+                       relative_attention_max_distance=self.relative_attention_max_distance,
+                       layer_norm_epsilon=self.layer_norm_epsilon, pad_id=self.pad_id,
+                       eos_id=self.eos_id)
+
+  def replace(self, **changes: Any) -> "FeatureDraftConfig":
+    return dataclasses.replace(self, **changes)
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> "FeatureDraftConfig":
+    return cls(**json.loads(text))
+
+
+class FeatureDraftModule(nn.Module):
+  """The block and its input fusion and head (see the module docstring)."""
+
+  config: FeatureDraftConfig
+
+  def setup(self):
+    cfg = self.config
+    blk, dt = cfg.block_config(), jnp.dtype(cfg.dtype)
+    self.token_embedder = Embed(blk.replace(emb_dim=cfg.target_dim))
+    self.fuse = Dense(cfg.emb_dim, ("features", "embed"), dt)
+    self.input_projection = Dense(cfg.emb_dim, ("features", "embed"), dt)
+    self.relpos_bias = RelativePositionBiases(blk, bidirectional=False)
+    self.layer = DecoderLayer(blk)
+    head_dim = cfg.target_dim if cfg.head == "target" else cfg.emb_dim
+    if head_dim != cfg.emb_dim:
+      self.head_projection = Dense(head_dim, ("embed", "target_embed"), dt)
+    self.decoder_norm = LayerNorm(cfg.layer_norm_epsilon, dt)
+    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+
+  def fuse_features(self, hidden_BxTxnxD: jax.Array) -> jax.Array:
+    """The target's states at the feature layers -> the block's feature g [B, T, emb_dim]."""
+    b, t = hidden_BxTxnxD.shape[:2]
+    return self.fuse(hidden_BxTxnxD.reshape(b, t, -1).astype(jnp.dtype(self.config.dtype)))
+
+  def empty_cache(self, batch: int, length: int, encoded_BxExD: Optional[jax.Array] = None,
+                  encoder_mask_BxE: Optional[jax.Array] = None) -> DecodeCache:
+    cfg = self.config
+    kv = LayerKV.zeros(batch, length, cfg.num_heads, cfg.head_dim, jnp.dtype(cfg.dtype))
+    cross = None if encoded_BxExD is None else (self.layer.cross_kv(encoded_BxExD),)
+    return DecodeCache(self_kv=(kv,), index_B=jnp.zeros((batch,), jnp.int32), cross_kv=cross,
+                       encoder_mask_BxE=encoder_mask_BxE)
+
+  def extend(self, cache: DecodeCache, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
+             offsets: Optional[jax.Array] = None, visible: Optional[jax.Array] = None
+             ) -> tuple[jax.Array, jax.Array, DecodeCache]:
+    """T entries (g, token) at `cache.index_B` (or `masked_block`'s layout): (float32 logits
+    [B, T, V], output features [B, T, emb_dim], cache)."""
+    t = tokens_BxT.shape[1]
+    emb_BxTxD = self.token_embedder(tokens_BxT)
+    x_BxTxD = self.input_projection(jnp.concatenate(
+        [emb_BxTxD, g_BxTxD.astype(emb_BxTxD.dtype)], axis=-1))
+    self_bias, cross_bias, slots_BxT, _ = block_biases(self.relpos_bias, cache, t, offsets,
+                                                       visible)
+    cross = None if cache.cross_kv is None else cache.cross_kv[0]
+    out_BxTxD, kv = self.layer(x_BxTxD, cache.self_kv[0], slots_BxT, self_bias, cross,
+                               cross_bias)
+    cache = cache.replace(self_kv=(kv,), index_B=cache.index_B + t)
+    return self.logits(out_BxTxD), out_BxTxD, cache
+
+  def logits(self, out_BxTxD: jax.Array) -> jax.Array:
+    h = self.head_projection(out_BxTxD) if hasattr(self, "head_projection") else out_BxTxD
+    return self.logits_dense(self.decoder_norm(h).astype(jnp.float32))
+
+  def __call__(self, inputs_BxE: jax.Array, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
+               encoded_BxExD: Optional[jax.Array] = None, offsets: Optional[jax.Array] = None,
+               visible: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced (logits, output features) over T entries from an empty cache; T5 reads
+    `encoded_BxExD`, the target's encoder output of `inputs_BxE`."""
+    batch, t = tokens_BxT.shape
+    mask = None if encoded_BxExD is None else inputs_BxE > 0
+    cache = self.empty_cache(batch, t, encoded_BxExD, mask)
+    logits_BxTxV, out_BxTxD, _ = self.extend(cache, tokens_BxT, g_BxTxD, offsets, visible)
+    return logits_BxTxV, out_BxTxD
+
+  def init_all(self, inputs_BxE, tokens_BxT, hidden_BxTxnxD, encoded_BxExD):
+    return self(inputs_BxE, tokens_BxT, self.fuse_features(hidden_BxTxnxD), encoded_BxExD)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDraft:
+  """A feature-level draft behind model-level calls (frozen, hashable: a static jit argument).
+
+  It has the seam's members the loops check (kind, vocabulary, ids, `start_tokens`, `prefill`)
+  and `shares_encoder` for T5, but its step is `extend_features` (tokens and features); its
+  `extend` refuses, since a draft call without the target's features has nothing to draft from.
+  """
+
+  config: FeatureDraftConfig
+
+  @property
+  def module(self) -> FeatureDraftModule:
+    return FeatureDraftModule(self.config)
+
+  kind = property(lambda self: self.config.kind)
+  vocab_size = property(lambda self: self.config.vocab_size)
+  eos_id = property(lambda self: self.config.eos_id)
+  pad_id = property(lambda self: self.config.pad_id)
+  feature_layers = property(lambda self: self.config.feature_layers)
+  width = property(lambda self: self.config.emb_dim)
+
+  @property
+  def shares_encoder(self) -> bool:
+    """T5: it cross-attends to the target's encoder output (the loops encode once, for both)."""
+    return self.config.kind == "t5"
+
+  def init(self, rng: jax.Array) -> Params:
+    """Random float32 parameters (the shared pieces too: `with_target_pieces` copies them)."""
+    cfg, e = self.config, 4
+    enc = jnp.zeros((1, e, cfg.source_dim), jnp.float32) if cfg.kind == "t5" else None
+    hidden = jnp.zeros((1, 4, len(cfg.feature_layers), cfg.target_dim), jnp.float32)
+    init = lambda r: self.module.init(r, jnp.ones((1, e), jnp.int32),  # noqa: E731
+                                      jnp.ones((1, 4), jnp.int32), hidden, enc,
+                                      method=FeatureDraftModule.init_all)["params"]
+    return jax.jit(lambda r: nn.unbox(init(r)))(rng)
+
+  def frozen_names(self) -> tuple[str, ...]:
+    """Top-level parameter names copied from the target and never trained."""
+    return ("token_embedder",) + (("decoder_norm", "logits_dense")
+                                  if self.config.head == "target" else ())
+
+  def with_target_pieces(self, params: Params, target_params: Params) -> Params:
+    """`params` with the target's embedding (and, head='target', its final norm and head)."""
+    out = dict(params, token_embedder=target_params["token_embedder"])
+    if self.config.head == "target":
+      out.update(decoder_norm=target_params["decoder"]["decoder_norm"],
+                 logits_dense=target_params["decoder"]["logits_dense"])
+    return out
+
+  def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
+    if self.config.kind == "t5":
+      return jnp.full(inputs_BxP.shape[:1], self.config.pad_id, jnp.int32)
+    lengths_B = jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+    return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
+
+  def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int, *,
+              encoded: Optional[Encoded] = None) -> DecodeCache:
+    """An empty cache in the target's coordinates (index = the start token's slot); T5 caches
+    its cross K/V of the target's `encoded`. Decoder-only: the prompt's entries are not filled
+    (the target's prompt states are not passed to prefills yet): the draft starts without them."""
+    batch = inputs_BxP.shape[0]
+    if self.config.kind == "t5":
+      if encoded is None:
+        raise ValueError("a T5 feature draft cross-attends to its target's encoder output: pass "
+                         "the target's `encode` output as `encoded`")
+      return self.module.apply({"params": params}, batch, cache_len, encoded.states_BxExD,
+                               encoded.mask_BxE, method=FeatureDraftModule.empty_cache)
+    cache = self.module.apply({"params": params}, batch, cache_len,
+                              method=FeatureDraftModule.empty_cache)
+    lengths_B = jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+    return cache.rollback(jnp.maximum(lengths_B - 1, 0))
+
+  def fuse(self, params: Params, hidden_BxTxnxD: jax.Array) -> jax.Array:
+    """The target's states [B, T, n, target_dim] -> features g [B, T, emb_dim]."""
+    return self.module.apply({"params": params}, hidden_BxTxnxD,
+                             method=FeatureDraftModule.fuse_features)
+
+  def extend_features(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
+                      g_BxTxD: jax.Array) -> tuple[jax.Array, jax.Array, DecodeCache]:
+    """Feeds T entries (g_t, token_t) per example at `cache.index_B`: (float32 logits [B, T, V]
+    predicting the token after each entry's token, output features [B, T, emb_dim], cache)."""
+    return self.module.apply({"params": params}, cache, tokens_BxT, g_BxTxD,
+                             method=FeatureDraftModule.extend)
+
+  def extend(self, params, cache, tokens_BxT):
+    raise TypeError("a feature-level draft drafts from the target's features: drive it with "
+                    "`extend_features` (the FeatureChain scheme), not `extend`")
+
+  def forward(self, params: Params, inputs_BxP: jax.Array, tokens_BxT: jax.Array,
+              g_BxTxD: jax.Array, *, encoded: Optional[Encoded] = None, offsets=None,
+              visible=None) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced (logits, output features); `offsets` / `visible` lay out a block that is
+    not a chain (`transformer.masked_block`: training-time test's rolled-out steps)."""
+    states = None if encoded is None else encoded.states_BxExD
+    if self.config.kind == "t5" and states is None:
+      raise ValueError("a T5 feature draft needs its target's `encoded` source")
+    return self.module.apply({"params": params}, inputs_BxP, tokens_BxT, g_BxTxD, states,
+                             offsets, visible)

@@ -1,0 +1,285 @@
+"""Training a feature-level draft (EAGLE-3 style) on its frozen target, in JAX.
+
+Why its own loop beside `training.trainer`: the student is not a `Model` (it reads the target's
+hidden states) and the step runs the target inside it; the pieces are the trainer's own: the
+data order as a pure function of (seed, step) (`training.data.batch_at`), the optimizer and
+schedule (`trainer.make_optimizer`), the typed `TrainState` in Orbax checkpoints (a killed run
+resumes with the very batches it would have seen), a wall-clock budget.
+
+The step (see `models.feature_draft` for the coordinates): the target runs teacher-forced on the
+task's targets, outside the gradient (its params are an argument the step never differentiates,
+and its outputs are stopped), giving its states h_j and its next-token logits p_j. Entry j of
+the draft gets (fuse(h_j), y_{j+1}) and learns forward KL(p_{j+1} || q_j). Training-time test
+(`ttt_steps` k): rolled-out step a (1..k) feeds at entry j the draft's own output feature of
+step a - 1 at entry j - 1, with the attention inference would see (step-0 entries up to j - a,
+then its own chain of drafted entries: `rollout_layout`), and learns the same target; so the
+draft is trained on the features it will read when drafting ahead of the target.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import loader
+from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.model import Model
+from specdec_jax.training import data as data_lib
+from specdec_jax.training import divergences
+from specdec_jax.training.config import TrainConfig
+from specdec_jax.training.train_state import TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureTrainConfig:
+  """A feature draft's training run (gin: `FeatureTrainConfig`, `python -m specdec_jax.train`).
+
+  target: the frozen target (checkpoint path or preset). tasks / max_steps / batch_size /
+  optimizer / learning_rate / schedule / warmup_steps / decay_steps / weight_decay / seed: as in
+  `TrainConfig`. emb_dim, num_heads, head_dim, mlp_dim: the block (0: the target's), feature_layers
+  (empty: `FeatureDraftConfig.for_target`'s), head ('target' or 'own'). ttt_steps: rolled-out
+  steps on the draft's own features (0: none); ttt_weight: their loss weight.
+  """
+
+  target: str
+  tasks: Sequence[data_lib.TaskSpec]
+  max_steps: int
+  batch_size: int = 32
+  optimizer: str = "adamw"
+  learning_rate: float = 1e-3
+  schedule: str = "constant"
+  warmup_steps: int = 0
+  decay_steps: int = 0
+  weight_decay: float = 0.0
+  emb_dim: int = 0
+  num_heads: int = 0
+  head_dim: int = 0
+  mlp_dim: int = 0
+  feature_layers: Sequence[int] = ()
+  head: str = "target"
+  ttt_steps: int = 1
+  ttt_weight: float = 1.0
+  seed: int = 0
+  checkpoint_every: int = 100
+  keep_checkpoints: int = 2
+  log_every: int = 10
+  max_train_seconds: Optional[float] = None
+  export_dir: Optional[str] = None
+  export_dtype: Optional[str] = "bfloat16"
+  vocabulary: Optional[str] = None
+
+  def __post_init__(self):
+    if self.ttt_steps < 0 or self.ttt_weight < 0:
+      raise ValueError(f"ttt_steps and ttt_weight must be >= 0, got {self.ttt_steps}, "
+                       f"{self.ttt_weight}")
+    self.optimizer_config()  # validates the shared settings
+
+  def optimizer_config(self) -> TrainConfig:
+    """The trainer's config for what the two share (optimizer, schedule, data)."""
+    return TrainConfig(model=self.target, tasks=self.tasks, max_steps=self.max_steps,
+                       batch_size=self.batch_size, optimizer=self.optimizer,
+                       learning_rate=self.learning_rate, schedule=self.schedule,
+                       warmup_steps=self.warmup_steps, decay_steps=self.decay_steps,
+                       weight_decay=self.weight_decay, seed=self.seed)
+
+  def draft_config(self, target: Any) -> FeatureDraftConfig:
+    sizes = {k: getattr(self, k) for k in ("emb_dim", "num_heads", "head_dim", "mlp_dim")
+             if getattr(self, k)}
+    if self.feature_layers:
+      sizes["feature_layers"] = tuple(self.feature_layers)
+    return FeatureDraftConfig.for_target(target, head=self.head, **sizes)
+
+
+def rollout_layout(length: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+  """(offsets [S T], visible [S T, S T]) of `steps` stacked copies of T entries: step a's entry
+  i sits at position i and sees step 0's entries j <= i - a and, for 1 <= b <= a, step b's entry
+  i - (a - b): the entries inference has when it drafts a tokens ahead of the target."""
+  i = np.arange(length)
+  offsets = np.tile(i, steps)
+  visible = np.zeros((steps * length, steps * length), bool)
+  for a in range(steps):
+    rows = a * length + i
+    visible[rows[:, None], i[None, :]] = i[None, :] <= i[:, None] - a
+    for b in range(1, a + 1):
+      ok = i - (a - b) >= 0
+      visible[rows[ok], b * length + (i - (a - b))[ok]] = True
+  return offsets, visible
+
+
+def target_features(target: Model, layers, target_params, batch):
+  """(encoded or None, the target's logits [B, T, V], states [B, T, n, D]), no gradient."""
+  enc, dec = data_lib.model_inputs(batch)
+  encoded = target.encode(target_params, enc) if target.config.is_encoder_decoder else None
+  logits, hidden = target.forward_with_hidden(target_params, enc, dec, layers, encoded=encoded)
+  return jax.lax.stop_gradient((encoded, logits, hidden))
+
+
+def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
+               cfg: FeatureTrainConfig):
+  """(loss, metrics): forward KL of each rolled-out step to the target's next distribution."""
+  encoded, t_logits, hidden = target_features(target, draft.feature_layers, target_params, batch)
+  enc, dec = data_lib.model_inputs(batch)
+  tokens_BxT, teacher_BxTxV = dec[:, 1:], t_logits[:, 1:]
+  w_BxT = batch["loss_weights"][:, 1:]
+  n = jnp.maximum(jnp.sum(w_BxT), 1.0)
+  t = tokens_BxT.shape[1]
+  g_parts = [draft.fuse(params, hidden[:, :-1])]
+  loss, metrics = 0.0, {}
+  for a in range(cfg.ttt_steps + 1):
+    layout = rollout_layout(t, a + 1) if a else (None, None)
+    logits, out = draft.forward(params, enc, jnp.tile(tokens_BxT, (1, a + 1)),
+                                jnp.concatenate(g_parts, axis=1), encoded=encoded,
+                                offsets=layout[0], visible=layout[1])
+    logits_a, out_a = logits[:, a * t:], out[:, a * t:]
+    w_a = w_BxT * (jnp.arange(t) >= a)[None, :].astype(w_BxT.dtype)
+    kl = divergences.weighted_sum("fkl", logits_a, teacher_BxTxV, w_a) / n
+    loss = loss + (1.0 if a == 0 else cfg.ttt_weight) * kl
+    agree = jnp.argmax(logits_a, -1) == jnp.argmax(teacher_BxTxV, -1)
+    metrics[f"kl_{a}"] = kl
+    metrics[f"top1_agree_{a}"] = jnp.sum(agree * w_a) / jnp.maximum(jnp.sum(w_a), 1.0)
+    g_parts.append(jnp.pad(out_a[:, :-1], ((0, 0), (1, 0), (0, 0))))  # entry i <- out[i - 1]
+  return loss, dict(metrics, loss=loss, target_tokens=jnp.sum(w_BxT))
+
+
+def make_step(draft: FeatureDraft, target: Model, cfg: FeatureTrainConfig,
+              optimizer: optax.GradientTransformation):
+  """Jitted (TrainState over the trainable params, batch, frozen params, target params) ->
+  (TrainState, metrics); the frozen pieces and the target get no gradient and no update."""
+
+  def loss_fn(trainable, frozen, target_params, batch):
+    return draft_loss(draft, target, {**trainable, **frozen}, target_params, batch, cfg)
+
+  def step(state: TrainState, batch, frozen, target_params):
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, frozen,
+                                                                    target_params, batch)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
+    return state.replace(params=params, opt_state=opt_state, step=state.step + 1,
+                         tokens=state.tokens + metrics["target_tokens"].astype(jnp.int32)), metrics
+
+  return jax.jit(step, donate_argnums=(0,))
+
+
+def split(draft: FeatureDraft, params) -> tuple[dict, dict]:
+  """(trainable, frozen): the frozen ones are the target's copied pieces."""
+  frozen = {k: v for k, v in params.items() if k in draft.frozen_names()}
+  return {k: v for k, v in params.items() if k not in frozen}, frozen
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+  """What the loop works with: fixed for the whole run."""
+  cfg: FeatureTrainConfig
+  draft: FeatureDraft
+  target: Model
+  target_params: Any
+  frozen: Any
+  tasks: list
+  step_fn: Any
+
+
+def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState]:
+  """Loads the target, builds the draft (the target's pieces copied in) and its first state."""
+  target, target_params = loader.load_model(cfg.target, dtype="float32", seed=cfg.seed,
+                                            weights_dtype="float32", scan_layers=False)
+  draft = FeatureDraft(cfg.draft_config(target.config))
+  params = draft.with_target_pieces(draft.init(jax.random.key(cfg.seed)), target_params)
+  trainable, frozen = split(draft, params)
+  vocab = SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+  tasks = [data_lib.tokenize_task(s, vocab, target.config.is_encoder_decoder, "train")
+           for s in cfg.tasks]
+  optimizer = _optimizer(cfg)
+  state = TrainState(params=trainable, opt_state=optimizer.init(trainable),
+                     step=jnp.int32(0), tokens=jnp.int32(0), seconds=jnp.float32(0.0))
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
+    f.write(draft.config.to_json())
+  return _Setup(cfg, draft, target, target_params, frozen, tasks,
+                make_step(draft, target, cfg, optimizer)), state
+
+
+CONFIG_FILE = "feature_draft_config.json"
+
+
+def _optimizer(cfg: FeatureTrainConfig) -> optax.GradientTransformation:
+  from specdec_jax.training.trainer import make_optimizer  # pylint: disable=import-outside-toplevel
+  return make_optimizer(cfg.optimizer_config())
+
+
+def train(cfg: FeatureTrainConfig, output_dir: str, *, crash_after_step: Optional[int] = None
+          ) -> dict[str, Any]:
+  """Trains (or resumes) into `output_dir`; returns the summary (`train_summary.json`).
+  `crash_after_step` raises after that step's checkpoint logic (tests simulate a kill)."""
+  output_dir = os.path.abspath(output_dir)
+  run, state = _setup(cfg, output_dir)
+  manager = ocp.CheckpointManager(
+      os.path.join(output_dir, "checkpoints"),
+      options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
+  if manager.latest_step() is not None:
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.to_checkpoint())
+    state = TrainState.from_checkpoint(manager.restore(
+        manager.latest_step(), args=ocp.args.StandardRestore(abstract)))
+  log = open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8")
+  try:
+    state, last, stopped = _loop(run, state, manager, log, crash_after_step)
+  finally:
+    log.close()
+    manager.wait_until_finished()
+  return _finish(run, state, last, stopped, output_dir)
+
+
+def _loop(run: _Setup, state: TrainState, manager, log, crash_after_step):
+  """Steps to max_steps or the budget; checkpoints as configured. (state, last metrics, stopped
+  by the budget)."""
+  cfg, t0, seconds0 = run.cfg, time.perf_counter(), float(state.seconds)
+  step, last = int(state.step), {}
+  while step < cfg.max_steps:
+    _, batch = data_lib.batch_at(run.tasks, step, cfg.batch_size, cfg.seed)
+    state, metrics = run.step_fn(state, batch, run.frozen, run.target_params)
+    step += 1
+    if step % cfg.log_every == 0 or step == cfg.max_steps:
+      last = {k: float(v) for k, v in jax.device_get(metrics).items()}
+      if not np.isfinite(last["loss"]):
+        raise FloatingPointError(f"feature draft training: loss {last['loss']} at step {step}")
+      log.write(json.dumps({"step": step, **last}) + "\n")
+      log.flush()
+    over = (cfg.max_train_seconds is not None
+            and time.perf_counter() - t0 > cfg.max_train_seconds)
+    if step % cfg.checkpoint_every == 0 or step == cfg.max_steps or over:
+      state = state.replace(seconds=jnp.float32(seconds0 + time.perf_counter() - t0))
+      manager.save(step, args=ocp.args.StandardSave(state.to_checkpoint()))
+      manager.wait_until_finished()
+    if crash_after_step is not None and step >= crash_after_step:
+      raise RuntimeError(f"simulated crash after step {step}")
+    if over:
+      return state, last, step < cfg.max_steps
+  return state, last, False
+
+
+def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_dir: str) -> dict:
+  cfg = run.cfg
+  summary = {"target": cfg.target, "steps": int(state.step), "max_steps": cfg.max_steps,
+             "stopped_by_time_budget": stopped, "target_tokens_seen": int(state.tokens),
+             "train_seconds": round(float(state.seconds), 1),
+             "trainable_params": int(sum(np.size(x) for x in jax.tree.leaves(state.params))),
+             "final_train_metrics": last, "draft_config": json.loads(run.draft.config.to_json())}
+  if cfg.export_dir:
+    fd_ckpt.save(cfg.export_dir, run.draft, {**state.params, **run.frozen},
+                 target_name=cfg.target, target_params=run.target_params,
+                 dtype=jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None)
+    summary["export_dir"] = cfg.export_dir
+  with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=1)
+  return summary
