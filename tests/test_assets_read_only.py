@@ -71,8 +71,11 @@ def test_recipes_export_under_their_output_dir(clean_gin, tmp_path):
   from specdec_jax import train
   import gin
   folder = os.path.join(PACKAGE_PARENT, "configs/local/train")
+  text = lambda f: open(os.path.join(folder, f), encoding="utf-8").read()  # noqa: E731
   recipes = [f for f in sorted(os.listdir(folder)) if f.endswith(".gin")
-             and "TrainConfig.export_dir" in open(os.path.join(folder, f), encoding="utf-8").read()]
+             and "\nTrainConfig.export_dir" in text(f)]
+  assert all("export_dir = 'export'" in text(f) for f in os.listdir(folder)
+             if f.endswith(".gin") and "FeatureTrainConfig.export_dir" in text(f))  # its trainer
   assert len(recipes) > 10
   for name in recipes:
     gin.clear_config()

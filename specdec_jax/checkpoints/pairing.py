@@ -47,6 +47,7 @@ def write(draft_dir: str, *, target_name: str, target_config, target_params) -> 
             "target_config": {k: v for k, v in target_config.to_dict().items()
                               if k not in ("dtype", "scan_layers")},
             "encoder_digest": encoder_digest(target_params)}
+  record = json.loads(json.dumps(record))  # what `read` gives back (tuples become lists)
   with open(os.path.join(draft_dir, RECORD_FILE), "w", encoding="utf-8") as f:
     json.dump(record, f, indent=1, sort_keys=True)
   return record

@@ -30,6 +30,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from specdec_jax import paths
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import loader
 from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
@@ -275,11 +276,14 @@ def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_di
              "train_seconds": round(float(state.seconds), 1),
              "trainable_params": int(sum(np.size(x) for x in jax.tree.leaves(state.params))),
              "final_train_metrics": last, "draft_config": json.loads(run.draft.config.to_json())}
-  if cfg.export_dir:
-    fd_ckpt.save(cfg.export_dir, run.draft, {**state.params, **run.frozen},
+  if cfg.export_dir:  # under output_dir when relative, as TrainConfig.export_path
+    export = (cfg.export_dir if "://" in cfg.export_dir or os.path.isabs(cfg.export_dir)
+              else os.path.join(output_dir, cfg.export_dir))
+    paths.check_writable(export)
+    fd_ckpt.save(export, run.draft, {**state.params, **run.frozen},
                  target_name=cfg.target, target_params=run.target_params,
                  dtype=jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None)
-    summary["export_dir"] = cfg.export_dir
+    summary["export_dir"] = export
   with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)
   return summary

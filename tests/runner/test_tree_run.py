@@ -11,6 +11,7 @@ from specdec_jax import run
 pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
+@pytest.mark.slow  # ~20 s on 2 cores; the scheme's own tests stay in the fast suite
 def test_tree_module_runs_beside_the_chain(tmp_path):
   metrics = run.run(["configs/local/smoke.gin", "gin/decoding/tree.gin"], str(tmp_path), [
       "GAMMA = [2, 'tree']", "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8",

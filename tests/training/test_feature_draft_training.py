@@ -53,6 +53,7 @@ def test_rollout_layout_is_inference_attention():
   assert np.flatnonzero(visible[4]).tolist() == [4]
 
 
+@pytest.mark.slow  # ~20 s on 2 cores; the model and scheme tests stay in the fast suite
 def test_loss_falls_target_untouched_resume_and_export(setup):
   root, task, target = setup
   straight, crashed = root / "straight", root / "crashed"
