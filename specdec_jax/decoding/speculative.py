@@ -126,11 +126,19 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
   counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B, proposal,
                    jnp.minimum(n_B, count_B), count_B, beta_BxG1)
   p_n_BxV = jnp.take_along_axis(p_BxG1xV, n_B[:, None, None], axis=1)[:, 0]
+  return write_back(state, num_B, done_B, counters, pending_B, new_BxG1, count_B, p_n_BxV)
+
+
+def write_back(state: st.DecodeState, num_B, done_B, counters: st.Counters, pending_B,
+               new_BxK: jax.Array, count_B, p_last_BxV: jax.Array) -> st.DecodeState:
+  """The loop state after a verified block, chain or tree (`tree.scheme.commit_tree`): the new
+  tokens written, both caches rolled back to the slot after the last kept token (the draft's one
+  further while its last token is pending), the bonus distribution kept for a pending draft."""
   last_slot_B = state.base_B + num_B - 1
   return state.replace(
-      tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxG1, count_B),
+      tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxK, count_B),
       num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
-      bonus_p_BxV=jnp.where(pending_B[:, None], p_n_BxV, 0.0),
+      bonus_p_BxV=jnp.where(pending_B[:, None], p_last_BxV, 0.0),
       target_cache=state.target_cache.rollback(last_slot_B),
       draft_cache=state.draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
 

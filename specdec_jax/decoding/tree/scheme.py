@@ -36,7 +36,7 @@ import numpy as np
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
-from specdec_jax.decoding.speculative import first_draft_call
+from specdec_jax.decoding.speculative import first_draft_call, write_back
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.commit import commit_path
 from specdec_jax.decoding.tree.shape import Tree
@@ -153,13 +153,8 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
   counters = count_tree(state.counters, ~state.done_B, done_B, state.draft_pending_B,
                         q_BxNxV.shape[1] - 1, jnp.minimum(n_B, count_B), count_B, beta_BxD1)
   p_last_BxV = jnp.take_along_axis(p_BxNxV, verdict.last_node_B[:, None, None], axis=1)[:, 0]
-  last_slot_B = state.base_B + num_B - 1
-  return state.replace(
-      tokens_BxL=st.write_tokens(state.tokens_BxL, state.num_B, new_BxD1, count_B),
-      num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
-      bonus_p_BxV=jnp.where(pending_B[:, None], p_last_BxV, 0.0),
-      target_cache=state.target_cache.rollback(last_slot_B),
-      draft_cache=state.draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
+  return write_back(state, num_B, done_B, counters, pending_B, new_BxD1, count_B,
+                    p_last_BxV)
 
 
 def count_tree(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
