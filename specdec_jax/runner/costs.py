@@ -69,6 +69,14 @@ class LoopCosts:
             "tokens_per_iteration": {str(g): v for g, v in sorted(self.tokens_per_iteration.items())},
             "batches": self.batches, "rows": self.rows}
 
+  def unresolved(self) -> list[str]:
+    """The per-iteration costs this measurement could not separate from the fixed ones (a
+    program's full decode no slower than its zero-iteration one: tiny models on a busy machine);
+    empty when every cost is positive. A prediction from such costs would divide by zero or claim
+    a free iteration, so the caller drops them and predicts from lone `extend` costs."""
+    bad = [] if self.ar_ms > 0 else ["autoregressive"]
+    return bad + [f"gamma {g}" for g, ms in sorted(self.iteration_ms.items()) if ms <= 0]
+
   def speedup(self, gamma: int, tokens_per_iteration: float) -> float:
     """theory.loop_speedup at `gamma` with its fixed costs, N = the calibration's tokens."""
     return theory.loop_speedup(tokens_per_iteration, self.ar_ms, self.iteration_ms[gamma],

@@ -239,6 +239,12 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
           {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
           seed=cfg.seed, tick=logs.ticker(progress))
     for d, lc in loops.items():
+      if lc.unresolved():
+        logging.warning("loop costs at temperature %g, %s: the iteration cost of %s is within "
+                        "the timing noise (a full decode no slower than one with no iteration); "
+                        "predicting from lone extend costs instead", t, d.name,
+                        ", ".join(lc.unresolved()))
+        continue
       out[(d, t)] = lc
       log(f"loop costs at temperature {t:g}, {d.name} ({lc.batches} batches of {lc.rows}, "
           f"{time.perf_counter() - t0:.1f}s with compiles): autoregressive {lc.ar_ms:.2f} ms/"

@@ -165,3 +165,34 @@ def test_measure_loops_on_tiny_models():
   assert all(1.0 <= t <= g + 1 for g, t in lc.tokens_per_iteration.items())
   assert lc.to_json()["iteration_ms"].keys() == {"1", "3"}
   assert lc.iteration_ms[1] <= lc.iteration_ms[3]  # noise never makes a longer block cheaper
+
+
+def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
+  """A tiny model on a busy machine can time a full decode no slower than a zero-iteration one:
+  the per-iteration cost comes out 0 and theory.loop_speedup refused it (CI crashed on the smoke
+  run). Such costs are named unresolved and the run predicts from lone extend costs."""
+  from specdec_jax.runner import pipeline
+  zero_ar = _loop({2: 3.0}, ar_ms=0.0)
+  zero_spec = _loop({2: 0.0, 3: 1.0})
+  assert zero_ar.unresolved() == ["autoregressive"]
+  assert zero_spec.unresolved() == ["gamma 2"]
+  assert _loop({2: 3.0}).unresolved() == []
+  with pytest.raises(ValueError, match="positive costs"):
+    zero_ar.speedup(2, 2.0)
+
+  other = DraftSpec("model", "other/draft")
+  timed = {SPEC: zero_ar, other: _loop({2: 3.0})}
+  monkeypatch.setattr(pipeline.costs_lib, "measure_loops", lambda *a, **k: timed)
+  monkeypatch.setattr(pipeline, "calibration_batches", lambda cfg, loaded: [])
+  monkeypatch.setattr(pipeline, "decoder_for", lambda *a, **k: (None, None))
+
+  class Loaded:
+    mesh, target_params = None, None
+    drafts = {SPEC: (None, None), other: (None, None)}
+
+  class Cfg:
+    seed = 0
+
+  got = pipeline.measure_loops(Cfg(), Loaded(), {Point(SPEC, "auto", 0.0): [2],
+                                                Point(other, "auto", 0.0): [2]}, print)
+  assert set(got) == {(other, 0.0)}
