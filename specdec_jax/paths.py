@@ -56,3 +56,14 @@ def check_writable(path: str, what: str = "output") -> str:
         "elsewhere (e.g. runs/...); to update the shipped zoo, copy a finished export there by "
         "hand.")
   return path
+
+
+def under_run(output_dir: str, path: str) -> str:
+  """`path` under the run's `output_dir` when relative, as given when absolute or a URL.
+
+  Why: an export belongs to its run, like its checkpoints; a relative path against the working
+  directory once let the zoo recipes replace the shipped weights in specdec_jax/assets/zoo."""
+  path = os.path.expanduser(str(path))
+  if "://" in path or os.path.isabs(path):
+    return path
+  return os.path.join(output_dir, path)

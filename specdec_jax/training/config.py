@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from specdec_jax import paths
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences
 
@@ -142,16 +142,8 @@ class TrainConfig:
                        f"batch_size ({self.batch_size})")
 
   def export_path(self, output_dir: str) -> str | None:
-    """Where the export goes: `export_dir` under `output_dir` when relative, as given when
-    absolute or a URL, None without one. Why under the output directory: a recipe's export
-    belongs to its run, like its checkpoints; a relative path against the working directory once
-    let the zoo recipes replace the shipped weights in specdec_jax/assets/zoo."""
-    if not self.export_dir:
-      return None
-    path = os.path.expanduser(str(self.export_dir))
-    if "://" in path or os.path.isabs(path):
-      return path
-    return os.path.join(output_dir, path)
+    """Where the export goes (`paths.under_run`), None without one."""
+    return paths.under_run(output_dir, self.export_dir) if self.export_dir else None
 
 
 # (name, lower bound, whether the bound itself is allowed): every float setting must be finite.

@@ -277,8 +277,7 @@ def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_di
              "trainable_params": int(sum(np.size(x) for x in jax.tree.leaves(state.params))),
              "final_train_metrics": last, "draft_config": json.loads(run.draft.config.to_json())}
   if cfg.export_dir:  # under output_dir when relative, as TrainConfig.export_path
-    export = (cfg.export_dir if "://" in cfg.export_dir or os.path.isabs(cfg.export_dir)
-              else os.path.join(output_dir, cfg.export_dir))
+    export = paths.under_run(output_dir, cfg.export_dir)
     paths.check_writable(export)
     fd_ckpt.save(export, run.draft, {**state.params, **run.frozen},
                  target_name=cfg.target, target_params=run.target_params,
