@@ -3,7 +3,7 @@
 Why these and no others: the runner on a mesh runs its `Decoder`'s `prefill_program` then
 `loop_program` (the speculative `lax.while_loop` over the donated state) per draft and gamma, and
 the same two for the autoregressive baseline; the trainer runs
-`trainer.make_train_step`'s jitted step (its microbatches a `lax.scan` inside). Compiling exactly
+`training.step.make_train_step`'s jitted step (its microbatches a `lax.scan` inside). Compiling exactly
 those, with the shardings the runner and trainer give their arguments (`sharding.param_shardings`,
 `sharding.batch_sharding`, `training.sharded.TrainMesh.opt_state_shardings`), is what tells whether
 a config fits and stays on device.
@@ -163,7 +163,7 @@ def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=Non
   """The train step (microbatches inside) for every distinct batch shape of the mixture, with the
   state laid out as the trainer places it (`training.placement`, `training.sharded`)."""
   from specdec_jax.training import sharded as sharded_lib  # pylint: disable=import-outside-toplevel
-  from specdec_jax.training import trainer  # pylint: disable=import-outside-toplevel
+  from specdec_jax.training import step as step_lib  # pylint: disable=import-outside-toplevel
   from specdec_jax.training.train_state import TrainState  # pylint: disable=import-outside-toplevel
   model = sh.with_rules(Model(model_cfg.replace(dtype=tcfg.dtype, scan_layers=False)), rules)
   micro = tcfg.batch_size // tcfg.num_microbatches
@@ -175,7 +175,7 @@ def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=Non
     teacher_params = abstract.abstract_params(teacher, mesh, None)
   tm = sharded_lib.TrainMesh(mesh, rules)
   params = abstract.abstract_params(model, mesh, None)  # float32, as the trainer keeps them
-  optimizer = trainer.make_optimizer(tcfg)
+  optimizer = step_lib.make_optimizer(tcfg)
   opt_sh = tm.opt_state_shardings(optimizer, params, jax.tree.map(lambda x: x.sharding, params))
   opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                            jax.eval_shape(optimizer.init, params), opt_sh)
@@ -183,9 +183,9 @@ def train_programs(tcfg, mesh: Mesh, rules: sh.Rules, model_cfg, teacher_cfg=Non
                      step=abstract.abstract_scalar(np.int32, mesh),
                      tokens=abstract.abstract_scalar(np.int32, mesh),
                      seconds=abstract.abstract_scalar(np.float32, mesh))
-  step = trainer.make_train_step(model, tcfg, optimizer, teacher,
-                                 state_shardings=jax.tree.map(lambda x: x.sharding, state),
-                                 replicated=tm.replicated)
+  step = step_lib.make_train_step(model, tcfg, optimizer, teacher,
+                                  state_shardings=jax.tree.map(lambda x: x.sharding, state),
+                                  replicated=tm.replicated)
   programs, seen = [], set()
   for spec in tcfg.tasks:
     shapes = batch_shapes(model.config, spec, tcfg.batch_size)

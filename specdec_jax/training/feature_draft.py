@@ -3,7 +3,7 @@
 Why its own loop beside `training.trainer`: the student is not a `Model` (it reads the target's
 hidden states) and the step runs the target inside it; the pieces are the trainer's own: the
 data order as a pure function of (seed, step) (`training.data.batch_at`), the optimizer and
-schedule (`trainer.make_optimizer`), the typed `TrainState` in Orbax checkpoints (a killed run
+schedule (`training.step.make_optimizer`), the typed `TrainState` in Orbax checkpoints (a killed run
 resumes with the very batches it would have seen), a wall-clock budget.
 
 The step (see `models.feature_draft` for the coordinates): the target runs teacher-forced on the
@@ -215,7 +215,7 @@ CONFIG_FILE = "feature_draft_config.json"
 
 
 def _optimizer(cfg: FeatureTrainConfig) -> optax.GradientTransformation:
-  from specdec_jax.training.trainer import make_optimizer  # pylint: disable=import-outside-toplevel
+  from specdec_jax.training.step import make_optimizer  # pylint: disable=import-outside-toplevel
   return make_optimizer(cfg.optimizer_config())
 
 
