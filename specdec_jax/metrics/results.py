@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specdec_jax.aot import roofline
+from specdec_jax.metrics import compare
 from specdec_jax.metrics import findings
 
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
@@ -112,6 +113,7 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
 TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "headline": headline_table, "alpha": findings.alpha_table,
     "findings": findings.findings_table,
+    "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
     # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.
     "roofline": roofline.summary_table,          # one line per layout
     "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions

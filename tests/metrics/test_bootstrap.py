@@ -40,3 +40,23 @@ def test_degenerate_inputs():
     bootstrap.ratio_interval([1.0, 2.0], [1.0])
   lo, hi = bootstrap.mean_interval([0.5, 0.7, 0.9, 0.6])
   assert 0.5 <= lo <= 0.675 <= hi <= 0.9
+
+
+def test_paired_ratio_of_ratios_is_tighter_than_its_parts_and_covers_the_point():
+  """Two decodes of the same prompts whose per-prompt tokens per call move together (hard prompts
+  are hard for both): the paired interval of their ratio holds the point estimate and is narrower
+  than the quotient of the two separate intervals' extremes."""
+  rng = np.random.default_rng(2)
+  tokens = rng.integers(10, 60, size=100).astype(float)
+  ease = rng.uniform(1.2, 3.5, size=100)                   # tokens per call of the chain
+  chain_calls = np.ceil(tokens / ease)
+  tree_calls = np.ceil(tokens / (1.35 * ease))             # the tree: ~1.35x per prompt
+  lo, hi = bootstrap.ratio_of_ratios_interval(tokens, tree_calls, tokens, chain_calls)
+  point = (tokens.sum() / tree_calls.sum()) / (tokens.sum() / chain_calls.sum())
+  assert lo <= point <= hi
+  tree_lo, tree_hi = bootstrap.ratio_interval(tokens, tree_calls)
+  chain_lo, chain_hi = bootstrap.ratio_interval(tokens, chain_calls)
+  assert hi - lo < tree_hi / chain_lo - tree_lo / chain_hi
+  assert bootstrap.ratio_of_ratios_interval([1.0], [1.0], [1.0], [1.0]) is None
+  with pytest.raises(ValueError, match="paired"):
+    bootstrap.ratio_of_ratios_interval([1.0, 2.0], [1.0, 1.0], [1.0], [1.0])
