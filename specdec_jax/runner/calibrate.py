@@ -59,8 +59,9 @@ class ResolvedPoint:
     one call can keep).
   predicted_curve: 'auto''s {gamma: predicted speedup} over the gammas whose loop was timed (the
     lone-extend curve where none was, on a mesh). tree_curve: its ((tree label, predicted
-    speedup), ...) over the timed tree candidates; `tree` is then the chosen tree, if any. lone_curve: the lone-extend prediction for every
-    gamma up to gamma_max (what pruned the candidates).
+    speedup), ...) over the timed tree candidates; `tree` is then the chosen tree, if any.
+    lone_curve: the lone-extend prediction for every gamma up to gamma_max (what pruned the
+    candidates).
   loop: the measured loop costs of this point's draft and temperature (None on a mesh, for an
     adaptive point, or for gamma 0).
   calibration: the calibration decode's acceptance for this draft and temperature ({'alpha',
@@ -210,8 +211,8 @@ def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple:
   if plan is None:
     return (int(point.gamma),) if int(point.gamma) > 0 else ()
   if plan.memo is not None:
-    tree = plan.memo.get("tree") and tree_choice.chosen(plan.memo, plan.trees, plan.trees[0])
-    if tree:
+    tree = tree_choice.chosen(plan.memo, plan.trees)
+    if tree is not None:
       return (tree,)
     return (int(plan.memo["gamma"]),) if int(plan.memo["gamma"]) > 0 else ()
   return plan.candidates + plan.trees
@@ -236,7 +237,7 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
                        predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]),
                        lone_curve=tuple((int(g), float(s)) for g, s in memo.get("lone_curve", [])),
                        loop=loop if gamma > 0 else None, calibration=calibration,
-                       tree=tree_choice.chosen(memo, trees, tree) if tree is not None else None,
+                       tree=tree_choice.chosen(memo, trees, tree),
                        tree_curve=tuple((str(k), float(v)) for k, v in memo.get("tree_curve", [])))
 
 

@@ -97,14 +97,15 @@ def choose_tree(trees: Sequence[TreeScheme], accept, loop: LoopCosts | None,
   return memo
 
 
-def chosen(memo: Mapping[str, Any], trees: Sequence[TreeScheme], default: TreeScheme
-           ) -> TreeScheme | None:
-  """The TreeScheme a memo chose (a candidate of the run, or its parents with `default`'s
-  verifier on a resume whose candidates changed), None for a chain."""
+def chosen(memo: Mapping[str, Any], trees: Sequence[TreeScheme],
+           default: TreeScheme | None = None) -> TreeScheme | None:
+  """The TreeScheme a memo chose (a candidate of the run, else its parents with `default`'s
+  verifier, or 'auto'), None for a chain."""
   parents = memo.get("tree")
   if not parents:
     return None
   for scheme in trees:
     if list(scheme.tree.parents) == list(parents):
       return scheme
-  return TreeScheme(Tree(tuple(int(p) for p in parents)), default.verifier)
+  verifier = default.verifier if default is not None else "auto"
+  return TreeScheme(Tree(tuple(int(p) for p in parents)), verifier)
