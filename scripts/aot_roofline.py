@@ -92,11 +92,9 @@ def main(argv=None) -> int:
     print(roofline.markdown(roofline.layout_of_record(rec), steps))
   if not args.name:
     return 0
-  sys.path.insert(0, os.path.join(ROOT, "scripts"))
-  import results as results_cli  # pylint: disable=import-outside-toplevel  (scripts/results.py)
   commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                          capture_output=True, text=True, check=True).stdout.strip()
-  machine = results_cli._machine()  # pylint: disable=protected-access
+  machine = results.machine()
   rec = results.make_record(args.name, rec["metrics"], command=args.command, commit=commit,
                             date=time.strftime("%Y-%m-%d"), machine=machine,
                             load_average=[float(x) for x in args.load.split(",")]

@@ -137,18 +137,21 @@ def trees_table(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def compiled_trees_table(records: Sequence[Mapping[str, Any]]) -> str:
-  """The tree programs an AOT job compiled (aot.json objects whose info names a tree): per chip
-  the compiler's total against the usable HBM, host transfers inside the loop."""
-  head = ("program", "nodes", "depth", "per chip: arguments / temporaries / total (GiB)",
+  """The decode programs an AOT job compiled, trees and the chain beside them: the verify
+  call's width (a tree's nodes, a chain's gamma + 1) and depth, per chip the compiler's bytes
+  against the usable HBM, host transfers inside the loop."""
+  head = ("program", "verify width", "depth", "per chip: arguments / temporaries / total (GiB)",
           "usable HBM (GiB)", "fits", "host transfers in the loop", "compile (s, 2-core host)")
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for rec in records:
     for r in rec["metrics"]["aot"]:
-      if "tree_nodes" not in r:
+      if "tree_nodes" not in r and "gamma" not in r:
         continue
       b = r.get("per_chip_bytes") or {}
+      width, depth = ((r["tree_nodes"], r["tree_depth"]) if "tree_nodes" in r
+                      else (r["gamma"] + 1, r["gamma"]))
       lines.append("| " + " | ".join((
-          r["program"], str(r["tree_nodes"]), str(r["tree_depth"]),
+          r["program"], str(width), str(depth),
           " / ".join(f"{b.get(k, 0) / R.GiB:.2f}" for k in ("arguments", "temporaries", "total")),
           f"{(r.get('hbm_bytes_per_chip') or 0) / R.GiB:.2f}",
           {True: "yes", False: "NO"}.get(r.get("fits"), "-"),
