@@ -42,7 +42,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from specdec_jax.aot import roofline, tree_roofline  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.aot import roofline  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.aot import tree_roofline  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.metrics import results  # noqa: E402  pylint: disable=wrong-import-position
 
 

@@ -121,12 +121,12 @@ def trees_table(records: Sequence[Mapping[str, Any]]) -> str:
   head = (["task", "draft", "T", "gamma", "paper alpha", "a_r (rank 0, 1, 2, 3)",
            "chain: tokens/call, v(gamma+1), predicted"]
           + [f"{n}-node tree: depth, tokens/call, v({n}), predicted" for n in TREE_NODES]
-          + [f"best tree / chain"])
+          + ["best tree / chain"])
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     best = max(t["predicted"] for t in r["trees"])
-    cells = [r["task"], R._short(r["draft"]), str(r["temperature"]),  # pylint: disable=protected-access
-             str(r["gamma"]), f"{r['alpha']:.2f}",
+    short = R._short(r["draft"])  # pylint: disable=protected-access
+    cells = [r["task"], short, str(r["temperature"]), str(r["gamma"]), f"{r['alpha']:.2f}",
              ", ".join(f"{a:.2f}" for a in r["accept_by_rank"]),
              f"{r['chain_expected_tokens']:.2f}, {r['v']:.4f}, {r['predicted']:.2f}x"]
     cells += [f"{t['depth']}, {t['expected_tokens']:.2f}, {t['v']:.4f}, {t['predicted']:.2f}x"
