@@ -75,18 +75,20 @@ def test_the_rank_decay_is_the_measured_one():
         r["tokens_per_target_call"], rel=0.03)
 
 
-def test_the_compiled_trees_fit_a_v4_8_without_host_transfers():
-  recs = [r for r in _record("aot_trees_tpu_v4_mesh")["metrics"]["aot"] if "tree_nodes" in r]
+@pytest.mark.parametrize("name, chips", [("aot_trees_tpu_v4_mesh", (1, 2, 2)),
+                                         ("aot_trees_tpu_v4_one_chip", (1, 1, 1))])
+def test_the_compiled_trees_fit_a_v4_8_without_host_transfers(name, chips):
+  recs = [r for r in _record(name)["metrics"]["aot"] if "tree_nodes" in r]
   loops = {r["tree_nodes"]: r for r in recs if r["kind"] == "spec_loop"}
   assert sorted(loops) == list(TR.TREE_NODES)
   for r in recs:
     assert r["fits"] is True and r["host_transfers_in_loop"] == 0
-    assert r["topology"] == "v4-8" and r["mesh"] == {"data": 1, "model_outer": 2,
-                                                      "model_inner": 2}
+    assert r["topology"] == "v4-8" and tuple(
+        r["mesh"][k] for k in ("data", "model_outer", "model_inner")) == chips
     assert 0 < r["per_chip_bytes"]["total"] < r["hbm_bytes_per_chip"]
   for n, r in loops.items():  # the trees the table predicts with, at the row's alpha
     assert tuple(r["tree_parents"]) == TR.tree_for(n, 0.75, 0, 7)
-  assert "| spec_loop[" in TR.compiled_trees_table([_record("aot_trees_tpu_v4_mesh")])
+  assert "| spec_loop[" in TR.compiled_trees_table([_record(name)])
 
 
 def test_the_builder_compiles_every_tree_a_run_may_use():
