@@ -20,6 +20,15 @@ drafts' from another): their step objects are merged, later files winning. The r
 (docs/results/NAME.json) holds the step objects verbatim (`metrics.aot`) and the layout's name;
 the roofline is recomputed from them (`specdec_jax.aot.roofline`) whenever the tables are.
 Without --name the tables are printed and nothing is written.
+
+With --programs the record keeps every program of the job's aot.json instead (a job that
+compiled decode programs, e.g. the Table-2 row's draft trees: docs/roofline_tpu_v4.md, "Trees"):
+
+  python -m specdec_jax.aot --gin_file=configs/paper/trees/ende_t5_small_t0.gin \
+      --gin_file=configs/paper/mesh_tpu_v4_8.gin --topology=v4-8 --only=spec_loop \
+      --output_dir=/tmp/aot/trees_v4_8
+  python scripts/aot_roofline.py --programs --name=aot_trees_tpu_v4_mesh \
+      --layout="configs/paper/mesh_tpu_v4_8.gin" --command="..." /tmp/aot/trees_v4_8/aot.json
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from specdec_jax.aot import roofline  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.aot import tree_roofline  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.metrics import results  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -51,6 +61,16 @@ def merged_steps(paths: list[str]) -> list[dict]:
   return list(steps.values())
 
 
+def all_programs(paths: list[str]) -> list[dict]:
+  """Every object of several jobs' aot.json, one per program name (later files win)."""
+  out: dict[str, dict] = {}
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      for rec in json.load(f):
+        out[rec["program"]] = rec
+  return list(out.values())
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("aot_json", nargs="+", help="aot.json of jobs run with --roofline")
@@ -59,20 +79,23 @@ def main(argv=None) -> int:
   ap.add_argument("--command", default="", help="the aot command(s) that wrote the files")
   ap.add_argument("--commit", default="", help="the commit the jobs ran at (default: HEAD)")
   ap.add_argument("--load", default="", help="1,5,15-minute load average while they ran")
+  ap.add_argument("--programs", action="store_true",
+                  help="record every program of the files (decode programs), not the steps")
   args = ap.parse_args(argv)
-  steps = merged_steps(args.aot_json)
+  steps = all_programs(args.aot_json) if args.programs else merged_steps(args.aot_json)
   if not steps:
     raise SystemExit("error: no roofline steps in the files (run the aot job with --roofline)")
   layout = args.layout or f"{steps[0]['topology']}, mesh {steps[0]['mesh']}"
   rec = {"metrics": {"layout": layout, "aot": steps}}
-  print(roofline.markdown(roofline.layout_of_record(rec), steps))
+  if args.programs:
+    print(tree_roofline.compiled_trees_table([rec]))
+  else:
+    print(roofline.markdown(roofline.layout_of_record(rec), steps))
   if not args.name:
     return 0
-  sys.path.insert(0, os.path.join(ROOT, "scripts"))
-  import results as results_cli  # pylint: disable=import-outside-toplevel  (scripts/results.py)
   commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                          capture_output=True, text=True, check=True).stdout.strip()
-  machine = results_cli._machine()  # pylint: disable=protected-access
+  machine = results.machine()
   rec = results.make_record(args.name, rec["metrics"], command=args.command, commit=commit,
                             date=time.strftime("%Y-%m-%d"), machine=machine,
                             load_average=[float(x) for x in args.load.split(",")]

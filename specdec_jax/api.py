@@ -44,6 +44,7 @@ from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.runner import drafts as drafts_lib
@@ -149,7 +150,8 @@ class Generation:
     seconds: wall time of the decode, compilation excluded (from `Pair.benchmark`: the sum over
       batches of the median of its interleaved repeats, as a run reports it).
     compile_seconds: time spent compiling new programs in this call (None from `benchmark`).
-    gamma: draft tokens per target call (0: the target alone; the adaptive maximum).
+    gamma: draft tokens per target call (0: the target alone; the adaptive maximum; a tree's
+      node count less the root, its `TreeScheme.gamma`).
     temperature: the sampling temperature (0: greedy).
   """
 
@@ -236,16 +238,16 @@ class Pair:
   _timed: set = dataclasses.field(default_factory=set, init=False, repr=False)  # (decoder, shape)
 
   def decoder(self, gamma: Any = None, *, temperature: float = 0.0, top_k: int = 0,
-              top_p: float = 1.0, max_new_tokens: int = 64) -> Decoder:
+              top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1)) -> Decoder:
     """The `Decoder` `generate` runs (checked when made: `decoding.start.check_decoder`); for
     research code that drives `init`, `iteration` and `run` itself. Arguments as `generate`'s."""
     if gamma is None:
       gamma = 0 if self.draft is None else 4
-    if gamma != "adaptive" and not (_is_int(gamma) and gamma >= 0):
-      raise ValueError(f"gamma must be an integer >= 0 (0: the target alone) or 'adaptive', got "
-                       f"{gamma!r}")
-    scheme = (AdaptiveConfig() if gamma == "adaptive" else Chain(int(gamma)) if gamma
-              else Autoregressive())
+    if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
+      raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
+                       f"'tree', got {gamma!r}")
+    scheme = (AdaptiveConfig() if gamma == "adaptive" else _tree_scheme(tree) if gamma == "tree"
+              else Chain(int(gamma)) if gamma else Autoregressive())
     draft = None if gamma == 0 else self.draft
     if scheme.needs_draft and draft is None:
       raise ValueError(f"gamma={gamma!r} drafts, but this Pair has no draft: load(target, "
@@ -279,7 +281,7 @@ class Pair:
 
   def generate(self, inputs, *, gamma: Any = None, temperature: float = 0.0, top_k: int = 0,
                top_p: float = 1.0, max_new_tokens: int = 64, batch_size: int = 1,
-               seed: int = 0) -> Generation:
+               seed: int = 0, tree: Any = (3, 2, 1)) -> Generation:
     """Decodes `inputs`: speculatively with the draft, or with the target alone (gamma=0).
 
     Args:
@@ -289,7 +291,8 @@ class Pair:
         a JSONL `input_ids` line is.
       gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
         alone (the baseline); 'adaptive': a per-example draft length up to 8
-        (`decoding.adaptive`); None: 4 with a draft, else 0.
+        (`decoding.adaptive`); 'tree': a static draft tree per target call, `tree`
+        (`decoding.tree`; model drafts only); None: 4 with a draft, else 0.
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target
@@ -299,12 +302,14 @@ class Pair:
       batch_size: prompts decoded together. 1 (the default, the papers' and the main command's
         setting) measures latency; a larger batch raises throughput, and speculation pays less.
       seed: the sampling key (batch k starting at prompt i uses fold_in(key(seed), i), as a run).
+      tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
+        nodes, depth 3), a `decoding.tree.Tree`, or a `TreeScheme` (its verifier too).
 
     Returns:
       A `Generation`: texts, ids, the acceptance counters and the wall time.
     """
     decoder = self.decoder(gamma, temperature=temperature, top_k=top_k, top_p=top_p,
-                           max_new_tokens=max_new_tokens)
+                           max_new_tokens=max_new_tokens, tree=tree)
     results, seconds, compile_seconds = [], 0.0, 0.0
     for batch in self._batches(inputs, batch_size):
       result, s, c = self._timed_call(decoder, batch, seed)
@@ -423,6 +428,11 @@ def _prompts(inputs) -> list:
       raise TypeError(f"prompt {i} is a {type(p).__name__}; a prompt is a string or a list of "
                       "token ids")
   return out
+
+
+def _tree_scheme(tree) -> TreeScheme:
+  """gamma='tree''s scheme: `tree` as given, or a branching / Tree with the 'auto' verifier."""
+  return tree if isinstance(tree, TreeScheme) else TreeScheme(tree)
 
 
 def _is_int(x) -> bool:

@@ -130,6 +130,17 @@ def test_greedy_speculative_equals_autoregressive(kind):
   assert 0.0 <= spec.alpha <= 1.0 and spec.gamma == 2 and ar.gamma == 0
 
 
+def test_tree_option_decodes_the_autoregressive_output(ids_pair):
+  """gamma='tree' drafts a static tree per target call (`decoding.tree`); greedy, it writes the
+  target's own tokens."""
+  prompts = [[5, 6, 7, 1], [9, 3, 1], [4, 4, 4, 4, 4, 2, 1]]
+  tree = ids_pair.generate(prompts, gamma="tree", tree=(2, 2), max_new_tokens=8, batch_size=4)
+  ar = ids_pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=4)
+  assert tree.ids == ar.ids and tree.gamma == 6  # the verify call's 6 drafted nodes
+  assert ids_pair.decoder("tree", tree=(3, 1)).scheme.tree.num_nodes == 7
+  assert 0.0 <= tree.acceptance_rate <= 1.0
+
+
 def test_strings_in_strings_out(text_pair):
   """Strings get the task's prefix and EOS, outputs come back as text of their ids."""
   vocab = text_pair.vocab

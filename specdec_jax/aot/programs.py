@@ -58,6 +58,7 @@ class DecodeSetup:
   prompt_len: int
   max_decode_len: int
   gammas: dict            # draft name -> the gamma to compile
+  trees: tuple            # TreeSchemes to compile per model draft (`trees_to_compile`)
   samplings: tuple        # SamplingConfig per distinct mode
   rule: str
   runs_autoregressive: bool
@@ -65,10 +66,21 @@ class DecodeSetup:
 
 
 def gammas_to_compile(gammas, gamma_max: int) -> int:
-  """The largest gamma a run can use: its largest int, or `gamma_max` if 'auto' is among them."""
+  """The largest chain gamma a run can use: its largest int, or `gamma_max` if 'auto' is among
+  them ('tree' and 'adaptive' are other schemes: `trees_to_compile` for the first)."""
   values = gammas if isinstance(gammas, (list, tuple)) else [gammas]
-  ints = [int(g) for g in values if g != "auto" and int(g) > 0]
+  ints = [int(g) for g in values if isinstance(g, int) and g > 0]
   return max(ints + ([gamma_max] if "auto" in values else []) or [0])
+
+
+def trees_to_compile(cfg) -> tuple:
+  """The TreeSchemes a run's loops can use: GAMMA='tree''s (`RunConfig.tree_scheme`) and, for
+  'auto', every tree candidate it may choose (`RunConfig.tree_candidates`). Unlike chains, one
+  tree's program does not serve a smaller one (another static shape), so each is compiled."""
+  values = cfg.gamma if isinstance(cfg.gamma, (list, tuple)) else [cfg.gamma]
+  out = [cfg.tree_scheme()] if "tree" in values else []
+  out += list(cfg.tree_candidate_schemes()) if "auto" in values else []
+  return tuple(dict.fromkeys(out))
 
 
 def distinct_samplings(cfg) -> tuple:
@@ -108,12 +120,13 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
       sh.validate(mesh, draft, d_rules, name=f"draft {name}", batch_size=batch)
       drafts[name] = (draft, abstract.abstract_params(draft, mesh, cfg.dtype))
   gamma = gammas_to_compile(cfg.gamma, cfg.gamma_max)
+  trees = trees_to_compile(cfg)
   return DecodeSetup(
       target=target, drafts=drafts, target_params=abstract.abstract_params(target, mesh, cfg.dtype),
       batch=batch, prompt_len=cfg.max_input_length, max_decode_len=cfg.max_decode_length,
-      gammas={name: gamma for name in drafts}, samplings=distinct_samplings(cfg), rule=cfg.rule,
-      runs_autoregressive=cfg.runs_autoregressive or gamma == 0,
-      runs_speculative=cfg.runs_speculative and gamma > 0)
+      gammas={name: gamma for name in drafts}, trees=trees, samplings=distinct_samplings(cfg),
+      rule=cfg.rule, runs_autoregressive=cfg.runs_autoregressive or (gamma == 0 and not trees),
+      runs_speculative=cfg.runs_speculative and (gamma > 0 or bool(trees)))
 
 
 def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
@@ -130,9 +143,12 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
   if s.runs_speculative:
     for dname, (draft, dparams) in s.drafts.items():
       gamma = s.gammas[dname]
-      runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
-                   f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
-                   draft, dparams, Chain(gamma)))
+      if gamma > 0:
+        runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
+                     f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
+                     draft, dparams, Chain(gamma)))
+      runs += [_tree_run(dname, draft, dparams, tree) for tree in s.trees
+               if isinstance(draft, Model)]  # model-free drafts score no masked block
   if s.runs_autoregressive:
     runs.append((AR_PREFILL, AR_PREFILL, AR_LOOP, "", {}, None, None, Autoregressive()))
   programs = []
@@ -155,6 +171,17 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
               (d, params, abstract.like_outputs(compiled[pname]), None), {}),
           has_loop=True, needs=pname, info=dict(info, temperature=d.sampling.temperature)))
   return programs
+
+
+def _tree_run(dname: str, draft, dparams, scheme) -> tuple:
+  """One tree's (prefill name, kinds, label, info, draft, params, scheme) for `decode_programs`:
+  its own prefill, since the caches' slack grows with the node count."""
+  tree = scheme.tree
+  label = f"draft={dname},tree={tree.num_nodes}n/depth{tree.max_depth},"
+  info = dict(draft=dname, gamma=scheme.gamma, tree_nodes=tree.num_nodes,
+              tree_depth=tree.max_depth, tree_parents=list(tree.parents))
+  return (f"{SPEC_PREFILL}[{label[:-1]}]", SPEC_PREFILL, SPEC_LOOP, label, info, draft, dparams,
+          scheme)
 
 
 # ---- training -------------------------------------------------------------------------------------

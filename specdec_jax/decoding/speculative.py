@@ -144,19 +144,25 @@ def write_back(state: st.DecodeState, num_B, done_B, counters: st.Counters, pend
 
 
 def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
-          proposal: Proposal, kept_B: jax.Array, count_B: jax.Array, beta_BxG1: jax.Array
+          proposal, kept_B: jax.Array, count_B: jax.Array, beta_BxG1: jax.Array
           ) -> st.Counters:
-  """The counters after one target call, over the tokens of the request only: in the call that
-  ends an example (EOS or the length limit), proposals past its end are neither drafted nor
-  accepted (a draft identical to the target accepts every token it drafted).
+  """The counters after one target call, chain or tree, over the tokens of the request only: in
+  the call that ends an example (EOS or the length limit), proposals past its end are neither
+  drafted nor accepted (a draft identical to the target accepts every token it drafted).
 
+  proposal: the iteration's `Proposal`, or anything with its `proposed_B` and `fed_B` (a tree
+    passes its depth D for both: one path offers D tokens, so accepted / drafted is a per-path
+    rate, `tree.scheme.commit_tree`). accepts per position and the length histogram use the
+    counters' own widths (a tree's are N - 1 and N wide, of which the first D and D + 1 fill).
   beta_BxG1: sum_x min(p, q) at the previous call's bonus position (column 0, counted where the
-  row was pending: all its drafts were accepted) and at the drafted positions (columns 1..G,
-  counted where written and where the draft computed q). So alpha covers every generated
-  position.
+    row was pending: all its drafts were accepted) and at the drafted positions (columns 1..G, a
+    tree's path nodes by depth, counted where written and where the draft computed q). So alpha
+    covers every generated position.
   """
   gamma = beta_BxG1.shape[1] - 1
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
+  g_P = jnp.arange(c.accepts_per_position_BxG.shape[1], dtype=jnp.int32)
+  g_H = jnp.arange(c.accepted_length_hist_BxG1.shape[1], dtype=jnp.int32)
   act_B = active_B.astype(jnp.int32)
   ends_B = done_B & active_B
   drafted_B = jnp.where(ends_B, jnp.minimum(proposal.proposed_B, count_B), proposal.proposed_B)
@@ -170,9 +176,9 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax
       accepted_B=c.accepted_B + kept_B,
       emitted_B=c.emitted_B + count_B,
       accepts_per_position_BxG=c.accepts_per_position_BxG + (
-          g_G1[None, :gamma] < kept_B[:, None]).astype(jnp.int32),
+          g_P[None, :] < kept_B[:, None]).astype(jnp.int32),
       accepted_length_hist_BxG1=c.accepted_length_hist_BxG1 + (
-          (g_G1[None, :] == kept_B[:, None]) & active_B[:, None]).astype(jnp.int32),
+          (g_H[None, :] == kept_B[:, None]) & active_B[:, None]).astype(jnp.int32),
       beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxG1, beta_BxG1, 0.0), axis=1),
       beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG1, axis=1, dtype=jnp.int32))
 

@@ -4,7 +4,12 @@ Why host-side dicts: counters come back once per batch; a run stores each batch'
 JSON (so a resumed run sums the batches of both processes) and only these pure functions turn the
 sums into the published numbers:
 - alpha = sum beta / number of positions, beta = sum_x min(p, q) (Leviathan's Table 3 definition);
-- acceptance_rate = accepted / drafted;
+- acceptance_rate = accepted / drafted, drafted = the drafts one target call offers along one
+  path: a chain's gamma (an adaptive block's length), a tree's depth D. A tree's other nodes are
+  alternatives at the same positions, not further drafts (at most D of its N - 1 nodes can be
+  accepted per call), so its rate is per path and reads like a chain's at gamma = D; dividing by
+  every node (as before) made a wider tree look worse the more alternatives it tried. A tree
+  row's `tree.node_acceptance_rate` in metrics.json is accepted / (target calls x (N - 1));
 - tokens_per_target_call = emitted / target calls;
 - accepts_per_position[i] = fraction of target calls whose draft position i was accepted;
 - accepted_length_hist[n] = target calls that accepted exactly n draft tokens.

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specdec_jax.aot import roofline
+from specdec_jax.aot import roofline, tree_roofline
 from specdec_jax.metrics import compare
 from specdec_jax.metrics import findings
 
@@ -118,6 +118,8 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "roofline": roofline.summary_table,          # one line per layout
     "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions
     "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
+    "roofline_trees": tree_roofline.trees_table,  # one layout's Table-2 rows, trees beside chains
+    "aot_trees": tree_roofline.compiled_trees_table,  # the tree programs an AOT job compiled
 }
 
 

@@ -44,6 +44,7 @@ are `specdec_jax.timing`'s and `runner/calibrate.py`'s.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -223,3 +224,128 @@ def predict(gamma: int | None, alpha: float | None, costs, *, temperature: float
                            spec_tokens=n_spec)
     return Prediction(costs.c, v, speedup, "loop", lone, expected, it_ms)
   return Prediction(costs.c, v, lone, None if lone is None else "lone_extend", lone, expected)
+
+
+# ---- trees -----------------------------------------------------------------------------------------
+# A tree call's expected length, in the positional acceptance model (Sequoia, Chen et al. 2024):
+# once a node was kept, its rank-r child is accepted with probability a[d][r] after its elder
+# siblings were rejected (d: the child's depth - 1), whatever the path above. So the rank-r child
+# is the kept one with s(d, r) = a[d][r] prod_{r' < r} (1 - a[d][r']), a node is kept with the
+# product of s along its path, and E = 1 + the sum of that over the drafted nodes (the 1: the
+# token after the path). A chain is the tree of rank-0 nodes: a[d][0] = P(depth d+1 kept | depth
+# d kept), and with one rate alpha, E = (1 - alpha^(G+1)) / (1 - alpha) again. What the model
+# leaves out: acceptance depends on the path (a confident parent has confident children), so
+# measured rates by depth and rank (`rank_acceptance`) are averages over the paths a decode took.
+def _rate(accept, depth: int, rank: int) -> float:
+  """a[depth][rank]; a flat sequence serves every depth; past a row or the rows, the last one."""
+  rows = accept if accept and isinstance(accept[0], (list, tuple)) else [accept]
+  row = rows[min(depth, len(rows) - 1)]
+  a = float(row[min(rank, len(row) - 1)])
+  if not 0.0 <= a <= 1.0:
+    raise ValueError(f"acceptance rates must be in [0, 1], got {a} at depth {depth + 1}, rank "
+                     f"{rank}")
+  return a
+
+
+def tree_keep_probabilities(parents: Sequence[int], accept) -> list[float]:
+  """P(node kept) per node of the tree given by `parents` (parents[0] == -1, each parent before
+  its children, siblings in rank order), the root 1, in the positional model above; accept:
+  a[d][r] (rows by depth) or one row a[r] for every depth."""
+  keep, depth, seen, left = [1.0], [0], {}, {}
+  for i in range(1, len(parents)):
+    p = parents[i]
+    rank = seen.get(p, 0)
+    seen[p] = rank + 1
+    depth.append(depth[p] + 1)
+    a = _rate(accept, depth[p], rank)
+    before = left.get(p, 1.0)  # P(every elder sibling rejected)
+    left[p] = before * (1.0 - a)
+    keep.append(keep[p] * before * a)
+  return keep
+
+
+def tree_expected_tokens(parents: Sequence[int], accept) -> float:
+  """Expected tokens one call over this tree writes: the kept drafts and the token after them
+  (see `tree_keep_probabilities`)."""
+  return sum(tree_keep_probabilities(parents, accept))
+
+
+def rank_acceptance(kept_rank_DxK: Sequence[Sequence[float]], reached_D: Sequence[float],
+                    branching: Sequence[int] | None = None) -> list[list[float]] | None:
+  """a[d][r] measured by a tree decode (`decoding.tree.TreeStats`: calls that kept rank r at
+  depth d + 1, calls that reached depth d + 1): kept / tried, tried = reached - the calls that
+  kept an elder sibling. Right for a tree whose nodes at one depth all have as many children,
+  `branching[d]` (a branching per depth; None: every rank of the counters): every rejected rank
+  is followed by the next. A rank never tried (past the branching, or never reached) takes the
+  rank before it, a depth never reached the depth above; None if depth 1 was never reached."""
+  rows: list[list[float]] = []
+  for d, (kept_K, reached) in enumerate(zip(kept_rank_DxK, reached_D)):
+    width = len(kept_K) if branching is None else int(branching[d])
+    row, tried = [], float(reached)
+    for r, kept in enumerate(kept_K):
+      if tried > 0 and r < width:
+        row.append(min(max(float(kept) / tried, 0.0), 1.0))
+      elif float(reached) <= 0 and rows:  # depth never reached: the depth above's rate
+        row.append(rows[-1][min(r, len(rows[-1]) - 1)])
+      elif row:  # rank past the branching (or every call kept an elder): the rank before
+        row.append(row[-1])
+      else:
+        return None
+      tried -= float(kept)
+    rows.append(row)
+  return rows or None
+
+
+def sibling_keep_rates(accept_by_rank: Sequence[float], ranks: int) -> list[float]:
+  """s(r) = a_r prod_{r' < r} (1 - a_r'): the chance that the rank-r child is the one kept, given
+  its parent was kept, when rank r is accepted with probability a_r after its elder siblings were
+  rejected (ranks past `accept_by_rank` take its last entry)."""
+  if not accept_by_rank or not all(0.0 <= float(a) <= 1.0 for a in accept_by_rank):
+    raise ValueError(f"accept_by_rank needs probabilities in [0, 1], got {accept_by_rank!r}")
+  out, left = [], 1.0
+  for r in range(ranks):
+    a = float(accept_by_rank[min(r, len(accept_by_rank) - 1)])
+    out.append(left * a)
+    left *= 1.0 - a
+  return out
+
+
+def positional_parents(num_nodes: int, accept_by_rank: Sequence[float], max_depth: int = 0
+                       ) -> tuple[int, ...]:
+  """The parents of the level-ordered tree of `num_nodes` nodes (root included, depth <=
+  max_depth; 0: no cap) that keeps the most drafted tokens per call in expectation under the
+  positional acceptance model (Sequoia's, without its hardware term: the node budget is chosen
+  against v(nodes) elsewhere): a node of sibling rank r is kept with probability s(r) (`sibling_keep_rates`) once
+  its parent was kept, at every depth. A node's chance to be kept is the product of s along its
+  path; where s falls with the rank it falls from parent to child and from elder to younger
+  sibling, so the best N - 1 nodes are closed under both and form a tree: taken best first (a
+  sibling enters only after its elder, so the result is a tree whatever the rates)."""
+  if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 2:
+    raise ValueError(f"num_nodes must be an integer >= 2, got {num_nodes!r}")
+  s = sibling_keep_rates(accept_by_rank, num_nodes)
+  # (-score, order, parent, rank, depth); order breaks ties towards the earlier-made node.
+  heap, taken, order = [(-s[0], 0, -1, 0, 1)], [], 1
+  while heap and len(taken) < num_nodes - 1:
+    neg, _, parent, rank, depth = heapq.heappop(heap)
+    taken.append((parent, rank, depth))
+    me, score = len(taken) - 1, -neg
+    if rank + 1 < len(s):  # the next sibling
+      sib = score / s[rank] * s[rank + 1] if s[rank] > 0 else 0.0
+      heapq.heappush(heap, (-sib, order, parent, rank + 1, depth))
+      order += 1
+    if not max_depth or depth < max_depth:  # the first child
+      heapq.heappush(heap, (-score * s[0], order, me, 0, depth + 1))
+      order += 1
+  return _level_ordered(taken)
+
+
+def _level_ordered(taken: Sequence[tuple[int, int, int]]) -> tuple[int, ...]:
+  """The parents of (parent's place in `taken` (-1: the root), rank, depth) nodes, laid out depth by
+  depth, children in their parent's order and then by rank (what `decoding.tree.TreeScheme` needs)."""
+  new_of, parents = {-1: 0}, [-1]
+  for depth in range(1, max(d for _, _, d in taken) + 1):
+    level = sorted((new_of[p], r, i) for i, (p, r, d) in enumerate(taken) if d == depth)
+    for parent, _, i in level:
+      new_of[i] = len(parents)
+      parents.append(parent)
+  return tuple(parents)

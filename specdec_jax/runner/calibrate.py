@@ -23,6 +23,11 @@ prompts, at gamma_max, gives alpha and the profile A_i = P(at least i drafts kep
 1..gamma_max. Expected tokens per iteration are 1 + sum A_i for either rule (metrics/theory.py):
 A_i does not depend on the gamma decoded, so one decode at gamma_max serves every candidate, and
 unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or nothing).
+
+Trees (`RunConfig.tree_candidates`, gin/decoding/auto_tree.gin): every candidate tree's loop is
+timed beside the chains' (no lone-extend pruning: a few static shapes), its expected length comes
+from a calibration tree decode's acceptance by depth and sibling rank, and the best program wins,
+chain or tree (runner/tree_choice.py).
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ import jax
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.metrics import acceptance, theory
-from specdec_jax.runner import keys
+from specdec_jax.runner import keys, tree_choice
 from specdec_jax.runner.config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
 from specdec_jax.runner.costs import LoopCosts
 
@@ -53,8 +58,10 @@ class ResolvedPoint:
   tree: the TreeScheme of a GAMMA='tree' point (gamma is then the tree's depth: the most drafts
     one call can keep).
   predicted_curve: 'auto''s {gamma: predicted speedup} over the gammas whose loop was timed (the
-    lone-extend curve where none was, on a mesh). lone_curve: the lone-extend prediction for every
-    gamma up to gamma_max (what pruned the candidates).
+    lone-extend curve where none was, on a mesh). tree_curve: its ((tree label, predicted
+    speedup), ...) over the timed tree candidates; `tree` is then the chosen tree, if any.
+    lone_curve: the lone-extend prediction for every gamma up to gamma_max (what pruned the
+    candidates).
   loop: the measured loop costs of this point's draft and temperature (None on a mesh, for an
     adaptive point, or for gamma 0).
   calibration: the calibration decode's acceptance for this draft and temperature ({'alpha',
@@ -73,6 +80,7 @@ class ResolvedPoint:
   lone_curve: tuple[tuple[int, float], ...] = ()
   loop: LoopCosts | None = None
   calibration: Mapping[str, Any] | None = None
+  tree_curve: tuple[tuple[str, float], ...] = ()
 
   @property
   def key(self) -> str:
@@ -110,6 +118,8 @@ class AutoPlan:
 
   memo: the stored choice ({'gamma', 'alpha', 'curve', ...}) once made (or recalled on resume).
   candidates: gammas whose loop must be timed before choosing (empty once chosen).
+  trees: the run's tree candidates (TreeSchemes), timed beside them; tree_accept: a[d][r] of
+  the calibration tree decode (`tree_choice.tree_acceptance`).
   """
 
   point: Point
@@ -118,6 +128,8 @@ class AutoPlan:
   alpha: float | None = None
   accept_at_least: tuple[float, ...] | None = None
   lone_curve: dict[int, float] = dataclasses.field(default_factory=dict)
+  trees: tuple = ()
+  tree_accept: Any = None
 
 
 def lone_curve(alpha: float, costs: timing.Costs, gamma_max: int, rule: str = "tokenwise",
@@ -143,18 +155,22 @@ def candidates(curve: Mapping[int, float], min_speedup: float,
 
 
 def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_max: int,
-              min_speedup: float, rule: str) -> AutoPlan:
+              min_speedup: float, rule: str, trees: tuple = (),
+              tree_acceptance_fn=None) -> AutoPlan:
   """The candidates an 'auto' point needs timed (acceptance_fn() -> calibration_acceptance's
-  dict, called once), or its remembered choice."""
+  dict, called once; with `trees`, tree_acceptance_fn() -> tree_choice.tree_acceptance's), or its
+  remembered choice."""
   memo = store.recall("gammas", keys.auto_choice(point.draft.name, point.temperature))
+  trees = tuple(trees) if tree_acceptance_fn is not None else ()
   if memo is not None:
-    return AutoPlan(point, memo)
+    return AutoPlan(point, memo, trees=trees)
   acc = acceptance_fn()
   alpha = float(acc["alpha"])
   rule = theory.effective_rule(rule, point.temperature)
   a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None
   curve = lone_curve(alpha, costs, gamma_max, rule, a_i)
-  return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve)
+  accept = tree_acceptance_fn()["rank_acceptance"] if trees else None
+  return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve, trees, accept)
 
 
 def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *,
@@ -181,26 +197,33 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
           "candidates": list(plan.candidates)}
   if plan.accept_at_least is not None:
     memo["accept_at_least"] = list(plan.accept_at_least)
+  if plan.trees:  # a tree beating every chain and the bar replaces the chain's gamma
+    memo.update(tree_choice.choose_tree(plan.trees, plan.tree_accept, loop, curve, min_speedup))
   store.remember("gammas", keys.auto_choice(plan.point.draft.name, plan.point.temperature), memo)
   return memo
 
 
-def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple[int, ...]:
-  """The gammas whose loop this point needs timed: its fixed gamma, or an 'auto' point's
-  candidates (or its remembered choice); none for 'adaptive' or gamma 0."""
+def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple:
+  """The programs whose loop this point needs timed: its fixed gamma, or an 'auto' point's
+  candidate gammas and trees (or its remembered choice); none for 'adaptive' or gamma 0."""
   if point.gamma in (ADAPTIVE, TREE):
     return ()
   if plan is None:
     return (int(point.gamma),) if int(point.gamma) > 0 else ()
   if plan.memo is not None:
+    tree = tree_choice.chosen(plan.memo, plan.trees)
+    if tree is not None:
+      return (tree,)
     return (int(plan.memo["gamma"]),) if int(plan.memo["gamma"]) > 0 else ()
-  return plan.candidates
+  return plan.candidates + plan.trees
 
 
 def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None,
-             loop: LoopCosts | None = None,
-             calibration: Mapping[str, Any] | None = None) -> ResolvedPoint:
-  """The ResolvedPoint of a fixed, adaptive, tree or (with its memo) 'auto' point."""
+             loop: LoopCosts | None = None, calibration: Mapping[str, Any] | None = None,
+             trees: tuple = ()) -> ResolvedPoint:
+  """The ResolvedPoint of a fixed, adaptive, tree or (with its memo) 'auto' point; an 'auto'
+  memo that chose a tree resolves to one of `trees` (`tree`: the run's TreeScheme, whose
+  verifier a recalled tree takes)."""
   if point.gamma == ADAPTIVE:
     return ResolvedPoint(point.draft, adaptive.gamma_max, point.temperature, adaptive=adaptive)
   if point.gamma == TREE:
@@ -213,6 +236,8 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
                        calibration_alpha=memo["alpha"],
                        predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]),
                        lone_curve=tuple((int(g), float(s)) for g, s in memo.get("lone_curve", [])),
-                       loop=loop if gamma > 0 else None, calibration=calibration)
+                       loop=loop if gamma > 0 else None, calibration=calibration,
+                       tree=tree_choice.chosen(memo, trees, tree),
+                       tree_curve=tuple((str(k), float(v)) for k, v in memo.get("tree_curve", [])))
 
 

@@ -11,10 +11,11 @@ import math
 import os
 from typing import Any
 
-from specdec_jax.metrics import quality, report
+from specdec_jax.metrics import acceptance, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.config import RunConfig, temperatures
 from specdec_jax.runner import keys
+from specdec_jax.runner.costs import loop_key
 from specdec_jax.runner.pipeline import Loaded
 from specdec_jax.runner.store import ResultStore
 
@@ -47,18 +48,19 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
-    extra["auto_predicted_speedup"] = {str(g): s for g, s in point.predicted_curve}
+    curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label
+    extra["auto_predicted_speedup"] = {str(g): s for g, s in curve}
     extra["auto_lone_extend_speedup"] = {str(g): s for g, s in point.lone_curve}
-    best = max(((g, sp) for g, sp in point.predicted_curve if g > 0), key=lambda x: x[1],
-               default=(None, None))
+    best = max(((g, sp) for g, sp in curve if g != 0), key=lambda x: x[1], default=(None, None))
+    if point.tree is not None:  # chosen from the timed tree loop and the calibration tree decode
+      extra["speedup_predicted"] = dict(point.tree_curve)[loop_key(point.tree)]
+      extra["speedup_predicted_from"] = "loop"
     extra["auto_gate"] = {"min_speedup": cfg.auto_min_speedup, "best_gamma": best[0],
                           "best_predicted": best[1], "passed": point.gamma > 0}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
   if point.tree is not None:  # accepts_per_position: the first `gamma` (= depth) entries count
-    extra["tree"] = {"parents": list(point.tree.tree.parents),
-                     "nodes": point.tree.tree.num_nodes, "depth": point.tree.tree.max_depth,
-                     "verifier": str(point.tree.verifier)}
+    extra["tree"] = tree_block(point.tree, spec_records)
   # gamma 0 chosen by 'auto': nothing was drafted (alpha is the calibration decode's) and the
   # decode IS the baseline program, so there is no speedup to measure (None, not a 1.00 that
   # would read as measured).
@@ -75,6 +77,17 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                       predictable=point.adaptive is None and point.tree is None,
                       calibration=point.calibration,
                       extra=extra)
+
+
+def tree_block(scheme, spec_records) -> dict:
+  """A tree row's `tree`: its shape and verifier, and node_acceptance_rate = accepted / (target
+  calls x drafted nodes) beside the per-path `acceptance_rate` (metrics/acceptance.py)."""
+  tree = scheme.tree
+  totals = acceptance.merge(r.counters for r in spec_records)
+  nodes = totals["target_calls"] * (tree.num_nodes - 1)
+  return {"parents": list(tree.parents), "nodes": tree.num_nodes, "depth": tree.max_depth,
+          "verifier": str(scheme.verifier),
+          "node_acceptance_rate": totals["accepted"] / nodes if nodes else None}
 
 
 def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: float) -> dict:

@@ -40,6 +40,9 @@ class RunConfig:
   tree: the `decoding.tree.TreeScheme` of GAMMA='tree' (a static draft tree verified in one target
     call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`); None: the (3, 2, 1)
     tree with the 'auto' verifier.
+  tree_candidates: static trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
+    each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree` or a TreeScheme; the
+    cost model picks a chain's gamma, a tree or 0 (runner/calibrate.py). Model drafts only.
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them.
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
@@ -90,6 +93,7 @@ class RunConfig:
   mesh: Any = None
   adaptive: Any = None
   tree: Any = None
+  tree_candidates: Any = ()
   # Dense layers' matmul while decoding (models/packed.py): 'auto' (the packed CPU kernel on one
   # CPU device, XLA's dot elsewhere), 'xla', 'kernel', 'hybrid' (kernel from 2 rows).
   matmul: str = "auto"
@@ -161,6 +165,15 @@ class RunConfig:
     from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
     return self.tree if self.tree is not None else TreeScheme((3, 2, 1))
 
+  def tree_candidate_schemes(self) -> tuple:
+    """`tree_candidates` as TreeSchemes (a branching or a Tree gets `tree_scheme()`'s verifier),
+    without repeats, in the order given."""
+    from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
+    verifier = self.tree_scheme().verifier
+    out = [c if isinstance(c, TreeScheme) else TreeScheme(c, verifier)
+           for c in as_list(self.tree_candidates)]
+    return tuple(unique(out))
+
   @property
   def is_sweep(self) -> bool:
     return self.mode == "sweep" or any(
@@ -191,6 +204,8 @@ class RunConfig:
       fingerprint["adaptive"] = self.adaptive
     if self.tree is not None:
       fingerprint["tree"] = self.tree
+    if self.tree_candidates:
+      fingerprint["tree_candidates"] = self.tree_candidates
     if self.matmul != "auto":
       fingerprint["matmul"] = self.matmul
     if self.draft_head_vocab:

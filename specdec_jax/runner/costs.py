@@ -19,6 +19,7 @@ uses them, DESIGN.md "The cost model" why both kinds exist).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
 
@@ -44,7 +46,8 @@ class LoopCosts:
   ar_ms: one autoregressive iteration (one token per active row). ar_fixed_ms: the autoregressive
     program with no iteration (prefill, buffer layout, finish), per batch.
   iteration_ms: {gamma: one speculative iteration}. fixed_ms: {gamma: its program with no
-    iteration (both prefills)}, per batch.
+    iteration (both prefills)}, per batch. A tree's program is keyed by its label
+    (`loop_key`: 'tree(3,2,1)') beside the chains' gammas.
   tokens: autoregressive iterations per calibration batch (N of theory.loop_speedup: tokens per
     request at batch 1).
   tokens_per_iteration: {gamma: tokens written per target call per row on the calibration decode}
@@ -63,10 +66,11 @@ class LoopCosts:
 
   def to_json(self) -> dict[str, Any]:
     """The record's `loop_costs` (what report.build reads; gamma keys as strings)."""
+    def keyed(d):
+      return {str(g): d[g] for g in sorted(d, key=loop_order)}
     return {"ar_ms": self.ar_ms, "ar_fixed_ms": self.ar_fixed_ms, "tokens": self.tokens,
-            "iteration_ms": {str(g): v for g, v in sorted(self.iteration_ms.items())},
-            "fixed_ms": {str(g): v for g, v in sorted(self.fixed_ms.items())},
-            "tokens_per_iteration": {str(g): v for g, v in sorted(self.tokens_per_iteration.items())},
+            "iteration_ms": keyed(self.iteration_ms), "fixed_ms": keyed(self.fixed_ms),
+            "tokens_per_iteration": keyed(self.tokens_per_iteration),
             "batches": self.batches, "rows": self.rows}
 
   def unresolved(self) -> list[str]:
@@ -75,13 +79,43 @@ class LoopCosts:
     empty when every cost is positive. A prediction from such costs would divide by zero or claim
     a free iteration, so the caller drops them and predicts from lone `extend` costs."""
     bad = [] if self.ar_ms > 0 else ["autoregressive"]
-    return bad + [f"gamma {g}" for g, ms in sorted(self.iteration_ms.items()) if ms <= 0]
+    return bad + [f"gamma {g}" if isinstance(g, int) else str(g)
+                  for g in sorted(self.iteration_ms, key=loop_order) if self.iteration_ms[g] <= 0]
 
-  def speedup(self, gamma: int, tokens_per_iteration: float) -> float:
-    """theory.loop_speedup at `gamma` with its fixed costs, N = the calibration's tokens."""
+  def speedup(self, gamma, tokens_per_iteration: float) -> float:
+    """theory.loop_speedup at `gamma` (or a tree's label) with its fixed costs, N = the
+    calibration's tokens."""
     return theory.loop_speedup(tokens_per_iteration, self.ar_ms, self.iteration_ms[gamma],
                                tokens=self.tokens, ar_fixed=self.ar_fixed_ms,
                                spec_fixed=self.fixed_ms[gamma])
+
+
+def loop_key(program) -> Any:
+  """What a timed program is filed under: a chain's gamma (an int), or a tree's label: its
+  branching per depth when every node of a depth has as many children ('tree(3,2,1)'), else its
+  node count and depth ('tree(16 nodes, depth 7)')."""
+  if isinstance(program, int):
+    return program
+  tree = program.tree
+  widths = [int((tree.depths_N == d).sum()) for d in range(tree.max_depth + 1)]
+  branching = [b // a for a, b in zip(widths, widths[1:])]
+  if tree.num_nodes == 1 + sum(itertools.accumulate(branching, lambda a, b: a * b)):
+    try:
+      if Tree.from_branching(branching) == tree:
+        return "tree(" + ",".join(map(str, branching)) + ")"
+    except ValueError:
+      pass
+  return f"tree({tree.num_nodes} nodes, depth {tree.max_depth})"
+
+
+def loop_order(key) -> tuple:
+  """Sort key for loop keys: the chains' gammas in order, then the trees' labels."""
+  return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
+
+
+def scheme_of(program):
+  """The scheme a timed program decodes with: `Chain(gamma)`, or the TreeScheme itself."""
+  return Chain(program) if isinstance(program, int) else program
 
 
 def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
@@ -114,11 +148,12 @@ def measure_loops(template: Decoder, target_params,
                   drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
                   batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS,
                   tick=None) -> dict[Any, LoopCosts]:
-  """{key: LoopCosts} for drafts {key: (draft, params, gammas >= 1)}, all on `batches` (inputs of
+  """{key: LoopCosts} for drafts {key: (draft, params, programs)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
   autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
   the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
-  the same Decoder with the draft and `Chain(gamma)`. `tick(done, total)`: progress (every
+  the same Decoder with the draft and `Chain(gamma)` per gamma >= 1, or a TreeScheme (filed
+  under `loop_key`). `tick(done, total)`: progress (every
   compile and sample of `timing.interleaved`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
@@ -133,11 +168,11 @@ def measure_loops(template: Decoder, target_params,
               ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
-      spec = dataclasses.replace(template, draft=draft, scheme=Chain(g))
-      programs[(key, g, "full")] = program(spec, Params(target_params, params), full_cap)
-      programs[(key, g, "zero")] = program(spec, Params(target_params, params), zero_cap)
+      spec = dataclasses.replace(template, draft=draft, scheme=scheme_of(g))
+      programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
+      programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
   results, seconds = timing.interleaved(programs, repeats, tick=tick)
-  return {key: _loop_costs(results, seconds, key, gammas, len(batches))
+  return {key: _loop_costs(results, seconds, key, [loop_key(g) for g in gammas], len(batches))
           for key, (_, _, gammas) in drafts.items()}
 
 
@@ -151,13 +186,15 @@ def _loop_costs(results, seconds, key, gammas, n_batches: int) -> LoopCosts:
 
   ar_ms, ar_fixed, ar_iterations, _ = per_iteration("ar", 0)
   it, fixed, tpi = {}, {}, {}
-  for g in sorted(gammas):
+  for g in sorted(gammas, key=loop_order):
     it[g], fixed[g], _, counts = per_iteration(key, g)
     merged = acceptance.merge(counts)
     tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
   # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
-  # (taken at face value, 'auto' would favour that gamma). Running maximum, as for v(T).
-  for prev, g in zip(sorted(it), sorted(it)[1:]):
+  # (taken at face value, 'auto' would favour that gamma). Running maximum over the chains'
+  # gammas, as for v(T) (trees are no chain of one another: left as timed).
+  chains = sorted(g for g in it if isinstance(g, int))
+  for prev, g in zip(chains, chains[1:]):
     it[g] = max(it[g], it[prev])
   first = results[("ar", 0, "full")]
   return LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / n_batches,

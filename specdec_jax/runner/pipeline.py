@@ -30,9 +30,9 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
-from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, TREE, DraftSpec, RunConfig,
-                                      as_list, draft_specs, points)
+from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets, tree_choice
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, MODEL_DRAFT, TREE, DraftSpec,
+                                      RunConfig, as_list, draft_specs, points)
 from specdec_jax.runner.store import ResultStore
 
 
@@ -129,17 +129,24 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
     return [], {}
   costs = measure_costs(cfg, loaded, log)
   acceptance_of = _calibration_acceptances(cfg, loaded, store)
+  trees = cfg.tree_candidate_schemes()
+  # Trees are chosen from timed loops only (one device) and drafted by model drafts only.
+  tree_acceptance_of = (_tree_acceptances(cfg, loaded, store, trees)
+                        if trees and loaded.mesh is None else None)
   pts = points(cfg)
   plans = {}
   for p in (p for p in pts if p.gamma == AUTO):
+    tree_fn = (None if tree_acceptance_of is None or p.draft.kind != MODEL_DRAFT
+               else lambda p=p: tree_acceptance_of(p))
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, lambda p=p: acceptance_of(p),
                                    gamma_max=cfg.gamma_max, min_speedup=cfg.auto_min_speedup,
-                                   rule=cfg.rule)
+                                   rule=cfg.rule, trees=trees, tree_acceptance_fn=tree_fn)
     if plans[p].memo is None:
       log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
           f"{plans[p].alpha:.3f}; lone-extend prediction " + ", ".join(
               f"{g}: {s:.2f}" for g, s in sorted(plans[p].lone_curve.items()) if g)
-          + f"; loops to time: {list(plans[p].candidates) or 'none'}")
+          + f"; loops to time: {list(plans[p].candidates) or 'none'}"
+          + "".join(f", {costs_lib.loop_key(t)}" for t in plans[p].trees))
   loops = measure_loops(cfg, loaded, {p: calibrate.loop_gammas(p, plans.get(p)) for p in pts},
                         log)
   resolved = []
@@ -152,11 +159,13 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
       continue
     memo = calibrate.choose(plans[p], costs[p.draft], loop, store,
                             min_speedup=cfg.auto_min_speedup, rule=cfg.rule)
-    r = calibrate.resolved(p, memo=memo, loop=loop, calibration=cal)
+    r = calibrate.resolved(p, memo=memo, loop=loop, calibration=cal, tree=cfg.tree_scheme(),
+                           trees=trees)
     log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
         f"{r.calibration_alpha:.3f}, c {costs[p.draft].c:.3f}, predicted "
-        + ", ".join(f"{g}: {s:.2f}" for g, s in r.predicted_curve)
-        + f" ({memo.get('curve_from', 'lone_extend')}) -> gamma {r.gamma}"
+        + ", ".join(f"{g}: {s:.2f}" for g, s in r.predicted_curve + r.tree_curve)
+        + f" ({memo.get('curve_from', 'lone_extend')}) -> "
+        + (costs_lib.loop_key(r.tree) if r.tree is not None else f"gamma {r.gamma}")
         + (" (plain autoregressive decoding)" if r.gamma == 0 else ""))
     resolved.append(r)
   return resolved, costs
@@ -209,6 +218,26 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
   return acceptance_of
 
 
+def _tree_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore, trees) -> Callable:
+  """tree_acceptance_of(point) -> a probe tree decode's a[d][r] on all the calibration prompts
+  (`tree_choice.tree_acceptance`) for the point's draft and temperature, made once and
+  remembered in the store."""
+  probe = tree_choice.probe(trees)
+  cal = loaded.calibration
+  rows = range(len(cal.ids))
+
+  def tree_acceptance_of(p) -> dict:
+    key = keys.calibration(p.draft.name, p.temperature) + "/tree"
+    acc = store.recall("calibration", key)
+    if acc is None:
+      acc = tree_choice.tree_acceptance(
+          *decoder_for(cfg, loaded, p.temperature, p.draft, probe),
+          global_batch(cal, loaded, rows)[0], seed=cfg.seed)
+      store.remember("calibration", key, acc)
+    return acc
+  return tree_acceptance_of
+
+
 def calibration_batches(cfg: RunConfig, loaded: Loaded) -> list:
   """The first max(batch_size, auto_timing_examples) calibration prompts in the run's batch
   shape: in full batches of batch_size (or one short batch of them all when there are fewer than
@@ -236,7 +265,8 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
     with contextlib.closing(logs.bar(f"calibrate: loops at T={t:g}", unit="step")) as progress:
       loops = costs_lib.measure_loops(
           decoder_for(cfg, loaded, t)[0], loaded.target_params,
-          {d: (*loaded.drafts[d], sorted(gs)) for d, gs in by_draft.items()}, batches,
+          {d: (*loaded.drafts[d], sorted(gs, key=costs_lib.loop_order))
+           for d, gs in by_draft.items()}, batches,
           seed=cfg.seed, tick=logs.ticker(progress))
     for d, lc in loops.items():
       if lc.unresolved():
@@ -249,8 +279,9 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
       log(f"loop costs at temperature {t:g}, {d.name} ({lc.batches} batches of {lc.rows}, "
           f"{time.perf_counter() - t0:.1f}s with compiles): autoregressive {lc.ar_ms:.2f} ms/"
           f"iteration (+{lc.ar_fixed_ms:.1f} ms per request); speculative " + ", ".join(
-              f"gamma {g}: {ms:.2f} ms/iteration (+{lc.fixed_ms[g]:.1f})"
-              for g, ms in sorted(lc.iteration_ms.items())))
+              f"{'gamma ' if isinstance(g, int) else ''}{g}: {ms:.2f} ms/iteration "
+              f"(+{lc.fixed_ms[g]:.1f})" for g, ms in sorted(
+                  lc.iteration_ms.items(), key=lambda x: costs_lib.loop_order(x[0]))))
   return out
 
 

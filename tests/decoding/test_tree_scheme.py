@@ -80,6 +80,9 @@ def test_identical_draft_keeps_whole_paths(setup, branching):
   np.testing.assert_array_equal(calls[np.asarray(ar.lengths_B) == MAX_LEN],
                                 -(-MAX_LEN // (depth + 1)))
   np.testing.assert_allclose(np.asarray(out.counters.beta_sum_B / out.counters.beta_count_B), 1.0)
+  # drafted counts the D drafts one path offers per call (not every node): a draft that is the
+  # target has a per-path acceptance rate of exactly 1.
+  np.testing.assert_array_equal(out.counters.drafted_B, out.counters.accepted_B)
 
 
 def test_rank_one_siblings_kept_on_ragged_rows(setup):

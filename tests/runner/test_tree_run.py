@@ -23,3 +23,24 @@ def test_tree_module_runs_beside_the_chain(tmp_path):
   assert tree["greedy_match_rate"] == 1.0 and chain["greedy_match_rate"] == 1.0
   assert tree["speedup_predicted"] is None  # the chain's formula does not apply
   assert tree["alpha"] is not None and tree["tokens_per_target_call"] >= 1.0
+  # Per path: drafted counts the depth's 2 drafts per call, not the tree's 6 nodes.
+  assert tree["mean_gamma"] <= 2.0
+  assert tree["tree"]["node_acceptance_rate"] == pytest.approx(
+      tree["acceptance_rate"] * tree["mean_gamma"] / 6)
+
+
+@pytest.mark.slow  # ~40 s on 2 cores: a calibration tree decode and every candidate's loop timed
+def test_auto_weighs_trees_beside_chains(tmp_path):
+  """GAMMA='auto' with tree candidates: the probe tree's calibration decode and the tree's loop
+  are in the record, and whatever wins (a draft that is the target: every program is worth it
+  against a bar of 0.01) decodes exactly."""
+  metrics = run.run(["configs/local/smoke.gin", "gin/decoding/auto_tree.gin"], str(tmp_path), [
+      "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
+      "DRAFT_CHECKPOINT = 't5_test_target'", "RunConfig.gamma_max = 2",
+      "RunConfig.tree_candidates = [(2, 2)]", "RunConfig.auto_min_speedup = 0.01",
+      "RunConfig.auto_calibration_examples = 2", "RunConfig.auto_timing_examples = 2"])
+  (row,) = metrics
+  assert "tree(2,2)" in row["auto_predicted_speedup"] and row["auto_gate"]["passed"]
+  assert row["greedy_match_rate"] == 1.0 and row["speedup_predicted"] is not None
+  if row["auto_gate"]["best_gamma"] == "tree(2,2)":
+    assert row["tree"]["nodes"] == 7 and row["gamma"] == 2

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import flax.struct
 import jax
@@ -36,7 +36,7 @@ import numpy as np
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
-from specdec_jax.decoding.speculative import first_draft_call, write_back
+from specdec_jax.decoding.speculative import count, first_draft_call, write_back
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.commit import commit_path
 from specdec_jax.decoding.tree.shape import Tree
@@ -60,6 +60,13 @@ class TreeStats:
   def zeros(cls, tree: Tree) -> "TreeStats":
     return cls(kept_rank_DxK=jnp.zeros((tree.max_depth, tree.max_branching), jnp.int32),
                reached_D=jnp.zeros((tree.max_depth,), jnp.int32))
+
+
+class PathDrafted(NamedTuple):
+  """What `speculative.count` reads of a proposal, for a tree: drafts offered along one path
+  (D) and draft calls made (D)."""
+  proposed_B: jax.Array
+  fed_B: jax.Array
 
 
 def _levels(tree: Tree) -> tuple[tuple[int, int], ...]:
@@ -133,7 +140,8 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
                 q_BxNxV: jax.Array, bonus_q_BxV: jax.Array, eos_id: int, max_decode_len: int
                 ) -> st.DecodeState:
   """Writes the kept path and the next token for active rows, rolls both caches back to them
-  (their path entries already gathered by `commit_path`), counts what was written. The draft
+  (their path entries already gathered by `commit_path`), counts what was written
+  (`speculative.count`; drafted = D per call, the drafts one path offers). The draft
   fed every node above depth D, so it has not seen the kept token only when the path reached
   depth D (pending, fed next iteration by `first_draft_call`), as in the chain."""
   n_B, depth = verdict.num_accepted_B, verdict.path_BxD.shape[1]
@@ -150,42 +158,12 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
                                       _path_rows(q_BxNxV, nodes_BxD1)), axis=-1)[:, :depth]
   bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, bonus_q_BxV), axis=-1)
   beta_BxD1 = jnp.concatenate([bonus_beta_B[:, None], path_beta_BxD], axis=1)
-  counters = count_tree(state.counters, ~state.done_B, done_B, state.draft_pending_B,
-                        q_BxNxV.shape[1] - 1, jnp.minimum(n_B, count_B), count_B, beta_BxD1)
+  path_B = jnp.full_like(n_B, depth)  # one path offers D drafts: a per-path acceptance rate
+  counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B,
+                   PathDrafted(path_B, path_B), jnp.minimum(n_B, count_B), count_B, beta_BxD1)
   p_last_BxV = jnp.take_along_axis(p_BxNxV, verdict.last_node_B[:, None, None], axis=1)[:, 0]
   return write_back(state, num_B, done_B, counters, pending_B, new_BxD1, count_B,
                     p_last_BxV)
-
-
-def count_tree(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
-               drafted: int, kept_B: jax.Array, count_B: jax.Array, beta_BxD1: jax.Array
-               ) -> st.Counters:
-  """The counters after one tree call, over written tokens only (as `speculative.count`):
-  drafted = every drafted node (cut to the written count in the call that ends a row); accepts
-  per position = per depth (the first D of the N - 1 columns); the length histogram by kept
-  depth. beta: column 0 at the previous bonus position where pending, column k + 1 at the path
-  node of depth k where the token after it was written."""
-  depth = beta_BxD1.shape[1] - 1
-  act_B = active_B.astype(jnp.int32)
-  ends_B = done_B & active_B
-  drafted_B = jnp.where(ends_B, jnp.minimum(drafted, count_B), drafted)
-  g_G = jnp.arange(c.accepts_per_position_BxG.shape[1], dtype=jnp.int32)
-  g_G1 = jnp.arange(c.accepted_length_hist_BxG1.shape[1], dtype=jnp.int32)
-  d_D = jnp.arange(depth, dtype=jnp.int32)
-  beta_mask_BxD1 = jnp.concatenate([(pending_B & active_B)[:, None],
-                                    d_D[None, :] < count_B[:, None]], axis=1)
-  return c.replace(
-      iterations=c.iterations + 1,
-      target_calls_B=c.target_calls_B + act_B,
-      drafted_B=c.drafted_B + drafted_B * act_B,
-      accepted_B=c.accepted_B + kept_B,
-      emitted_B=c.emitted_B + count_B,
-      accepts_per_position_BxG=c.accepts_per_position_BxG + (
-          g_G[None, :] < kept_B[:, None]).astype(jnp.int32),
-      accepted_length_hist_BxG1=c.accepted_length_hist_BxG1 + (
-          (g_G1[None, :] == kept_B[:, None]) & active_B[:, None]).astype(jnp.int32),
-      beta_sum_B=c.beta_sum_B + jnp.sum(jnp.where(beta_mask_BxD1, beta_BxD1, 0.0), axis=1),
-      beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxD1, axis=1, dtype=jnp.int32))
 
 
 def tree_stats(stats: TreeStats, verdict: verify.TreeVerdict, active_B: jax.Array,
