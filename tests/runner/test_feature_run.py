@@ -93,3 +93,20 @@ def test_auto_and_sampling_beside_a_token_draft(tmp_path):
     if m["temperature"] == 0:
       assert m["greedy_match_rate"] == 1.0
     assert ("draft_kind" in m) == (m["draft"] == "fd")
+
+
+def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
+  """`specdec_jax.load(target, feature_draft)`: the same draft, pairing check and scheme as the
+  run; greedy output equals the target alone, batch 2 with ragged prompts."""
+  import specdec_jax as sd  # pylint: disable=import-outside-toplevel
+  path = _save_feature_draft(tmp_path / "fd")
+  pair = sd.load("t5_test_target", path, vocabulary=False)
+  assert isinstance(pair.decoder(2).scheme, FeatureChain)
+  prompts = [[5, 6, 7, 1], [3, 1]]
+  spec = pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2)
+  assert spec.ids == pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=2).ids
+  assert spec.tokens_per_call >= 1.0
+  with pytest.raises(ValueError, match="adaptive"):
+    pair.decoder("adaptive")
+  with pytest.raises(ValueError, match="pair it with its own target"):
+    sd.load("t5_test_target", path, vocabulary=False, seed=3)
