@@ -244,10 +244,6 @@ class DraftSpec:
       path = os.path.dirname(path) or path
     return os.path.basename(path)
 
-  @property
-  def has_checkpoint(self) -> bool:
-    return self.kind in CHECKPOINT_DRAFTS
-
 
 @dataclasses.dataclass(frozen=True)
 class Point:
@@ -285,7 +281,7 @@ def draft_specs(cfg: RunConfig) -> list[DraftSpec]:
   names = [s.name for s in specs]
   out = []
   for s, name in zip(specs, names):
-    if names.count(name) > 1 and s.has_checkpoint:
+    if names.count(name) > 1 and s.kind in CHECKPOINT_DRAFTS:
       s = dataclasses.replace(s, label=_distinct_suffix(s, [o for o in specs if o != s]))
     out.append(s)
   clash = [n for n in unique(x.name for x in out) if [x.name for x in out].count(n) > 1]
@@ -305,7 +301,7 @@ def _distinct_suffix(spec: DraftSpec, others: Sequence[DraftSpec]) -> str:
   """The shortest trailing part of `spec`'s checkpoint path that no other draft's path ends with."""
   parts = os.path.normpath(os.path.abspath(spec.checkpoint)).split(os.sep)
   other_paths = [os.path.normpath(os.path.abspath(o.checkpoint)).split(os.sep)
-                 for o in others if o.has_checkpoint]
+                 for o in others if o.kind in CHECKPOINT_DRAFTS]
   for k in range(1, len(parts) + 1):
     tail = parts[-k:]
     if all(p[-k:] != tail for p in other_paths):

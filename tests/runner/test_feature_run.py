@@ -78,21 +78,27 @@ def test_run_with_a_feature_draft_matches_greedy_autoregressive(tmp_path):
   assert m["c"] > 0 and m["tokens_per_target_call"] >= 1.0
 
 
-@pytest.mark.slow  # ~40 s of CPU on 2 cores: 'auto' times the feature chain's loops, two temperatures
+@pytest.mark.slow  # ~40 s of CPU on 2 cores: two temperatures, two drafts, 'auto' planned
 def test_auto_and_sampling_beside_a_token_draft(tmp_path):
+  """Both drafts in one run at T = 0 and 1: the fixed gamma decodes (its loop timed for the
+  prediction), 'auto' plans from the feature draft's c and calibration decode (on these random
+  tiny models c > 1 and alpha ~0, so it chooses 0 without compiling a loop)."""
   path = _save_feature_draft(tmp_path / "fd" / "export")
   metrics = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
-      f"DRAFT_CHECKPOINT = ['{path}', 't5_test_draft']", "GAMMA = 'auto'",
+      f"DRAFT_CHECKPOINT = ['{path}', 't5_test_draft']", "GAMMA = [2, 'auto']",
       "TEMPERATURE = [0.0, 1.0]", "NUM_EXAMPLES = 4", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8",
-      "RunConfig.repeats = 1", "RunConfig.gamma_max = 3", "RunConfig.auto_min_speedup = 0.01"])
+      "RunConfig.repeats = 1", "RunConfig.gamma_max = 3"])
   by_run = {m["run"]: m for m in metrics}
-  assert set(by_run) == {f"draft={d},gamma=auto,temperature={t}"
+  assert set(by_run) == {f"draft={d},gamma={g},temperature={t}" for g in (2, "auto")
                          for d in ("fd", "t5_test_draft") for t in (0, 1)}
   for m in metrics:
-    assert m["gamma_auto"] and m["gamma"] >= 1  # the gate at 0.01x: something drafted
+    assert ("draft_kind" in m) == (m["draft"] == "fd")
+    if m["gamma_auto"]:
+      assert "auto_lone_extend_speedup" in m and m["gamma"] in (0, 1, 2, 3)
+      continue
+    assert m["tokens_per_target_call"] >= 1.0 and m["speedup_predicted"] is not None
     if m["temperature"] == 0:
       assert m["greedy_match_rate"] == 1.0
-    assert ("draft_kind" in m) == (m["draft"] == "fd")
 
 
 def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
