@@ -21,6 +21,7 @@ from specdec_jax.checkpoints import feature_draft as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
 from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
+from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner.config import (ADAPTIVE, FEATURE_DRAFT, MODEL_DRAFT, TREE, DraftSpec,
@@ -112,8 +113,9 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
   unless it was trained on this very target (`checkpoints.feature_draft.check_target`: a digest of
   every target parameter; another target of the same shape would run and draft noise).
 
-  Its output head is a frozen copy of the target's: `draft_head_vocab` is not applied to it yet
-  (one warning line), as for a checkpoint without a ranking."""
+  Its output head is a frozen copy of the target's whole head; `draft_head_vocab` = K restricts
+  it to the K first ids of the `head_ranking.json` beside the checkpoint (`restrict_head`), as
+  for a model draft; without a ranking it keeps the full head (one warning line)."""
   path = resolve_path(checkpoint)
   draft, params = feature_ckpt.load(path)
   try:
@@ -125,9 +127,16 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
   if settings.dtype is not None and settings.dtype != draft.config.dtype:
     draft = type(draft)(draft.config.replace(dtype=settings.dtype))
     params = loader.in_compute_dtype(params, settings.dtype)
-  if settings.head_vocab:
-    logging.warning("draft %s is a feature-level draft (its head is the target's own): "
-                    "draft_head_vocab = %d not applied", checkpoint, settings.head_vocab)
+  if settings.head_vocab and not head_ranking.has_ranking(path):
+    logging.warning("feature draft %s has no %s beside it: decoding with the target's full "
+                    "head, draft_head_vocab = %d not applied", checkpoint,
+                    head_ranking.RANKING_FILE, settings.head_vocab)
+  elif settings.head_vocab:
+    ranking, counted = head_ranking.read_ranking(path, draft.vocab_size, settings.task)
+    draft, params = draft.restrict_head(
+        params, head_vocab.select(ranking, settings.head_vocab, draft.eos_id))
+    logging.info("feature draft %s: output head restricted to %d of %d tokens (ranking of the "
+                 "%s)", checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, jax.device_put(params)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from specdec_jax import run
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep, chain_for
 from specdec_jax.decoding.speculative import Chain
@@ -103,7 +104,8 @@ def test_auto_and_sampling_beside_a_token_draft(tmp_path):
 
 def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   """`specdec_jax.load(target, feature_draft)`: the same draft, pairing check and scheme as the
-  run; greedy output equals the target alone, batch 2 with ragged prompts."""
+  run; greedy output equals the target alone, batch 2 with ragged prompts, with the full head
+  and with one restricted to its ranking's first 16 ids."""
   import specdec_jax as sd  # pylint: disable=import-outside-toplevel
   path = _save_feature_draft(tmp_path / "fd")
   pair = sd.load("t5_test_target", path, vocabulary=False)
@@ -112,7 +114,11 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   spec = pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2)
   assert spec.ids == pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=2).ids
   assert spec.tokens_per_call >= 1.0
+  # a restricted head (the K first ids of the ranking beside it): still exact
+  head_ranking.write_ranking(path, list(range(pair.target.vocab_size))[::-1],
+                             pair.target.vocab_size, "test")
+  small = sd.load("t5_test_target", path, vocabulary=False, head_vocab=16)
+  assert len(small.draft.head_ids) == 16 and 1 in small.draft.head_ids  # EOS kept
+  assert small.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2).ids == spec.ids
   with pytest.raises(ValueError, match="adaptive"):
     pair.decoder("adaptive")
-  with pytest.raises(ValueError, match="pair it with its own target"):
-    sd.load("t5_test_target", path, vocabulary=False, seed=3)
