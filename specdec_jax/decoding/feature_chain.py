@@ -132,6 +132,10 @@ class FeatureChain:
     return FeatureCarry(jnp.zeros((batch, self.gamma + 1, self.width), jnp.float32),
                         jnp.zeros((batch,), jnp.int32))
 
+  def propose(self, draft, draft_params, state, carry, key, sampling):
+    """The iteration's draft tokens and their q: gamma chained calls (`draft_step`)."""
+    return draft_step(draft, draft_params, state, carry, key, self.gamma, sampling)
+
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """Draft (pending entries, then own features) -> verify with states -> accept -> commit,
     then the newly written positions' fused target features become the pending entries."""
@@ -141,8 +145,8 @@ class FeatureChain:
                       "with extend_with_hidden")
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
     carry = state.stats
-    proposal, draft_cache = draft_step(draft, params.draft, state, carry, k_draft, self.gamma,
-                                       decoder.sampling)
+    proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
+                                         decoder.sampling)
     p_BxG1xV, hidden, target_cache = verify_with_hidden(
         decoder.target, params.target, state.target_cache, st.last_tokens(state),
         proposal.tokens_BxG, draft.feature_layers, decoder.sampling)
