@@ -42,13 +42,13 @@ from specdec_jax.data import local_tasks, ngram_tables, tasks
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.feature_chain import chain_for, is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.metrics import acceptance
 from specdec_jax.models import packed
 from specdec_jax.runner import drafts as drafts_lib
-from specdec_jax.runner.config import MODEL_DRAFT, NON_MODEL_DRAFTS, DraftSpec
+from specdec_jax.runner.config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
 
 WIDTH_MULTIPLE = 32
 # The input field whose prefix a shipped task's strings get ("translate English to German: ").
@@ -65,7 +65,9 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     target: a checkpoint directory (this project's, T5X or Hugging Face; a relative path is also
       looked for under the repository root, so the zoo's paths work from any directory) or a
       preset name for random weights (`specdec_jax.models.config.PRESETS`).
-    draft: a checkpoint or preset for a model draft; 'unigram', 'bigram' or 'prompt_lookup' for a
+    draft: a checkpoint or preset for a model draft; a feature-level draft's export (a directory
+      with `feature_draft_config.json`, trained for this very target: its pairing record is
+      checked; it decodes with `FeatureChain`); 'unigram', 'bigram' or 'prompt_lookup' for a
       model-free draft (the first two estimate n-gram tables on `task`'s train split); None: the
       target alone (only `gamma=0` decodes).
     task: a shipped task ('translate_en_de', 'summarize', 'code_complete'). Strings get its input
@@ -123,7 +125,8 @@ def _draft_spec(draft: str) -> DraftSpec:
   if not isinstance(draft, str):
     raise TypeError(f"draft must be a checkpoint path, a preset name or one of "
                     f"{NON_MODEL_DRAFTS}, got {type(draft).__name__}")
-  return DraftSpec(draft) if draft in NON_MODEL_DRAFTS else DraftSpec(MODEL_DRAFT, draft)
+  return DraftSpec(draft) if draft in NON_MODEL_DRAFTS else DraftSpec(checkpoint_kind(draft),
+                                                                      draft)
 
 
 def _tables_fn(task, vocab, target):
@@ -246,8 +249,10 @@ class Pair:
     if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
       raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
                        f"'tree', got {gamma!r}")
+    if gamma in ("adaptive", "tree") and is_feature_draft(self.draft):
+      raise ValueError(f"gamma={gamma!r} is not built for a feature-level draft: give an int")
     scheme = (AdaptiveConfig() if gamma == "adaptive" else _tree_scheme(tree) if gamma == "tree"
-              else Chain(int(gamma)) if gamma else Autoregressive())
+              else chain_for(self.draft, int(gamma)) if gamma else Autoregressive())
     draft = None if gamma == 0 else self.draft
     if scheme.needs_draft and draft is None:
       raise ValueError(f"gamma={gamma!r} drafts, but this Pair has no draft: load(target, "

@@ -19,6 +19,11 @@ predicts y_{j+2}):
   token) and drafts from that; verification keeps the output exact whatever it proposes.
 alpha here covers the drafted positions only (the chain also scores the bonus position, from an
 extra fed token this scheme has no reason to feed); tokens per target call compare directly.
+
+Who picks the scheme: `chain_for(draft, gamma)`, the one place that tells a feature-level draft
+(it has `extend_features`) from a token draft, so the runner's decode, its calibration decode,
+its loop timing and the API all build the same program for a draft. `LoneStep` puts the draft's
+one-entry step behind `extend` for the lone-extend timer (c).
 """
 from __future__ import annotations
 
@@ -28,10 +33,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from specdec_jax import seam
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Proposal, commit
+from specdec_jax.decoding.speculative import Chain, Proposal, commit
 
 
 @flax.struct.dataclass
@@ -126,6 +132,10 @@ class FeatureChain:
     return FeatureCarry(jnp.zeros((batch, self.gamma + 1, self.width), jnp.float32),
                         jnp.zeros((batch,), jnp.int32))
 
+  def propose(self, draft, draft_params, state, carry, key, sampling):
+    """The iteration's draft tokens and their q: gamma chained calls (`draft_step`)."""
+    return draft_step(draft, draft_params, state, carry, key, self.gamma, sampling)
+
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """Draft (pending entries, then own features) -> verify with states -> accept -> commit,
     then the newly written positions' fused target features become the pending entries."""
@@ -135,8 +145,8 @@ class FeatureChain:
                       "with extend_with_hidden")
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
     carry = state.stats
-    proposal, draft_cache = draft_step(draft, params.draft, state, carry, k_draft, self.gamma,
-                                       decoder.sampling)
+    proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
+                                         decoder.sampling)
     p_BxG1xV, hidden, target_cache = verify_with_hidden(
         decoder.target, params.target, state.target_cache, st.last_tokens(state),
         proposal.tokens_BxG, draft.feature_layers, decoder.sampling)
@@ -152,3 +162,35 @@ class FeatureChain:
                          jnp.where(active_B, written_B, carry.count_B))
     return new.replace(stats=carry,
                        draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+
+
+def is_feature_draft(draft) -> bool:
+  """Whether `draft` drafts from the target's features (`extend_features`), not from tokens."""
+  return hasattr(draft, "extend_features")
+
+
+def chain_for(draft, gamma: int):
+  """The chain scheme a draft decodes with: `FeatureChain` for a feature-level draft, else
+  `speculative.Chain`. Why one function: the run's decode, its calibration decode, the timed
+  loops ('auto') and the API must all run the program the draft needs; a `Chain` over a feature
+  draft fails only when traced (its `extend` refuses)."""
+  return FeatureChain.for_draft(draft, gamma) if is_feature_draft(draft) else Chain(gamma)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoneStep(seam.Delegate):
+  """A feature-level draft whose `extend` is one `extend_features` call with zero features.
+
+  Why: the lone-extend timer (`timing.measure_costs_many`, the record's `c`) times a draft's
+  T = 1 step through `extend`, which a feature draft refuses. The step costs the same whatever
+  the features hold (the fusion is part of the verify side), so zeros time it exactly."""
+
+  def extend(self, params, cache, tokens_BxT):
+    g_BxTxD = jnp.zeros(tokens_BxT.shape + (self.base.width,), jnp.float32)
+    logits_BxTxV, _, cache = self.base.extend_features(params, cache, tokens_BxT, g_BxTxD)
+    return logits_BxTxV, cache
+
+
+def timed_as_extend(draft):
+  """`draft` as the lone-extend timer drives it (`LoneStep` for a feature draft)."""
+  return LoneStep(draft) if is_feature_draft(draft) else draft

@@ -110,8 +110,28 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines)
 
 
+def costs_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Where a speedup comes from, one line per record: tokens per target call against what an
+  iteration costs (the draft's step c, the timed loop's ms per iteration beside the
+  autoregressive one's). Why beside the headline: two drafts that write the same tokens per call
+  differ in speedup only through these (`runner/costs.py`; docs/feature_draft.md)."""
+  head = ("record", "draft", "T", "gamma", "alpha", "tokens/call", "c", "draft ms/step",
+          "ms/iteration", "AR ms/iteration", "speedup [95% CI]", "load")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in records:
+    m = r["metrics"]
+    lines.append("| " + " | ".join((
+        r["name"], str(m["draft"]), _f(m["temperature"], "g"), str(m["gamma"]),
+        _f(m.get("alpha"), ".3f"), _f(m.get("tokens_per_target_call")), _f(m.get("c"), ".3f"),
+        _f(m.get("draft_ms_per_call"), ".3f"), _f(m.get("iteration_ms")),
+        _f(m.get("ar_iteration_ms")),
+        f"{_f(m.get('speedup'))}x {_interval(m.get('speedup_interval95'))}",
+        _f(r["load_average"][0], ".1f"))) + " |")
+  return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
-    "headline": headline_table, "alpha": findings.alpha_table,
+    "headline": headline_table, "costs": costs_table, "alpha": findings.alpha_table,
     "findings": findings.findings_table,
     "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
     # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.

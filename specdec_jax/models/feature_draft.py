@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from specdec_jax.seam import Encoded
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
-from specdec_jax.models.layers import Dense, Embed, LayerNorm, RelativePositionBiases
+from specdec_jax.models.layers import (Dense, Embed, LayerNorm, RelativePositionBiases,
+                                       scatter_logits)
 from specdec_jax.models.transformer import DecoderLayer, block_biases
 
 Params = Any
@@ -116,9 +117,11 @@ class FeatureDraftConfig:
 
 
 class FeatureDraftModule(nn.Module):
-  """The block and its input fusion and head (see the module docstring)."""
+  """The block and its input fusion and head (see the module docstring). `head_ids`: a
+  restricted head's token ids (`FeatureDraft.restrict_head`), None for the full vocabulary."""
 
   config: FeatureDraftConfig
+  head_ids: Optional[tuple[int, ...]] = None
 
   def setup(self):
     cfg = self.config
@@ -132,7 +135,8 @@ class FeatureDraftModule(nn.Module):
     if head_dim != cfg.emb_dim:
       self.head_projection = Dense(head_dim, ("embed", "target_embed"), dt)
     self.decoder_norm = LayerNorm(cfg.layer_norm_epsilon, dt)
-    self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), jnp.float32)
+    self.logits_dense = Dense(len(self.head_ids) if self.head_ids else cfg.vocab_size,
+                              ("embed", "vocab"), jnp.float32)
 
   def fuse_features(self, hidden_BxTxnxD: jax.Array) -> jax.Array:
     """The target's states at the feature layers -> the block's feature g [B, T, emb_dim]."""
@@ -166,7 +170,10 @@ class FeatureDraftModule(nn.Module):
 
   def logits(self, out_BxTxD: jax.Array) -> jax.Array:
     h = self.head_projection(out_BxTxD) if hasattr(self, "head_projection") else out_BxTxD
-    return self.logits_dense(self.decoder_norm(h).astype(jnp.float32))
+    logits = self.logits_dense(self.decoder_norm(h).astype(jnp.float32))
+    if self.head_ids:
+      logits = scatter_logits(logits, self.head_ids, self.config.vocab_size)
+    return logits
 
   def __call__(self, inputs_BxE: jax.Array, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None, offsets: Optional[jax.Array] = None,
@@ -193,10 +200,28 @@ class FeatureDraft:
   """
 
   config: FeatureDraftConfig
+  head_ids: Optional[tuple[int, ...]] = None
 
   @property
   def module(self) -> FeatureDraftModule:
-    return FeatureDraftModule(self.config)
+    return FeatureDraftModule(self.config, self.head_ids)
+
+  def restrict_head(self, params: Params, head_ids) -> tuple["FeatureDraft", Params]:
+    """(draft, params) whose head computes the `head_ids` columns only (logit -inf elsewhere):
+    `models.head_vocab`'s load-time restriction, for this draft's tree. Why: its head is the
+    target's whole [D, V] head, most of what one draft step reads; exact for any ids (the
+    rejection sampler is exact for any q), only alpha can change. Checkpoints and training
+    never see a restricted head."""
+    ids = tuple(int(t) for t in head_ids)
+    v = self.vocab_size
+    if self.head_ids is not None:
+      raise ValueError("this feature draft's head is already restricted")
+    if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= v:
+      raise ValueError(f"head_ids must be sorted, distinct token ids in [0, {v})")
+    kernel_DxK = jnp.take(jnp.asarray(params["logits_dense"]["kernel"]),
+                          jnp.asarray(ids, jnp.int32), axis=-1)
+    head = dict(params["logits_dense"], kernel=kernel_DxK)
+    return dataclasses.replace(self, head_ids=ids), dict(params, logits_dense=head)
 
   kind = property(lambda self: self.config.kind)
   vocab_size = property(lambda self: self.config.vocab_size)

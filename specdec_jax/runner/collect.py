@@ -13,7 +13,7 @@ from typing import Any
 
 from specdec_jax.metrics import acceptance, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
-from specdec_jax.runner.config import RunConfig, temperatures
+from specdec_jax.runner.config import FEATURE_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
 from specdec_jax.runner.costs import loop_key
 from specdec_jax.runner.pipeline import Loaded
@@ -46,6 +46,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                                     [p["autoregressive_output_ids"] for p in preds])
            if has_ar else None)
   extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
+  if point.draft.kind == FEATURE_DRAFT:  # decoded with FeatureChain: alpha over drafted positions
+    extra["draft_kind"] = FEATURE_DRAFT
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from specdec_jax.checkpoints import feature_draft as feature_ckpt
 from specdec_jax.checkpoints import identity
 from specdec_jax.data import tasks
 from specdec_jax.paths import resolve_path
@@ -23,7 +24,11 @@ from specdec_jax.runner import keys, prompt_sets
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
+# A DRAFT='model' checkpoint holding a feature_draft_config.json is a feature-level draft
+# (checkpoints/feature_draft.py): its DraftSpec gets this kind, and it decodes with FeatureChain.
+FEATURE_DRAFT = "feature"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
+CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 GAMMA_WORDS = (AUTO, ADAPTIVE, TREE)
@@ -43,7 +48,9 @@ class RunConfig:
   tree_candidates: static trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
     each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree` or a TreeScheme; the
     cost model picks a chain's gamma, a tree or 0 (runner/calibrate.py). Model drafts only.
-  draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them.
+  draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
+    draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
+    its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`).
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
 
@@ -229,10 +236,12 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DraftSpec:
-  """One draft: kind 'model' with a checkpoint (path or preset), or a non-model drafter.
+  """One draft: kind 'model' with a checkpoint (path or preset), 'feature' with a feature-level
+  draft's checkpoint, or a non-model drafter.
 
   `label`: the name results are filed under when the checkpoint's folder name is not unique in
-  the run (`draft_specs` sets it); otherwise the folder name.
+  the run (`draft_specs` sets it); otherwise the folder name (a feature draft exported as the
+  trainer's `D/export`: D's name, so a result does not read 'export').
   """
 
   kind: str
@@ -243,9 +252,12 @@ class DraftSpec:
   def name(self) -> str:
     if self.label is not None:
       return self.label
-    if self.kind != MODEL_DRAFT:
+    if self.kind not in CHECKPOINT_DRAFTS:
       return self.kind
-    return os.path.basename(os.path.normpath(self.checkpoint))
+    path = os.path.normpath(self.checkpoint)
+    if self.kind == FEATURE_DRAFT and os.path.basename(path) == "export":
+      path = os.path.dirname(path) or path
+    return os.path.basename(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,14 +288,15 @@ def draft_specs(cfg: RunConfig) -> list[DraftSpec]:
   specs = []
   for kind in as_list(cfg.draft):
     if kind == MODEL_DRAFT:
-      specs.extend(DraftSpec(MODEL_DRAFT, str(c)) for c in as_list(cfg.draft_checkpoint))
+      specs.extend(DraftSpec(checkpoint_kind(str(c)), str(c))
+                   for c in as_list(cfg.draft_checkpoint))
     else:
       specs.append(DraftSpec(kind))
   specs = unique(specs)
   names = [s.name for s in specs]
   out = []
   for s, name in zip(specs, names):
-    if names.count(name) > 1 and s.kind == MODEL_DRAFT:
+    if names.count(name) > 1 and s.kind in CHECKPOINT_DRAFTS:
       s = dataclasses.replace(s, label=_distinct_suffix(s, [o for o in specs if o != s]))
     out.append(s)
   clash = [n for n in unique(x.name for x in out) if [x.name for x in out].count(n) > 1]
@@ -293,11 +306,17 @@ def draft_specs(cfg: RunConfig) -> list[DraftSpec]:
   return out
 
 
+def checkpoint_kind(checkpoint: str) -> str:
+  """FEATURE_DRAFT for a feature-level draft's checkpoint directory, else MODEL_DRAFT (a model
+  checkpoint or a preset: `checkpoints.loader` tells those apart)."""
+  return FEATURE_DRAFT if feature_ckpt.is_feature_draft(resolve_path(checkpoint)) else MODEL_DRAFT
+
+
 def _distinct_suffix(spec: DraftSpec, others: Sequence[DraftSpec]) -> str:
   """The shortest trailing part of `spec`'s checkpoint path that no other draft's path ends with."""
   parts = os.path.normpath(os.path.abspath(spec.checkpoint)).split(os.sep)
   other_paths = [os.path.normpath(os.path.abspath(o.checkpoint)).split(os.sep)
-                 for o in others if o.kind == MODEL_DRAFT]
+                 for o in others if o.kind in CHECKPOINT_DRAFTS]
   for k in range(1, len(parts) + 1):
     tail = parts[-k:]
     if all(p[-k:] != tail for p in other_paths):

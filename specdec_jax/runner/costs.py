@@ -7,7 +7,8 @@ uses them, DESIGN.md "The cost model" why both kinds exist).
   the verify curve v(T) on caches as long as the loop's. They are the record's `c` and `v` (public
   contract) and the lone-extend model theory.predicted_speedup; on a mesh they are all there is.
 - the loops themselves (`measure_loops`, one device): for each gamma a run needs, the program the
-  run decodes with (the run's `Decoder` with `Chain(gamma)`, or `Autoregressive()`) is compiled
+  run decodes with (the run's `Decoder` with the draft's chain scheme, `feature_chain.chain_for`,
+  or `Autoregressive()`) is compiled
   once with a dynamic iteration cap (`Decoder.generate(..., max_iterations=cap)`) and timed through
   `timing.interleaved` on the calibration prompts, in the run's batch shape, all gammas and the
   autoregressive loop side by side: uncapped (the full decode of those prompts) and with cap 0
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.feature_chain import chain_for, timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
@@ -113,9 +114,11 @@ def loop_order(key) -> tuple:
   return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
 
 
-def scheme_of(program):
-  """The scheme a timed program decodes with: `Chain(gamma)`, or the TreeScheme itself."""
-  return Chain(program) if isinstance(program, int) else program
+def scheme_of(program, draft=None):
+  """The scheme a timed program decodes with: the draft's chain at a gamma
+  (`feature_chain.chain_for`: `Chain(gamma)`, or `FeatureChain` for a feature-level draft), or
+  the TreeScheme itself."""
+  return chain_for(draft, program) if isinstance(program, int) else program
 
 
 def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
@@ -129,7 +132,9 @@ def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
 def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
             max_decode_len: int | None = None, tick=None) -> dict[DraftSpec, timing.Costs]:
   """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
-  once and shared. `tick(done, total)`: progress (`timing.interleaved`)."""
+  once and shared (a feature-level draft's step: one entry, `feature_chain.LoneStep`).
+  `tick(done, total)`: progress (`timing.interleaved`)."""
+  drafts = {k: (timed_as_extend(d), p) for k, (d, p) in drafts.items()}
   return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,
                                    max_decode_len=max_decode_len, tick=tick)
 
@@ -152,7 +157,7 @@ def measure_loops(template: Decoder, target_params,
   the run's batch shape; each program decodes all of them per call), timed side by side with the
   autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
   the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
-  the same Decoder with the draft and `Chain(gamma)` per gamma >= 1, or a TreeScheme (filed
+  the same Decoder with the draft and its scheme per gamma >= 1 or tree (`scheme_of`; filed
   under `loop_key`). `tick(done, total)`: progress (every
   compile and sample of `timing.interleaved`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
@@ -168,7 +173,7 @@ def measure_loops(template: Decoder, target_params,
               ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
-      spec = dataclasses.replace(template, draft=draft, scheme=scheme_of(g))
+      spec = dataclasses.replace(template, draft=draft, scheme=scheme_of(g, draft))
       programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
       programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
   results, seconds = timing.interleaved(programs, repeats, tick=tick)

@@ -16,7 +16,7 @@ import numpy as np
 
 from specdec_jax import distributed, sharding, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.feature_chain import chain_for
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import keys
@@ -37,7 +37,8 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     programs[AR] = program(None, Autoregressive())
   for p in group_points:
     if p.gamma > 0:
-      programs[p.key] = program(p.draft, p.tree or p.adaptive or Chain(p.gamma))
+      programs[p.key] = program(p.draft, p.tree or p.adaptive
+                                or chain_for(loaded.drafts[p.draft][0], p.gamma))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}

@@ -17,12 +17,15 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import seam
+from specdec_jax.checkpoints import feature_draft as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
 from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
+from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
-from specdec_jax.runner.config import MODEL_DRAFT, DraftSpec, RunConfig
+from specdec_jax.runner.config import (ADAPTIVE, FEATURE_DRAFT, MODEL_DRAFT, TREE, DraftSpec,
+                                      RunConfig, as_list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,8 @@ def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSet
   """
   if spec.kind == MODEL_DRAFT:
     return _model_draft(spec.checkpoint, target, target_params, settings, target_name)
+  if spec.kind == FEATURE_DRAFT:
+    return feature_draft(spec.checkpoint, target, target_params, settings, target_name)
   draft = drafters.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":
     return draft, {}
@@ -100,6 +105,70 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
   logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
                checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, params
+
+
+def feature_draft(checkpoint: str, target: Model, target_params, settings: DraftSettings,
+                  target_name: str):
+  """(FeatureDraft, params on the default device) of a feature-level draft's checkpoint, refused
+  unless it was trained on this very target (`checkpoints.feature_draft.check_target`: a digest of
+  every target parameter; another target of the same shape would run and draft noise).
+
+  Its output head is a frozen copy of the target's whole head; `draft_head_vocab` = K restricts
+  it to the K first ids of the `head_ranking.json` beside the checkpoint (`restrict_head`), as
+  for a model draft; without a ranking it keeps the full head (one warning line)."""
+  path = resolve_path(checkpoint)
+  draft, params = feature_ckpt.load(path)
+  try:
+    seam.check_pair(target, draft)
+    _check_feature_shapes(target, draft)
+  except ValueError as e:
+    raise ValueError(f"feature draft {checkpoint!r}: {e}") from None
+  feature_ckpt.check_target(path, target_name, target_params)
+  if settings.dtype is not None and settings.dtype != draft.config.dtype:
+    draft = type(draft)(draft.config.replace(dtype=settings.dtype))
+    params = loader.in_compute_dtype(params, settings.dtype)
+  if settings.head_vocab and not head_ranking.has_ranking(path):
+    logging.warning("feature draft %s has no %s beside it: decoding with the target's full "
+                    "head, draft_head_vocab = %d not applied", checkpoint,
+                    head_ranking.RANKING_FILE, settings.head_vocab)
+  elif settings.head_vocab:
+    ranking, counted = head_ranking.read_ranking(path, draft.vocab_size, settings.task)
+    draft, params = draft.restrict_head(
+        params, head_vocab.select(ranking, settings.head_vocab, draft.eos_id))
+    logging.info("feature draft %s: output head restricted to %d of %d tokens (ranking of the "
+                 "%s)", checkpoint, settings.head_vocab, draft.vocab_size, counted)
+  return draft, jax.device_put(params)
+
+
+def _check_feature_shapes(target, draft) -> None:
+  """The target must give the states the draft reads (`extend_with_hidden` at its layers, of
+  its width)."""
+  if not hasattr(target, "extend_with_hidden"):
+    raise ValueError(f"the target ({type(target).__name__}) has no extend_with_hidden: a "
+                     "feature-level draft reads the target's hidden states")
+  cfg = getattr(target, "config", None)
+  layers = getattr(cfg, "num_decoder_layers", None)
+  if layers is not None and max(draft.feature_layers) > layers:
+    raise ValueError(f"it reads the target's layer {max(draft.feature_layers)}, the target has "
+                     f"{layers} decoder layers")
+  if cfg is not None and draft.config.target_dim != cfg.emb_dim:
+    raise ValueError(f"it reads states of width {draft.config.target_dim}, the target is "
+                     f"{cfg.emb_dim} wide")
+
+
+def check_feature_run(cfg: RunConfig, specs, mesh=None) -> None:
+  """Refuses what a feature-level draft does not run yet, before anything is loaded: the
+  adaptive and tree schemes (token drafts only) and a mesh (the feature chain is unsharded)."""
+  feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
+  if not feature:
+    return
+  words = [g for g in as_list(cfg.gamma) if g in (ADAPTIVE, TREE)]
+  if words:
+    raise ValueError(f"GAMMA={words[0]!r} is not built for a feature-level draft ({feature[0]}): "
+                     "use an int or 'auto' (the feature chain)")
+  if mesh is not None or cfg.mesh is not None:
+    raise ValueError(f"a feature-level draft ({feature[0]}) decodes on one device only: the "
+                     "feature chain is not sharded yet (leave RunConfig.mesh unset)")
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:

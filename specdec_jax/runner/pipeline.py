@@ -26,8 +26,8 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.data import ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.feature_chain import chain_for
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
 from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets, tree_choice
@@ -60,6 +60,8 @@ class Loaded:
 def load(cfg: RunConfig, mesh=None) -> Loaded:
   """The prompts, the target and every draft of the run, placed on `mesh` (a sharded run) with
   the target and draft rules of `cfg.mesh`."""
+  if cfg.runs_speculative:
+    drafts_lib.check_feature_run(cfg, draft_specs(cfg), mesh)
   data = tasks.load(cfg.task, cfg.split, None, vocabulary=cfg.vocabulary,
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,
@@ -210,7 +212,8 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
     acc = store.recall("calibration", key)
     if acc is None:
       acc = calibrate.calibration_acceptance(
-          *decoder_for(cfg, loaded, p.temperature, p.draft, Chain(gamma)),
+          *decoder_for(cfg, loaded, p.temperature, p.draft,
+                       chain_for(loaded.drafts[p.draft][0], gamma)),
           global_batch(cal, loaded, rows)[0], rows=len(rows), seed=cfg.seed)
       acc = dict(acc, gamma=gamma, prompts=len(rows), held_out=loaded.held_out)
       store.remember("calibration", key, acc)

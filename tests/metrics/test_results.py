@@ -34,6 +34,14 @@ def test_a_marked_block_is_rendered_from_its_records():
   assert results.render(out, {"a": _record("a", 1.3), "b": _record("b", 1.5)}) == out
 
 
+def test_the_costs_table_puts_c_beside_tokens_per_call():
+  rec = _record("a", 0.9)
+  rec["metrics"].update(draft="fd", c=0.41, draft_ms_per_call=0.5, iteration_ms=4.25,
+                        ar_iteration_ms=1.5)
+  out = results.render("<!-- results:costs a -->\n<!-- /results:costs -->", {"a": rec})
+  assert "| a | fd | 0 |" in out and "| 0.410 | 0.500 | 4.25 | 1.50 | 0.90x [0.80, 1.00] |" in out
+
+
 def test_unknown_tables_and_missing_records_are_refused():
   with pytest.raises(ValueError, match="do not exist"):
     results.render("<!-- results:headline x -->\n<!-- /results:headline -->", {})

@@ -1,0 +1,124 @@
+"""A feature-level draft through the run: selected by its checkpoint in a gin config.
+
+Why: the feature draft (models/feature_draft.py, decoding/feature_chain.py) must decode from
+`python -m specdec_jax.run` like any model draft: its checkpoint selects the FeatureChain scheme
+for the decode, the calibration decode, the timed loops ('auto') and the lone cost c; its
+pairing record refuses any other target; metrics.json keeps its keys (one added: draft_kind).
+The draft here is random and tiny, trained for nothing: greedy outputs must still equal the
+target's own (verification keeps them exact).
+"""
+import jax
+import numpy as np
+import pytest
+
+from specdec_jax import run
+from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import head_ranking
+from specdec_jax.checkpoints import loader
+from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep, chain_for
+from specdec_jax.decoding.speculative import Chain
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.runner import config as rc
+from specdec_jax.runner import drafts as drafts_lib
+
+pytestmark = pytest.mark.usefixtures("clean_gin")
+
+
+def _save_feature_draft(path, target_seed=0):
+  """A random feature draft for the smoke config's target (the preset at `target_seed`)."""
+  target, tp = loader.load_model("t5_test_target", seed=target_seed)
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     head_dim=8, mlp_dim=32))
+  params = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  return fd_ckpt.save(str(path), draft, params, target_name="t5_test_target", target_params=tp)
+
+
+def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  cfg = rc.RunConfig(draft_checkpoint=[path, "t5_test_draft"])
+  feature, model = rc.draft_specs(cfg)
+  assert feature.kind == rc.FEATURE_DRAFT and feature.name == "fd"  # not 'export'
+  assert model.kind == rc.MODEL_DRAFT and model.name == "t5_test_draft"
+  draft, _ = fd_ckpt.load(path)
+  assert chain_for(draft, 3) == FeatureChain(3, draft.width)
+  assert chain_for(loader.load_model("t5_test_draft")[0], 3) == Chain(3)
+  for gamma in ("adaptive", "tree"):
+    with pytest.raises(ValueError, match="not built for a feature-level draft"):
+      drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma=gamma),
+                                   [feature])
+
+
+def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):
+  path = _save_feature_draft(tmp_path / "fd", target_seed=1)  # trained on another target
+  spec = rc.DraftSpec(rc.FEATURE_DRAFT, path)
+  target, tp = loader.load_model("t5_test_target", seed=0)
+  with pytest.raises(ValueError, match="pair it with its own target"):
+    drafts_lib.load_draft(spec, target, tp, drafts_lib.DraftSettings())
+  other, otp = loader.load_model("t5_test_target", seed=1)
+  draft, dp = drafts_lib.load_draft(spec, other, otp, drafts_lib.DraftSettings(head_vocab=16))
+  step = LoneStep(draft)  # what the lone-extend timer calls for c
+  prompt = np.array([[5, 6, 1]], np.int32)
+  cache = step.prefill(dp, prompt, 8, encoded=other.encode(otp, prompt))
+  logits, cache = step.extend(dp, cache, np.array([[3]], np.int32))
+  assert logits.shape == (1, 1, draft.vocab_size) and int(cache.index_B[0]) == 1
+
+
+@pytest.mark.slow  # ~25 s of CPU on 2 cores (compiles: costs, calibration, loops, decodes)
+def test_run_with_a_feature_draft_matches_greedy_autoregressive(tmp_path):
+  """Fixed gamma, batch 2, T = 0, benchmark mode: the metrics contract and exact outputs."""
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  (m,) = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
+      f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = 2", "NUM_EXAMPLES = 4", "BATCH_SIZE = 2",
+      "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1", "RunConfig.gamma_max = 2",
+      "RunConfig.auto_calibration_gamma = 2"])
+  assert m["run"] == "draft=fd,gamma=2,temperature=0" and m["draft_kind"] == "feature"
+  assert m["greedy_match_rate"] == 1.0 and m["num_examples"] == 4
+  for key in ("alpha", "acceptance_rate", "tokens_per_target_call", "c", "v", "speedup",
+              "speedup_predicted", "ar_ms_per_token", "spec_ms_per_token", "quality"):
+    assert key in m, key
+  assert m["c"] > 0 and m["tokens_per_target_call"] >= 1.0
+
+
+@pytest.mark.slow  # ~40 s of CPU on 2 cores: two temperatures, two drafts, 'auto' planned
+def test_auto_and_sampling_beside_a_token_draft(tmp_path):
+  """Both drafts in one run at T = 0 and 1: the fixed gamma decodes (its loop timed for the
+  prediction), 'auto' plans from the feature draft's c and calibration decode (on these random
+  tiny models c > 1 and alpha ~0, so it chooses 0 without compiling a loop)."""
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  metrics = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
+      f"DRAFT_CHECKPOINT = ['{path}', 't5_test_draft']", "GAMMA = [2, 'auto']",
+      "TEMPERATURE = [0.0, 1.0]", "NUM_EXAMPLES = 4", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8",
+      "RunConfig.repeats = 1", "RunConfig.gamma_max = 3"])
+  by_run = {m["run"]: m for m in metrics}
+  assert set(by_run) == {f"draft={d},gamma={g},temperature={t}" for g in (2, "auto")
+                         for d in ("fd", "t5_test_draft") for t in (0, 1)}
+  for m in metrics:
+    assert ("draft_kind" in m) == (m["draft"] == "fd")
+    if m["gamma_auto"]:
+      assert "auto_lone_extend_speedup" in m and m["gamma"] in (0, 1, 2, 3)
+      continue
+    assert m["tokens_per_target_call"] >= 1.0 and m["speedup_predicted"] is not None
+    if m["temperature"] == 0:
+      assert m["greedy_match_rate"] == 1.0
+
+
+def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
+  """`specdec_jax.load(target, feature_draft)`: the same draft, pairing check and scheme as the
+  run; greedy output equals the target alone, batch 2 with ragged prompts, with the full head
+  and with one restricted to its ranking's first 16 ids."""
+  import specdec_jax as sd  # pylint: disable=import-outside-toplevel
+  path = _save_feature_draft(tmp_path / "fd")
+  pair = sd.load("t5_test_target", path, vocabulary=False)
+  assert isinstance(pair.decoder(2).scheme, FeatureChain)
+  prompts = [[5, 6, 7, 1], [3, 1]]
+  spec = pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2)
+  assert spec.ids == pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=2).ids
+  assert spec.tokens_per_call >= 1.0
+  # a restricted head (the K first ids of the ranking beside it): still exact
+  head_ranking.write_ranking(path, list(range(pair.target.vocab_size))[::-1],
+                             pair.target.vocab_size, "test")
+  small = sd.load("t5_test_target", path, vocabulary=False, head_vocab=16)
+  assert len(small.draft.head_ids) == 16 and 1 in small.draft.head_ids  # EOS kept
+  assert small.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2).ids == spec.ids
+  with pytest.raises(ValueError, match="adaptive"):
+    pair.decoder("adaptive")
