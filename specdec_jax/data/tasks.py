@@ -21,7 +21,7 @@ import os
 
 from absl import logging
 
-from specdec_jax.data import humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
+from specdec_jax.data import hf_tokenizer, humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
 # The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
@@ -138,7 +138,11 @@ def needs_text(examples) -> bool:
 
 
 def load_vocabulary(path: str | None, required: bool):
-  """The vocabulary at `path`, else the shipped one (if present); raises if required and absent."""
+  """The vocabulary at `path` (a SentencePiece .model; a Hugging Face tokenizer.json or the
+  checkpoint directory holding it), else the shipped one (if present); raises if required and
+  absent."""
+  if path and hf_tokenizer.is_tokenizer(resolve_path(path)):
+    return hf_tokenizer.HFTokenizerVocabulary(resolve_path(path))
   if path:
     return vocab_lib.SentencePieceVocabulary(resolve_path(path))
   if os.path.exists(vocab_lib.DEFAULT_VOCAB_PATH):
