@@ -71,13 +71,27 @@ def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | N
   """The examples of `task` and its vocabulary (`vocabulary` overrides a seqio task's own)."""
   examples = load_examples(task, split, num_examples, max_input_length=max_input_length,
                            tfds_data_dir=tfds_data_dir)
-  text = needs_text(examples)
   seqio = is_seqio(task)
+  if seqio and vocabulary and hf_tokenizer.is_tokenizer(resolve_path(vocabulary)):
+    examples = as_text(examples)
+  text = needs_text(examples)
   if seqio and not vocabulary:
     vocab = seqio_tasks.vocabulary(task, tfds_data_dir)
   else:
     vocab = load_vocabulary(vocabulary, required=text)
   return TaskData(examples, vocab, text, seqio)
+
+
+def as_text(examples):
+  """A seqio task's examples with their prompt text only (the task's T5 ids dropped), for a
+  Hugging Face tokenizer to tokenize: a Llama target fed T5 ids would read another language.
+  Why here and not in seqio: seqio's vocabularies are SentencePiece's; the prompt text
+  (`inputs_pretokenized`) is the same for any model."""
+  missing = [ex.index for ex in examples if ex.inputs is None]
+  if missing:
+    raise ValueError(f"seqio examples {missing[:5]} carry no prompt text (inputs_pretokenized) "
+                     "to tokenize with a Hugging Face tokenizer")
+  return [dataclasses.replace(ex, input_ids=None, input_field="seqio_text") for ex in examples]
 
 
 def resolve_task(task: str) -> str:

