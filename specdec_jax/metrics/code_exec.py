@@ -5,6 +5,7 @@ sampling; "quality unchanged by speculation" is then a measured claim. Exact mat
 nothing about whether a program works.
 
 The sandbox (each program in its own `python -I` subprocess; `run_program`):
+- `python -I -B`: no user site, no PYTHON* variables, no bytecode written;
 - a fresh temporary directory as working directory, HOME and TMPDIR, removed afterwards; an
   environment of PATH and LANG only;
 - resource limits set before exec (`_limits`): address space, CPU seconds, file size, no core
@@ -125,7 +126,7 @@ def run_program(source: str, timeout_s: float = TIMEOUT_S,
       f.write(PREAMBLE + "\n" + source)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": root, "TMPDIR": root}
     try:
-      proc = subprocess.run([sys.executable, "-I", path], cwd=root, env=env,
+      proc = subprocess.run([sys.executable, "-I", "-B", path], cwd=root, env=env,
                             stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
                             preexec_fn=_limits(timeout_s, memory_bytes), check=False)
     except subprocess.TimeoutExpired:
