@@ -12,6 +12,11 @@ restricted head's ranking.
 
 HumanEval has one set of problems, its test set: the splits `test` and `valid` both name it (a
 run's default split is `valid`); `train` is refused rather than silently evaluated on.
+
+Samples for pass@k with k > 1: the task `humaneval@N` holds each problem N times in a row (one
+`task_id`, distinct indices, so each row is decoded with its own random key), and the pass@k
+metric counts the rows of one `task_id` as N samples of it (Chen et al. 2023: pass@100 at top-p
+0.8 is `humaneval@100`, 16,400 rows).
 """
 from __future__ import annotations
 
@@ -45,12 +50,26 @@ def check_split(split: str) -> None:
                      f"{' or '.join(SPLITS)}; got split {split!r}")
 
 
-def load_examples(split: str, num_examples: int | None = None) -> list[local_tasks.Example]:
-  """The problems as `Example`s: input the prompt, reference the canonical solution, metadata
-  `task_id`, `test` and `entry_point` (what pass@k runs)."""
+def samples(task: str) -> int | None:
+  """N for a task named `humaneval@N` (1 for `humaneval`); None for any other name."""
+  name, _, count = task.partition("@")
+  if name != NAME:
+    return None
+  if not count:
+    return 1
+  if not count.isdigit() or int(count) < 1:
+    raise ValueError(f"task {task!r}: the samples per problem after '@' must be an integer >= 1")
+  return int(count)
+
+
+def load_examples(split: str, num_examples: int | None = None,
+                  samples_per_problem: int = 1) -> list[local_tasks.Example]:
+  """The problems as `Example`s (each `samples_per_problem` times in a row): input the prompt,
+  reference the canonical solution, metadata `task_id`, `test` and `entry_point` (what pass@k
+  runs); the first `num_examples` rows."""
   check_split(split)
   path = data_path()
-  records = local_tasks.load_jsonl(path)
+  records = [r for r in local_tasks.load_jsonl(path) for _ in range(samples_per_problem)]
   if num_examples is not None:
     records = records[:num_examples]
   return [local_tasks.example_from_record(r, i, where=f"{path}, problem {i}")

@@ -2,9 +2,9 @@
 its input ids.
 
 Why one door: a `TASK` is a shipped task name, a packaged task (`humaneval`: read from an
-installed package, `PACKAGED_TASKS`), a JSONL path (relative to the working directory or to the
-repository root) or a registered seqio task, and the run, the AOT tool, the scripts and
-the n-gram tables must route it the same way: the same examples, tokenized with the same
+installed package, `PACKAGED_TASKS`; `humaneval@N` repeats each problem N times), a JSONL path
+(relative to the working directory or to the repository root) or a registered seqio task, and
+the run, the AOT tool, the scripts and the n-gram tables must route it the same way: the same examples, tokenized with the same
 vocabulary into the same ids. Only a seqio task imports seqio (and TensorFlow), and only when it
 is one; the check for a shipped name or an existing file comes first.
 
@@ -26,9 +26,14 @@ from specdec_jax.paths import resolve_path
 
 # The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
 FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
-# Tasks whose data an installed package ships (an extra): name -> module with `load_examples`
-# and `data_path`.
+# Tasks whose data an installed package ships (an extra): name -> module with `load_examples`,
+# `check_split` and `data_path` (`humaneval@N`: each problem N times, `humaneval.samples`).
 PACKAGED_TASKS = {humaneval.NAME: humaneval}
+
+
+def packaged(task: str):
+  """The module of a packaged task name (`humaneval`, `humaneval@100`), else None."""
+  return PACKAGED_TASKS.get(task.partition("@")[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +115,9 @@ def content_digest(task: str, split: str) -> str | None:
   """
   if is_seqio(task):
     return None
-  if task in PACKAGED_TASKS:
-    PACKAGED_TASKS[task].check_split(split)
-    path = PACKAGED_TASKS[task].data_path()
+  if packaged(task) is not None:
+    packaged(task).check_split(split)
+    path = packaged(task).data_path()
   else:
     path = local_tasks.resolve(resolve_task(task), split)
   h = hashlib.sha256()
@@ -125,7 +130,7 @@ def content_digest(task: str, split: str) -> str | None:
 def is_seqio(task: str) -> bool:
   """Whether `task` is a seqio task: not a shipped or packaged name, not an existing file (no
   TensorFlow for those), and registered."""
-  if (task in local_tasks.LOCAL_TASKS or task in PACKAGED_TASKS
+  if (task in local_tasks.LOCAL_TASKS or packaged(task) is not None
       or os.path.exists(resolve_path(task))):
     return False
   return seqio_tasks.is_seqio_task(task)
@@ -134,8 +139,9 @@ def is_seqio(task: str) -> bool:
 def load_examples(task: str, split: str, num_examples: int | None, *,
                   max_input_length: int = 512, tfds_data_dir: str | None = None):
   """Examples of a shipped task, a packaged task, a JSONL path, or a seqio task (seqio extra)."""
-  if task in PACKAGED_TASKS:
-    examples = PACKAGED_TASKS[task].load_examples(split, num_examples)
+  if packaged(task) is not None:
+    module = packaged(task)
+    examples = module.load_examples(split, num_examples, module.samples(task))
   elif is_seqio(task):
     examples = seqio_tasks.load_examples(task, split, num_examples,
                                          max_input_length=max_input_length,

