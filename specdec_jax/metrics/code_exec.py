@@ -140,13 +140,16 @@ def run_program(source: str, timeout_s: float = TIMEOUT_S,
 def check_samples(problems: Sequence[Mapping[str, str]], completions: Sequence[str], *,
                   timeout_s: float = TIMEOUT_S, workers: int = 4) -> list[Outcome]:
   """One `Outcome` per (problem, completion) pair; problems carry prompt, test, entry_point.
-  Threads only wait on the subprocesses, so `workers` programs run at a time."""
+  Threads only wait on the subprocesses, so `workers` programs run at a time; a program that
+  occurs more than once (greedy outputs: speculative equals autoregressive) runs once."""
   if len(problems) != len(completions):
     raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
   sources = [program(p["prompt"], c, p["test"], p["entry_point"])
              for p, c in zip(problems, completions)]
+  unique = list(dict.fromkeys(sources))
   with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-    return list(pool.map(lambda s: run_program(s, timeout_s), sources))
+    outcomes = dict(zip(unique, pool.map(lambda s: run_program(s, timeout_s), unique)))
+  return [outcomes[s] for s in sources]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -198,11 +201,18 @@ def block(problems: Sequence[Mapping[str, str]], ar_texts: Sequence[str] | None,
   it should, at any temperature). A side without text is None."""
   out: dict = {"num_samples": len(problems), "timeout_s": timeout_s}
   ids = [p["task_id"] for p in problems]
-  for side, texts in (("autoregressive", ar_texts), ("speculative", spec_texts)):
-    if texts is None or any(t is None for t in texts):
+  sides = {side: texts for side, texts in (("autoregressive", ar_texts),
+                                           ("speculative", spec_texts))
+           if texts is not None and all(t is not None for t in texts)}
+  # Both sides in one call: a completion both decodes wrote (every one at T = 0) runs once.
+  ran = check_samples(list(problems) * len(sides), [t for texts in sides.values() for t in texts],
+                      timeout_s=timeout_s)
+  for side in ("autoregressive", "speculative"):
+    if side not in sides:
       out[side], out[side + "_interval95"] = None, None
       continue
-    outcomes = check_samples(problems, texts, timeout_s=timeout_s)
+    at = list(sides).index(side) * len(problems)
+    outcomes = ran[at:at + len(problems)]
     counts = list(per_problem(ids, [o.passed for o in outcomes]).values())
     out["num_problems"] = len(counts)
     out[side], out[side + "_interval95"] = side_scores(counts, ks_for(counts))
