@@ -154,7 +154,7 @@ def test_the_roofline_steps_compile_and_carry_what_the_roofline_needs(tmp_path):
 
 
 @needs_libtpu
-@pytest.mark.slow  # minutes: Llama 3.1 70B's 80 layers, unrolled, compiled for 8 TPU v4 chips
+@pytest.mark.slow  # ~3 min: Llama 3.1 70B's 80 layers, unrolled, compiled for 8 TPU v4 chips
 def test_chen_xsum_compiles_on_a_v4_16(tmp_path):
   # Chen et al.'s setup (configs/paper/chen): the 70B-class target over all 8 chips, the 1B
   # draft over 2; the speculative loop fits with no host transfer (figures: docs/aot_results.md).
