@@ -55,6 +55,7 @@ FRAGMENT_BASES = {
     "configs/local/drafts": "configs/local/ende.gin",
     "configs/paper/drafts": "configs/paper/ende.gin",
     "configs/paper": "configs/paper/table2/ende_t5_small_t0.gin",  # mesh_*.gin
+    "configs/paper/chen": "configs/paper/chen/xsum_greedy.gin",  # base, xsum, mesh_*.gin
 }
 
 
@@ -138,3 +139,21 @@ def test_paper_row_composes_with_a_tpu_mesh(mesh):
   row = os.path.join(ROOT, "configs/paper/table2/ende_t5_small_t0.gin")
   cfg = run.parse([row, mesh])
   assert cfg.mesh is not None and cfg.batch_size == 1 and cfg.gamma == 7
+
+
+def test_chen_configs_are_the_papers_settings():
+  """Chen et al. Table 1: a 70B target with a small draft of its family, batch 1, K 3 on XSum
+  (greedy and top-p 0.8) and 4 on HumanEval; the v4-32 mesh keeps the target on 8 chips (its 8
+  key/value heads) and puts two rows side by side."""
+  chen = os.path.join(ROOT, "configs/paper/chen")
+  rows = {name: run.parse([os.path.join(chen, name + ".gin")])
+          for name in ("xsum_greedy", "xsum_nucleus", "humaneval")}
+  assert {(n, c.task, c.gamma, c.temperature, c.top_p) for n, c in rows.items()} == {
+      ("xsum_greedy", "xsum", 3, 0.0, 1.0), ("xsum_nucleus", "xsum", 3, 1.0, 0.8),
+      ("humaneval", "humaneval", 4, 1.0, 0.8)}
+  for c in rows.values():
+    assert (c.target_checkpoint, c.draft_checkpoint, c.batch_size) == (
+        "llama3_1_70b", "llama3_2_1b", 1)
+  v4_32 = run.parse([os.path.join(chen, "humaneval.gin"), os.path.join(chen, "mesh_tpu_v4_32.gin")])
+  assert (v4_32.mesh.data, v4_32.mesh.model_outer, v4_32.mesh.model_inner) == (2, 4, 2)
+  assert v4_32.batch_size == 2

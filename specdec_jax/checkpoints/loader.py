@@ -33,7 +33,7 @@ import numpy as np
 
 from specdec_jax.checkpoints import arrays, hf, orbax_io, storage, tree
 from specdec_jax.checkpoints.loading import detect_format, load_checkpoint, open_flat
-from specdec_jax.models.config import PRESETS, ModelConfig, get_preset
+from specdec_jax.models.config import OWN_VOCABULARY, PRESETS, ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 
@@ -77,9 +77,10 @@ def locate(spec: str) -> str:
 
 def preset_config(name: str, *, dtype: Optional[str] = None,
                   vocab_size: Optional[int] = None) -> ModelConfig:
-  """A preset's config in compute dtype `dtype`, resized to `vocab_size` (None: as the preset)."""
+  """A preset's config in compute dtype `dtype`, resized to `vocab_size` (None: as the preset;
+  a public checkpoint's shape, `OWN_VOCABULARY`, keeps its tokenizer's)."""
   overrides: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
-  if vocab_size is not None:
+  if vocab_size is not None and name not in OWN_VOCABULARY:
     overrides["vocab_size"] = vocab_size
   return get_preset(name, **overrides)
 

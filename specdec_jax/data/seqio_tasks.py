@@ -28,7 +28,11 @@ T5_VOCABULARY = "gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model"
 PAPER_TASKS = {
     "wmt_t2t_ende_v003": dict(tfds_name="wmt_t2t_translate/de-en:1.0.0", metric="bleu"),
     "cnn_dailymail": dict(tfds_name="cnn_dailymail:3.4.0", metric="rouge"),
+    # Chen et al. (2023): XSum for a decoder-only model (prompt: XSUM_TEMPLATE); ROUGE-2.
+    "xsum": dict(tfds_name="xsum:1.1.0", metric="rouge"),
 }
+# A completion-style prompt (no task prefix: a decoder-only LM continues it with the summary).
+XSUM_TEMPLATE = ("Article: ", "\n\nOne-sentence summary:")
 LOCAL_PREFIX = "specdec_"
 LOCAL_SEQIO_TASKS = {LOCAL_PREFIX + name: name for name in local_tasks.LOCAL_TASKS}
 TASK_METRICS = {**{k: v["metric"] for k, v in PAPER_TASKS.items()},
@@ -76,12 +80,13 @@ def _metric(kind: str):
   return fn
 
 
-def _text_preprocessor(input_key: str, target_key: str, prefix: str):
-  """x -> {inputs: prefix + x[input_key], targets: x[target_key]} (T5's translate / summarize)."""
+def _text_preprocessor(input_key: str, target_key: str, prefix: str, suffix: str = ""):
+  """x -> {inputs: prefix + x[input_key] + suffix, targets: x[target_key]} (T5's translate /
+  summarize; XSum's completion prompt)."""
   import tensorflow as tf
 
   def fn(ds):
-    return ds.map(lambda x: {"inputs": tf.strings.join([prefix, x[input_key]]),
+    return ds.map(lambda x: {"inputs": tf.strings.join([prefix, x[input_key], suffix]),
                              "targets": x[target_key]},
                   num_parallel_calls=tf.data.AUTOTUNE)
   return fn
@@ -117,6 +122,7 @@ def register_tasks(tfds_data_dir: str | None = None, t5_vocabulary: str = T5_VOC
       "wmt_t2t_ende_v003": _text_preprocessor("en", "de", local_tasks.INPUT_PREFIXES["en"]),
       "cnn_dailymail": _text_preprocessor("article", "highlights",
                                           local_tasks.INPUT_PREFIXES["document"]),
+      "xsum": _text_preprocessor("document", "summary", *XSUM_TEMPLATE),
   }
   names = []
   for name, spec in PAPER_TASKS.items():

@@ -1,9 +1,10 @@
 """The one door to a task's data: which kind of task a name is, its examples, its vocabulary and
 its input ids.
 
-Why one door: a `TASK` is a shipped task name, a JSONL path (relative to the working directory
-or to the repository root) or a registered seqio task, and the run, the AOT tool, the scripts and
-the n-gram tables must route it the same way: the same examples, tokenized with the same
+Why one door: a `TASK` is a shipped task name, a packaged task (`humaneval`: read from an
+installed package, `PACKAGED_TASKS`; `humaneval@N` repeats each problem N times), a JSONL path
+(relative to the working directory or to the repository root) or a registered seqio task, and
+the run, the AOT tool, the scripts and the n-gram tables must route it the same way: the same examples, tokenized with the same
 vocabulary into the same ids. Only a seqio task imports seqio (and TensorFlow), and only when it
 is one; the check for a shipped name or an existing file comes first.
 
@@ -20,11 +21,19 @@ import os
 
 from absl import logging
 
-from specdec_jax.data import local_tasks, seqio_tasks, vocabulary as vocab_lib
+from specdec_jax.data import hf_tokenizer, humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
 # The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
 FIELD_TASKS = {"en": "translate_en_de", "document": "summarize", "prompt": "code_complete"}
+# Tasks whose data an installed package ships (an extra): name -> module with `load_examples`,
+# `check_split` and `data_path` (`humaneval@N`: each problem N times, `humaneval.samples`).
+PACKAGED_TASKS = {humaneval.NAME: humaneval}
+
+
+def packaged(task: str):
+  """The module of a packaged task name (`humaneval`, `humaneval@100`), else None."""
+  return PACKAGED_TASKS.get(task.partition("@")[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +76,27 @@ def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | N
   """The examples of `task` and its vocabulary (`vocabulary` overrides a seqio task's own)."""
   examples = load_examples(task, split, num_examples, max_input_length=max_input_length,
                            tfds_data_dir=tfds_data_dir)
-  text = needs_text(examples)
   seqio = is_seqio(task)
+  if seqio and vocabulary and hf_tokenizer.is_tokenizer(resolve_path(vocabulary)):
+    examples = as_text(examples)
+  text = needs_text(examples)
   if seqio and not vocabulary:
     vocab = seqio_tasks.vocabulary(task, tfds_data_dir)
   else:
     vocab = load_vocabulary(vocabulary, required=text)
   return TaskData(examples, vocab, text, seqio)
+
+
+def as_text(examples):
+  """A seqio task's examples with their prompt text only (the task's T5 ids dropped), for a
+  Hugging Face tokenizer to tokenize: a Llama target fed T5 ids would read another language.
+  Why here and not in seqio: seqio's vocabularies are SentencePiece's; the prompt text
+  (`inputs_pretokenized`) is the same for any model."""
+  missing = [ex.index for ex in examples if ex.inputs is None]
+  if missing:
+    raise ValueError(f"seqio examples {missing[:5]} carry no prompt text (inputs_pretokenized) "
+                     "to tokenize with a Hugging Face tokenizer")
+  return [dataclasses.replace(ex, input_ids=None, input_field="seqio_text") for ex in examples]
 
 
 def resolve_task(task: str) -> str:
@@ -92,25 +115,34 @@ def content_digest(task: str, split: str) -> str | None:
   """
   if is_seqio(task):
     return None
+  if packaged(task) is not None:
+    packaged(task).check_split(split)
+    path = packaged(task).data_path()
+  else:
+    path = local_tasks.resolve(resolve_task(task), split)
   h = hashlib.sha256()
-  with open(local_tasks.resolve(resolve_task(task), split), "rb") as f:
+  with open(path, "rb") as f:
     for chunk in iter(lambda: f.read(1 << 20), b""):
       h.update(chunk)
   return h.hexdigest()[:16]
 
 
 def is_seqio(task: str) -> bool:
-  """Whether `task` is a seqio task: not a shipped name, not an existing file (no TensorFlow for
-  those), and registered."""
-  if task in local_tasks.LOCAL_TASKS or os.path.exists(resolve_path(task)):
+  """Whether `task` is a seqio task: not a shipped or packaged name, not an existing file (no
+  TensorFlow for those), and registered."""
+  if (task in local_tasks.LOCAL_TASKS or packaged(task) is not None
+      or os.path.exists(resolve_path(task))):
     return False
   return seqio_tasks.is_seqio_task(task)
 
 
 def load_examples(task: str, split: str, num_examples: int | None, *,
                   max_input_length: int = 512, tfds_data_dir: str | None = None):
-  """Examples of a shipped task, a JSONL path, or a seqio task (seqio extra)."""
-  if is_seqio(task):
+  """Examples of a shipped task, a packaged task, a JSONL path, or a seqio task (seqio extra)."""
+  if packaged(task) is not None:
+    module = packaged(task)
+    examples = module.load_examples(split, num_examples, module.samples(task))
+  elif is_seqio(task):
     examples = seqio_tasks.load_examples(task, split, num_examples,
                                          max_input_length=max_input_length,
                                          tfds_data_dir=tfds_data_dir)
@@ -126,7 +158,11 @@ def needs_text(examples) -> bool:
 
 
 def load_vocabulary(path: str | None, required: bool):
-  """The vocabulary at `path`, else the shipped one (if present); raises if required and absent."""
+  """The vocabulary at `path` (a SentencePiece .model; a Hugging Face tokenizer.json or the
+  checkpoint directory holding it), else the shipped one (if present); raises if required and
+  absent."""
+  if path and hf_tokenizer.is_tokenizer(resolve_path(path)):
+    return hf_tokenizer.HFTokenizerVocabulary(resolve_path(path))
   if path:
     return vocab_lib.SentencePieceVocabulary(resolve_path(path))
   if os.path.exists(vocab_lib.DEFAULT_VOCAB_PATH):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 # bootstrap interval collapses to [0, 0], which says nothing about speculative vs autoregressive.
 TASK_METRICS = {"translate_en_de": "bleu", "summarize": "rougeL", "code_complete": "exact_match",
                 # seqio tasks (specdec_jax.data.seqio_tasks)
-                "wmt_t2t_ende_v003": "bleu", "cnn_dailymail": "rouge",
+                "wmt_t2t_ende_v003": "bleu", "cnn_dailymail": "rouge", "xsum": "rouge",
                 "specdec_translate_en_de": "bleu", "specdec_summarize": "rougeL",
                 "specdec_code_complete": "exact_match"}
 FIELD_METRICS = {"en": "bleu", "document": "rouge"}

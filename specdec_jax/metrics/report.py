@@ -311,9 +311,22 @@ def _quality_note(m: Mapping[str, Any]) -> str | None:
   return f"{name} {spec:.2f}" + (f" (AR {ar:.2f}{within})" if ar is not None else "")
 
 
+def _pass_note(m: Mapping[str, Any]) -> str | None:
+  """'pass@1 0.312 (AR 0.305, inside its 95% CI)', or None where no code was executed."""
+  block = (m.get("quality") or {}).get("pass_at_k") or {}
+  ar, spec = ((block.get(s) or {}).get("pass_at_1") for s in ("autoregressive", "speculative"))
+  if spec is None and ar is None:
+    return None
+  if spec is None or ar is None:
+    return f"pass@1 {spec if ar is None else ar:.3f}"
+  within = {True: ", inside its 95% CI", False: ", OUTSIDE its 95% CI"}.get(
+      block.get("speculative_within_interval"), "")
+  return f"pass@1 {spec:.3f} (AR {ar:.3f}{within})"
+
+
 def row_note(m: Mapping[str, Any], label: bool) -> str:
   """One row's quality, greedy match, costs and ms/token (what the table leaves out)."""
-  parts = [_quality_note(m)]
+  parts = [_quality_note(m), _pass_note(m)]
   if m.get("greedy_match_rate") is not None:
     parts.append(f"greedy match {m['greedy_match_rate']:.2f}")
   if m.get("c") is not None:

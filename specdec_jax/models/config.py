@@ -202,6 +202,10 @@ _LLAMA3_SIZES = dict(
                      tie_embeddings=True),
 )
 
+# Presets of a public checkpoint's shape keep its vocabulary (its tokenizer's ids), whatever
+# vocabulary a run's text task has: a random-init T5 or test preset takes the run's instead.
+OWN_VOCABULARY = frozenset(_LLAMA3_SIZES)
+
 PRESETS: dict[str, ModelConfig] = {
     **{f"t5_1_1_{k}": ModelConfig(kind="t5", vocab_size=32128, head_dim=64, **v) for k, v in _T5_1_1.items()},
     # The model T5X's own tests use (t5x/examples/t5/t5_1_1/tiny.gin).

@@ -11,7 +11,7 @@ import math
 import os
 from typing import Any
 
-from specdec_jax.metrics import acceptance, quality, report
+from specdec_jax.metrics import acceptance, code_exec, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.config import FEATURE_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
@@ -22,7 +22,10 @@ from specdec_jax.runner.store import ResultStore
 METRICS_FILE = "metrics.json"
 
 
-def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool) -> dict[str, Any]:
+def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool,
+             examples=()) -> dict[str, Any]:
+  """The quality block; with `pass_at_k` (code run against its tests) where every predicted
+  example is a problem with unit tests (`problems`)."""
   refs = [p.get("reference") for p in preds]
   spec_texts = [p.get("text") for p in preds] if with_spec else None
   if with_ar:
@@ -30,7 +33,26 @@ def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool) -> 
                 for p in preds]
   else:
     ar_texts = None
-  return report.quality_block(metric, refs, ar_texts, spec_texts)
+  out = report.quality_block(metric, refs, ar_texts, spec_texts)
+  tests = problems(examples, preds)
+  if tests is not None:
+    out["pass_at_k"] = code_exec.block(tests, ar_texts, spec_texts)
+  return out
+
+
+def problems(examples, preds: list[dict]) -> list[dict] | None:
+  """Per prediction, its example as a problem to execute ({prompt, test, entry_point,
+  task_id}: HumanEval's fields), or None unless every predicted example has them."""
+  by_index = {ex.index: ex for ex in examples}
+  out = []
+  for p in preds:
+    ex = by_index.get(p.get("index"))
+    meta = ex.metadata if ex is not None else {}
+    if ex is None or ex.inputs is None or not {"test", "entry_point"} <= set(meta):
+      return None
+    out.append({"prompt": ex.inputs, "test": meta["test"], "entry_point": meta["entry_point"],
+                "task_id": str(meta.get("task_id", ex.index))})
+  return out or None
 
 
 def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, costs) -> dict:
@@ -71,7 +93,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["speedup_not_measured"] = "GAMMA='auto' chose 0: the baseline program itself"
   setting = report.Setting(cfg.task, loaded.target_name, point.draft.name, point.temperature,
                            point.gamma, len(preds), rule=cfg.rule)
-  measured = report.Measured(ar_records, spec_records, _quality(metric, preds, has_ar, True),
+  measured = report.Measured(ar_records, spec_records,
+                             _quality(metric, preds, has_ar, True, loaded.prompts.examples),
                              match, alpha_if_nothing_drafted=fallback_alpha,
                              speedup_measured=fallback_alpha is None)
   return report.build(setting, measured, costs.get(point.draft),
@@ -99,7 +122,8 @@ def ar_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, temperature: 
   preds = store.run_predictions(keys.autoregressive(temperature))
   metric = quality.metric_for(cfg.task, loaded.prompts.input_field)
   setting = report.Setting(cfg.task, loaded.target_name, None, temperature, None, len(preds))
-  measured = report.Measured(ar_records, [], _quality(metric, preds, True, False))
+  measured = report.Measured(ar_records, [],
+                             _quality(metric, preds, True, False, loaded.prompts.examples))
   return report.build(setting, measured, extra={
       "mode": cfg.mode, "run": keys.autoregressive(temperature), "gamma_auto": False})
 

@@ -73,6 +73,8 @@ class RunConfig:
   # A prompt longer than max_input_length: True cuts it (a T5 input keeps its EOS last) and logs
   # one warning with the count; False refuses the run, naming the first such example.
   truncate_inputs: bool = True
+  # A SentencePiece .model, or a Hugging Face tokenizer.json (or the directory holding it); None:
+  # the tokenizer.json of an HF checkpoint directory the target is read from, else the shipped one.
   vocabulary: str | None = None
   dtype: str | None = None
   rule: str = "tokenwise"

@@ -23,7 +23,7 @@ from absl import logging
 
 from specdec_jax import logs, sharding
 from specdec_jax.checkpoints import loader
-from specdec_jax.data import ngram_tables, tasks
+from specdec_jax.data import hf_tokenizer, ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_chain import chain_for
@@ -57,12 +57,23 @@ class Loaded:
     return sharding.data_parallel_size(self.mesh, self.target.axis_rules)
 
 
+def run_vocabulary(cfg: RunConfig) -> str | None:
+  """`RunConfig.vocabulary`, else the tokenizer.json of a Hugging Face checkpoint directory the
+  target is read from (its text prompts tokenized as the model was trained), else None (the
+  task's own or the shipped SentencePiece vocabulary)."""
+  if cfg.vocabulary:
+    return cfg.vocabulary
+  if loader.is_preset(cfg.target_checkpoint):
+    return None
+  return hf_tokenizer.beside(loader.local_path(cfg.target_checkpoint))
+
+
 def load(cfg: RunConfig, mesh=None) -> Loaded:
   """The prompts, the target and every draft of the run, placed on `mesh` (a sharded run) with
   the target and draft rules of `cfg.mesh`."""
   if cfg.runs_speculative:
     drafts_lib.check_feature_run(cfg, draft_specs(cfg), mesh)
-  data = tasks.load(cfg.task, cfg.split, None, vocabulary=cfg.vocabulary,
+  data = tasks.load(cfg.task, cfg.split, None, vocabulary=run_vocabulary(cfg),
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,
                             calibration_examples=cfg.auto_calibration_examples,

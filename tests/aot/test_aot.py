@@ -151,3 +151,22 @@ def test_the_roofline_steps_compile_and_carry_what_the_roofline_needs(tmp_path):
   assert layout.target.cache_len == 16 + 2 + 2  # max_decode_len + gamma (2) + 2 slack slots
   assert json.loads((tmp_path / "roofline.json").read_text())["layout"].startswith("v4:2x2x1")
   assert "| target_step[T=1] |" in (tmp_path / "roofline.md").read_text()
+
+
+@needs_libtpu
+@pytest.mark.slow  # ~3 min: Llama 3.1 70B's 80 layers, unrolled, compiled for 8 TPU v4 chips
+def test_chen_xsum_compiles_on_a_v4_16(tmp_path):
+  # Chen et al.'s setup (configs/paper/chen): the 70B-class target over all 8 chips, the 1B
+  # draft over 2; the speculative loop fits with no host transfer (figures: docs/aot_results.md).
+  from specdec_jax.aot import cli
+  lines = []
+  status = cli.run(["configs/paper/chen/xsum_greedy.gin", "configs/paper/chen/mesh_tpu_v4_16.gin"],
+                   str(tmp_path), "v4-16", only=["spec_loop"], log=lines.append)
+  assert status == 0, "\n".join(lines)
+  recs = json.loads((tmp_path / "aot.json").read_text())
+  assert [r["kind"] for r in recs] == ["spec_prefill", "spec_loop"]
+  for r in recs:
+    assert r["num_chips"] == 8 and r["fits"] is True and r["host_transfers_in_loop"] == 0
+    assert r["mesh"] == {"data": 1, "model_outer": 4, "model_inner": 2}
+    # 70.6B bfloat16 parameters over 8 chips: about 16.4 GiB of weights on each.
+    assert 16 * 2 ** 30 < r["per_chip_bytes"]["total"] < r["hbm_bytes_per_chip"]

@@ -176,3 +176,22 @@ def test_tied_gqa_model_reads_its_embedding_as_the_head_and_caches_kv_heads():
   p = R.Placement(cfg, batch=1, cache_len=1)
   assert R.cache_bytes(p) == 2 * 8 * 64 * 4 * 16
   assert R.argument_bytes(p) == cfg.num_params() * 4 + R.cache_bytes(p)
+
+
+def test_chens_layout_on_the_roofline():
+  """scripts/chen_roofline.py (docs/aot_results.md, "Chen et al."): Llama 3.1 70B over 8 v4
+  chips reads ~17.6 GB of bf16 weights a step, ~14.5 ms at 1.2 TB/s (Chen: 14.1 on 16 chips);
+  the 1B draft over 2 chips costs c ~0.07, and verifying K + 1 tokens costs one step (v ~1)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "chen_roofline", os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
+                                    "chen_roofline.py"))
+  chen = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(chen)
+  lay = chen.layout(gamma=3, prompt=1024, decode=128)
+  assert 14.0 < lay.target_s() * 1e3 < 15.0
+  assert 0.06 < lay.c("llama3_2_1b") < 0.08 and 1.0 <= lay.v(4) < 1.01
+  from specdec_jax.metrics import theory
+  c, v = lay.c("llama3_2_1b"), lay.v(4)
+  alpha = chen.alpha_for(2.01, 3, c, v)  # the alpha at which the roofline reaches Chen's 2.01x
+  assert theory.predicted_speedup(alpha, 3, c, v) == pytest.approx(2.01, abs=1e-6)

@@ -83,3 +83,11 @@ def test_missing_checkpoints_say_where_they_were_looked_for():
   assert loader.is_preset("t5_test_draft") and not loader.is_preset("no/such/dir")
   assert loader.local_path("gs://bucket/ckpt") is None
   assert loader.locate("gs://bucket/ckpt") == "gs://bucket/ckpt"
+
+
+def test_a_public_checkpoint_shape_keeps_its_own_vocabulary():
+  """A text task's vocabulary resizes test presets, never Llama-3's 128,256 tokenizer ids (the
+  AOT compile of Chen's HumanEval config would otherwise compile an 8k head)."""
+  from specdec_jax.checkpoints import loader
+  assert loader.preset_config("llama3_2_1b", vocab_size=8192).vocab_size == 128256
+  assert loader.preset_config("llama_test_target", vocab_size=128).vocab_size == 128

