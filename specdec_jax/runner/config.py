@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import feature_draft as feature_ckpt
-from specdec_jax.checkpoints import identity
-from specdec_jax.data import tasks
 from specdec_jax.paths import resolve_path
+from specdec_jax.runner import fingerprint as fingerprint_lib
 from specdec_jax.runner import keys, prompt_sets
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
@@ -198,42 +196,8 @@ class RunConfig:
     return self.mode != "autoregressive"
 
   def fingerprint(self) -> dict[str, Any]:
-    """What must not change between a killed run and its resumption (outputs depend on it)."""
-    keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
-            "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
-            "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
-            "ngram_train_examples", "calibration")
-    fingerprint = {k: getattr(self, k) for k in keep}
-    if self.calibration == "held_out":  # which prompts are measured depends on them
-      fingerprint["auto_calibration_examples"] = self.auto_calibration_examples
-    if self.sample_examples:
-      fingerprint["sample_examples"] = True
-    # Later knobs enter only when set, so run directories written before them still resume.
-    if self.adaptive is not None:
-      fingerprint["adaptive"] = self.adaptive
-    if self.tree is not None:
-      fingerprint["tree"] = self.tree
-    if self.tree_candidates:
-      fingerprint["tree_candidates"] = self.tree_candidates
-    if self.matmul != "auto":
-      fingerprint["matmul"] = self.matmul
-    if self.draft_head_vocab:
-      fingerprint["draft_head_vocab"] = self.draft_head_vocab
-    fingerprint["contents"] = self._contents()
-    task_digest = tasks.content_digest(self.task, self.split)
-    if task_digest is not None:
-      fingerprint["task_contents"] = task_digest
-    return json.loads(json.dumps(fingerprint, default=str))
-
-  def _contents(self) -> dict[str, str]:
-    """Digest of every local file the outputs depend on, by path: a checkpoint retrained to
-    the same directory must not resume onto results of the old weights."""
-    paths = [self.target_checkpoint, self.vocabulary, self.ngram_tables]
-    drafts = self.draft_checkpoint
-    paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
-    # Resolved as `checkpoints.loader` resolves them (a repo-relative zoo path works anywhere).
-    digests = {p: identity.content_digest(resolve_path(p)) for p in paths if isinstance(p, str)}
-    return {p: d for p, d in sorted(digests.items()) if d is not None}
+    """What must not change between a killed run and its resumption (`runner.fingerprint`)."""
+    return fingerprint_lib.of(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""A run's fingerprint: the settings and file contents its outputs depend on.
+
+Why apart from `RunConfig`: resuming a killed run onto a changed configuration, checkpoint or
+task file would mix results of two experiments in one metrics.json; the store (runner/store.py)
+refuses a directory whose fingerprint differs. What enters is a decision about reproducibility,
+not about configuration, and it grows with every knob that changes outputs (later knobs enter
+only when set, so directories written before them still resume).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdec_jax.checkpoints import identity
+from specdec_jax.data import tasks
+from specdec_jax.paths import resolve_path
+
+
+def of(cfg) -> dict[str, Any]:
+  """What must not change between a killed run and its resumption (outputs depend on it)."""
+  keep = ("target_checkpoint", "draft_checkpoint", "draft", "task", "split", "batch_size",
+          "gamma", "temperature", "top_k", "top_p", "seed", "max_decode_length",
+          "max_input_length", "vocabulary", "dtype", "rule", "mode", "ngram_tables",
+          "ngram_train_examples", "calibration")
+  fingerprint = {k: getattr(cfg, k) for k in keep}
+  if cfg.calibration == "held_out":  # which prompts are measured depends on them
+    fingerprint["auto_calibration_examples"] = cfg.auto_calibration_examples
+  if cfg.sample_examples:
+    fingerprint["sample_examples"] = True
+  # Later knobs enter only when set, so run directories written before them still resume.
+  if cfg.adaptive is not None:
+    fingerprint["adaptive"] = cfg.adaptive
+  if cfg.tree is not None:
+    fingerprint["tree"] = cfg.tree
+  if cfg.tree_candidates:
+    fingerprint["tree_candidates"] = cfg.tree_candidates
+  if cfg.matmul != "auto":
+    fingerprint["matmul"] = cfg.matmul
+  if cfg.draft_head_vocab:
+    fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
+  fingerprint["contents"] = _contents(cfg)
+  task_digest = tasks.content_digest(cfg.task, cfg.split)
+  if task_digest is not None:
+    fingerprint["task_contents"] = task_digest
+  return json.loads(json.dumps(fingerprint, default=str))
+
+
+def _contents(cfg) -> dict[str, str]:
+  """Digest of every local file the outputs depend on, by path: a checkpoint retrained to
+  the same directory must not resume onto results of the old weights."""
+  paths = [cfg.target_checkpoint, cfg.vocabulary, cfg.ngram_tables]
+  drafts = cfg.draft_checkpoint
+  paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
+  # Resolved as `checkpoints.loader` resolves them (a repo-relative zoo path works anywhere).
+  digests = {p: identity.content_digest(resolve_path(p)) for p in paths if isinstance(p, str)}
+  return {p: d for p, d in sorted(digests.items()) if d is not None}
