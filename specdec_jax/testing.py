@@ -182,3 +182,15 @@ def faulty_tree_verifier(sibling):
                                         target_probs_BxNxV, sibling)
     return verdict.replace(next_token_B=sample(k_next, final_BxV))
   return verifier
+
+
+def memory_maps() -> int:
+  """The memory regions this process maps (Linux; 0 elsewhere). Each XLA:CPU compilation maps
+  several that live as long as its executable is cached, and a process past the kernel's
+  vm.max_map_count (65530 by default) crashes inside XLA: tests/conftest.py drops jax's caches
+  between test modules past a threshold."""
+  try:
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+      return sum(1 for _ in f)
+  except OSError:
+    return 0

@@ -32,24 +32,18 @@ def clean_gin():
 
 # Each XLA:CPU compilation maps ~6 memory regions that live as long as the executable is cached. A
 # long-lived xdist worker compiles thousands of programs over the suite (46k maps after 15 min of
-# tests/decoding + tests/models in one process) and crashed with a segfault in XLA once it passed
-# the kernel's vm.max_map_count (65530 by default): the worker crashes CI saw, always late in the
-# run. Past this many maps, the caches are dropped between test modules (they recompile on demand).
+# tests/decoding + tests/models in one process), and a process past the kernel's vm.max_map_count
+# (65530 by default) fails to map memory inside XLA: most likely the segfaulting workers CI saw,
+# always late in the run. Past this many maps, the caches are dropped between test modules (they
+# recompile on demand).
 MAX_MAPS_BEFORE_CLEARING = 30_000
-
-
-def _memory_maps() -> int:
-  try:
-    with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
-      return sum(1 for _ in f)
-  except OSError:  # not Linux: nothing to guard
-    return 0
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _bounded_compilation_caches():
   yield
-  if _memory_maps() > MAX_MAPS_BEFORE_CLEARING:
+  from specdec_jax.testing import memory_maps  # pylint: disable=import-outside-toplevel
+  if memory_maps() > MAX_MAPS_BEFORE_CLEARING:
     import gc  # pylint: disable=import-outside-toplevel
     jax.clear_caches()
     gc.collect()

@@ -12,19 +12,19 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import conftest
+from specdec_jax.testing import memory_maps
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux's")
 def test_clearing_the_caches_unmaps_compiled_programs():
   jax.clear_caches()
   gc.collect()
-  before = conftest._memory_maps()  # pylint: disable=protected-access
+  before = memory_maps()
   fns = [jax.jit(lambda x, i=i: jnp.sin(x) * i) for i in range(40)]
   for i, f in enumerate(fns):
     f(jnp.ones((i + 1,))).block_until_ready()
-  grown = conftest._memory_maps()  # pylint: disable=protected-access
+  grown = memory_maps()
   assert grown > before + 40  # several maps per compiled program
   jax.clear_caches()
   gc.collect()
-  assert conftest._memory_maps() < before + (grown - before) // 2  # pylint: disable=protected-access
+  assert memory_maps() < before + (grown - before) // 2

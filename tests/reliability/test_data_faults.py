@@ -31,6 +31,7 @@ def _write_task(path, words):
                             for w in words) + "\n")
 
 
+@pytest.mark.slow  # two runs (~20 s); the fingerprint's task digest is tested fast beside it
 def test_new_prompts_at_the_same_path_refuse_to_resume(tmp_path):
   task, out = tmp_path / "prompts.jsonl", str(tmp_path / "run")
   _write_task(task, ["cat", "dog", "bird", "fish"])

@@ -49,6 +49,7 @@ def test_bar_is_off_below_the_default_verbosity():
     absl_logging.set_verbosity(old)
 
 
+@pytest.mark.slow  # a whole run (~18 s); the bars themselves are tested above
 def test_run_shows_calibration_and_decoding_progress(tmp_path, bars):
   run.run([SMOKE], str(tmp_path / "run"), BINDINGS)
   by_desc = {d: b for d, b in bars}

@@ -21,7 +21,7 @@ from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import sharded as sharded_lib
-from specdec_jax.training import trainer
+from specdec_jax.training import step as step_lib
 from specdec_jax.training.placement import Placement
 from specdec_jax.training.trainer import TrainConfig, train
 
@@ -157,10 +157,10 @@ def test_params_and_optimizer_state_are_split_over_devices(setup):
 def test_mesh_that_does_not_divide_fails_before_compiling(setup, model, mesh, kw, match):
   root, task, models = setup
   out = root / f"bad_{model}_{len(kw)}_{kw.get('batch_size', 0)}"
-  compiled = len(trainer._STEP_CACHE)
+  compiled = len(step_lib._STEP_CACHE)
   with pytest.raises(ValueError, match=match):
     train(_config(task, models[model], mesh=mesh, **kw), str(out), progress=False)
-  assert len(trainer._STEP_CACHE) == compiled  # no train step was built
+  assert len(step_lib._STEP_CACHE) == compiled  # no train step was built
   assert not (out / "checkpoints").exists()  # nor any data read or state written
 
 
