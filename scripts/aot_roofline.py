@@ -100,11 +100,7 @@ def main(argv=None) -> int:
                             date=time.strftime("%Y-%m-%d"), machine=machine,
                             load_average=[float(x) for x in args.load.split(",")]
                             if args.load else os.getloadavg())
-  path = os.path.join(ROOT, "docs", "results", f"{args.name}.json")
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(rec, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print(f"wrote {path}")
+  print(f"wrote {results.write_record(os.path.join(ROOT, 'docs', 'results'), rec)}")
   return 0
 
 

@@ -13,7 +13,6 @@ P(rank r accepted at depth d + 1 | parent kept, elder siblings rejected)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -94,11 +93,7 @@ def main(argv=None) -> int:
   rec = results.make_record(args.name, metrics, command=" ".join(sys.argv), commit=commit,
                             date=time.strftime("%Y-%m-%d"), machine=results.machine(),
                             load_average=list(os.getloadavg()))
-  path = os.path.join(ROOT, "docs", "results", f"{args.name}.json")
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(rec, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print(f"wrote {path}")
+  print(f"wrote {results.write_record(os.path.join(ROOT, 'docs', 'results'), rec)}")
   return 0
 
 

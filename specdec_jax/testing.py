@@ -29,6 +29,18 @@ def tiny_pair(kind: str = "decoder", vocab_size: int | None = None, seed: int = 
   return target, target.init(k1), draft, draft.init(k2)
 
 
+def tiny_feature_pair(kind: str = "decoder", vocab_size: int = 64):
+  """(target, target_params, feature draft, its params with the target's pieces) on the
+  `*_test_target` preset: a 16-wide feature-level draft block, 2 heads."""
+  from specdec_jax.models.feature_draft import (  # pylint: disable=import-outside-toplevel
+      FeatureDraft, FeatureDraftConfig)
+  target = Model(get_preset(f"{kind}_test_target", vocab_size=vocab_size))
+  tp = target.init(jax.random.key(0))
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32))
+  return target, tp, draft, draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+
+
 class WrappedModel(seam.Delegate):
   """Delegates the seam to `base`; subclasses override `extend`."""
 

@@ -19,6 +19,7 @@ from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
+from specdec_jax.testing import tiny_feature_pair
 from specdec_jax.testing import chi_square_gof
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -29,11 +30,7 @@ INPUTS = {
 
 
 def _pair(kind, vocab):
-  target = Model(get_preset(f"{kind}_test_target", vocab_size=vocab))
-  tp = target.init(jax.random.key(0))
-  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
-                                                     mlp_dim=32))
-  return target, tp, draft, draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  return tiny_feature_pair(kind, vocab)
 
 
 @pytest.mark.parametrize("kind,vocab", [

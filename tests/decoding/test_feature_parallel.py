@@ -7,7 +7,6 @@ each row's own number of pending entries; an off-by-one there, in the draft cach
 in the proposal's bookkeeping would change outputs. A random draft over 8 tokens is kept often
 enough for full and partial acceptances to occur.
 """
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,9 +14,7 @@ import pytest
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain, block_entries
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.models.config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
-from specdec_jax.models.model import Model
+from specdec_jax.testing import tiny_feature_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -27,11 +24,7 @@ INPUTS = {
 
 
 def _pair(kind, vocab):
-  target = Model(get_preset(f"{kind}_test_target", vocab_size=vocab))
-  tp = target.init(jax.random.key(0))
-  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
-                                                     mlp_dim=32))
-  return target, tp, draft, draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  return tiny_feature_pair(kind, vocab)
 
 
 @pytest.mark.parametrize("kind,vocab", [
