@@ -8,8 +8,10 @@ The sandbox (each program in its own `python -I` subprocess; `run_program`):
 - `python -I -B`: no user site, no PYTHON* variables, no bytecode written;
 - a fresh temporary directory as working directory, HOME and TMPDIR, removed afterwards; an
   environment of PATH and LANG only;
-- resource limits set before exec (`_limits`): address space, CPU seconds, file size, no core
-  files, and a cap on processes;
+- resource limits the program sets on itself before any of its own code runs (`limits_source`,
+  soft = hard, so they cannot be raised again): address space, CPU seconds, file size, no core
+  files, and a cap on processes. Not a `preexec_fn`: Python code between fork and exec in a
+  multithreaded parent (jax's) can deadlock, and jax warns of every such fork;
 - a wall-clock time limit (the process is killed past it: an infinite loop reads `timed out`);
 - a preamble (`PREAMBLE`) that installs a PEP 578 audit hook before the program runs. An audit
   hook cannot be removed from inside the interpreter, and it sees every `open` (file or
@@ -30,7 +32,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -101,19 +102,17 @@ def program(prompt: str, completion: str, test: str, entry_point: str) -> str:
           + f"check({entry_point})\n")
 
 
-def _limits(timeout_s: float, memory_bytes: int):
-  """The child's `preexec_fn`: resource limits set between fork and exec."""
-  cpu = int(timeout_s) + 1
-
-  def apply():
-    os.setsid()  # its own process group
-    for name, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu),
-                        (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0),
-                        (resource.RLIMIT_NPROC, MAX_PROCESSES)):
-      hard = resource.getrlimit(name)[1]
-      value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-      resource.setrlimit(name, (value, value))
-  return apply
+def limits_source(timeout_s: float, memory_bytes: int) -> str:
+  """The program's first lines: its resource limits (module docstring), soft = hard."""
+  limits = (("RLIMIT_AS", memory_bytes), ("RLIMIT_CPU", int(timeout_s) + 1),
+            ("RLIMIT_FSIZE", FILE_BYTES), ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", MAX_PROCESSES))
+  return ("import resource as _resource\n"
+          f"for _name, _value in {tuple((n, v) for n, v in limits)!r}:\n"
+          "  _name = getattr(_resource, _name)\n"
+          "  _hard = _resource.getrlimit(_name)[1]\n"
+          "  _value = _value if _hard == _resource.RLIM_INFINITY else min(_value, _hard)\n"
+          "  _resource.setrlimit(_name, (_value, _value))\n"
+          "del _resource, _name, _value, _hard\n")
 
 
 def run_program(source: str, timeout_s: float = TIMEOUT_S,
@@ -123,12 +122,12 @@ def run_program(source: str, timeout_s: float = TIMEOUT_S,
     root = os.path.realpath(root)
     path = os.path.join(root, "program.py")
     with open(path, "w", encoding="utf-8") as f:
-      f.write(PREAMBLE + "\n" + source)
+      f.write(limits_source(timeout_s, memory_bytes) + PREAMBLE + "\n" + source)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": root, "TMPDIR": root}
     try:
       proc = subprocess.run([sys.executable, "-I", "-B", path], cwd=root, env=env,
                             stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                            preexec_fn=_limits(timeout_s, memory_bytes), check=False)
+                            start_new_session=True, check=False)
     except subprocess.TimeoutExpired:
       return Outcome(False, "timed out")
   if proc.returncode == 0:

@@ -34,6 +34,16 @@ def test_an_infinite_loop_times_out():
   assert out == code_exec.Outcome(False, "timed out")
 
 
+def test_the_memory_limit_holds_and_the_parent_forks_nothing_in_python(recwarn):
+  """2 GiB against a 256 MiB limit fails inside the program (MemoryError), and no Python code
+  ran between fork and exec in this (jax-threaded) process: no fork warning was raised."""
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.numpy.zeros(1).block_until_ready()  # a backend up: jax warns of a fork from here on
+  out = run("  x = bytearray(2 << 30)\n  return a + b\n", memory_bytes=256 << 20)
+  assert not out.passed and "MemoryError" in out.result
+  assert not [w for w in recwarn if "fork" in str(w.message)]
+
+
 def test_writing_outside_the_temporary_directory_fails(tmp_path):
   target = tmp_path / "escaped.txt"
   body = (f"  open({str(target)!r}, 'w').write('x')\n"
