@@ -41,6 +41,20 @@ def tiny_feature_pair(kind: str = "decoder", vocab_size: int = 64):
   return target, tp, draft, draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
 
 
+class MemoryStore:
+  """The two methods of `runner.store.ResultStore` that calibration uses, in memory (a resumed
+  run's remembered choices without a run directory)."""
+
+  def __init__(self):
+    self.state = {}
+
+  def remember(self, section, key, value):
+    self.state.setdefault(section, {})[key] = value
+
+  def recall(self, section, key, default=None):
+    return self.state.get(section, {}).get(key, default)
+
+
 class WrappedModel(seam.Delegate):
   """Delegates the seam to `base`; subclasses override `extend`."""
 

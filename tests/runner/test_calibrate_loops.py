@@ -19,20 +19,7 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import calibrate, costs
 from specdec_jax.runner.config import DraftSpec, Point
-from specdec_jax.testing import tiny_pair
-
-
-class Store:
-  """The two methods of runner/store.ResultStore that calibration uses."""
-
-  def __init__(self):
-    self.state = {}
-
-  def remember(self, section, key, value):
-    self.state.setdefault(section, {})[key] = value
-
-  def recall(self, section, key, default=None):
-    return self.state.get(section, {}).get(key, default)
+from specdec_jax.testing import MemoryStore, tiny_pair
 
 
 SPEC = DraftSpec("model", "some/draft")
@@ -49,7 +36,7 @@ def _loop(iteration_ms, tokens=40.0, ar_ms=4.0):
 
 
 def test_choice_follows_the_timed_loops_not_the_lone_extend_ranking():
-  store = Store()
+  store = MemoryStore()
   point = Point(SPEC, "auto", 0.0)
   plan = calibrate.plan_auto(point, COSTS, store, lambda: {"alpha": 0.8}, gamma_max=4,
                              min_speedup=1.0, rule="tokenwise")
@@ -69,7 +56,7 @@ def test_choice_follows_the_timed_loops_not_the_lone_extend_ranking():
 
 
 def test_loops_predicting_no_gain_choose_autoregressive():
-  store = Store()
+  store = MemoryStore()
   plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.8},
                              gamma_max=4, min_speedup=1.1, rule="tokenwise")
   memo = calibrate.choose(plan, COSTS, _loop({2: 9.0, 3: 12.0, 4: 15.0}), store,
@@ -82,7 +69,7 @@ def test_pruning_keeps_the_best_few_above_the_floor():
   assert calibrate.candidates(curve, 1.1, max_candidates=3, prune_below=0.8) == (3, 4, 5)
   assert calibrate.candidates(curve, 1.1, max_candidates=8, prune_below=0.8) == (2, 3, 4, 5)
   assert calibrate.candidates({0: 1.0, 1: 0.5, 2: 0.4}, 1.0) == ()  # nothing compiled
-  store = Store()
+  store = MemoryStore()
   plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.01},
                              gamma_max=4, min_speedup=1.2, rule="tokenwise")
   assert plan.candidates == ()  # lone extend: 0.88x at best, below 0.8 x 1.2
@@ -92,7 +79,7 @@ def test_pruning_keeps_the_best_few_above_the_floor():
 
 def test_block_rule_is_chosen_from_its_own_expected_length():
   """At temperature > 0 the block rule's A_i (not alpha^i) make the expected length."""
-  store = Store()
+  store = MemoryStore()
   a_i = [0.6, 0.55, 0.5, 0.45]  # a block decode keeps i drafts far more often than 0.6^i
   plan = calibrate.plan_auto(Point(SPEC, "auto", 1.0), COSTS, store,
                              lambda: {"alpha": 0.6, "accept_at_least": a_i}, gamma_max=4,
@@ -115,15 +102,15 @@ def test_clustered_acceptance_is_chosen_from_its_profile_not_alpha():
   a_i = [0.67, 0.62, 0.62, 0.61]
   loop = _loop({2: 7.0, 3: 8.0, 4: 9.0})
   kw = dict(gamma_max=4, min_speedup=1.6, rule="tokenwise")
-  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, Store(),
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, MemoryStore(),
                              lambda: {"alpha": 0.936, "accept_at_least": a_i}, **kw)
-  memo = calibrate.choose(plan, COSTS, loop, Store(), min_speedup=1.6, rule="tokenwise")
+  memo = calibrate.choose(plan, COSTS, loop, MemoryStore(), min_speedup=1.6, rule="tokenwise")
   assert dict(memo["curve"])[4] == pytest.approx((1 + sum(a_i)) * 4.0 / 9.0)
   assert memo["gamma"] == 0 and memo["accept_at_least"] == a_i
   assert dict(plan.lone_curve)[4] == pytest.approx((1 + sum(a_i)) / (4 * 0.1 + 1.2))
-  naive = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, Store(),
+  naive = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, MemoryStore(),
                               lambda: {"alpha": 0.936}, **kw)
-  assert calibrate.choose(naive, COSTS, loop, Store(), min_speedup=1.6,
+  assert calibrate.choose(naive, COSTS, loop, MemoryStore(), min_speedup=1.6,
                           rule="tokenwise")["gamma"] == 4
 
 

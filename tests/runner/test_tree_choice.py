@@ -14,23 +14,13 @@ from specdec_jax.metrics import theory
 from specdec_jax.runner import calibrate, costs, tree_choice
 from specdec_jax.runner.tree_choice import positional_tree
 from specdec_jax.runner.config import DraftSpec, Point, RunConfig
+from specdec_jax.testing import MemoryStore
 
 SPEC = DraftSpec("model", "some/draft")
 COSTS = timing.Costs(target_ms=4.0, draft_ms=0.4, c=0.1, v={1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15})
 TREES = (TreeScheme((3, 2, 1)), TreeScheme((2, 2)))
 # a[d][r]: depth 1 keeps rank 0 at 0.6, rank 1 at 0.4 after it, rank 2 at 0.3; deeper alike.
 ACCEPT = [[0.6, 0.4, 0.3], [0.6, 0.4, 0.3], [0.6, 0.4, 0.3]]
-
-
-class Store:
-  def __init__(self):
-    self.state = {}
-
-  def remember(self, section, key, value):
-    self.state.setdefault(section, {})[key] = value
-
-  def recall(self, section, key, default=None):
-    return self.state.get(section, {}).get(key, default)
 
 
 def _loop(iteration_ms):
@@ -84,7 +74,7 @@ def test_probe_tries_every_rank_a_candidate_uses():
 
 
 def test_a_cheap_tree_loop_is_chosen_over_the_chains():
-  store = Store()
+  store = MemoryStore()
   plan = _plan(store)
   assert calibrate.loop_gammas(plan.point, plan) == plan.candidates + TREES
   e = theory.tree_expected_tokens(TREES[0].tree.parents, ACCEPT)
@@ -104,7 +94,7 @@ def test_a_cheap_tree_loop_is_chosen_over_the_chains():
 
 
 def test_costly_tree_loops_leave_the_chain():
-  store = Store()
+  store = MemoryStore()
   plan = _plan(store)
   loop = _loop({1: 5.0, 2: 6.0, 3: 7.0, 4: 8.0, "tree(3,2,1)": 14.0, "tree(2,2)": 12.0})
   memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
@@ -112,7 +102,7 @@ def test_costly_tree_loops_leave_the_chain():
   assert calibrate.resolved(plan.point, memo=memo, loop=loop, tree=TreeScheme((3, 2, 1)),
                             trees=TREES).tree is None
   # Without timed loops (a mesh) no tree is chosen: nothing measured says what it costs.
-  assert calibrate.choose(_plan(Store()), COSTS, None, Store(), min_speedup=1.0,
+  assert calibrate.choose(_plan(MemoryStore()), COSTS, None, MemoryStore(), min_speedup=1.0,
                           rule="tokenwise")["tree"] is None
 
 
