@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params, decode_program
+from specdec_jax.decoding.feature_chain import FeatureChain
+from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.testing import tiny_pair
+from specdec_jax.decoding.tree.scheme import TreeScheme
+from specdec_jax.testing import tiny_feature_pair, tiny_pair
 
 HOST_OPS = re.compile(r"custom_call_target=\"[^\"]*(callback|host)[^\"]*\"|\b(outfeed|infeed|send|"
                       r"recv|send-done|recv-done)\b|xla_python_cpu_callback|xla_ffi_python",
@@ -36,6 +39,25 @@ def test_speculative_loop_is_one_while_without_host_ops(kind):
                           None)
   assert "stablehlo.while" in stablehlo
   assert re.search(r"\bwhile\(", hlo), "the compiled program has no while loop"
+  assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
+
+
+@pytest.mark.parametrize("scheme", ["tree", "feature_chain", "feature_parallel"])
+def test_tree_and_feature_loops_are_one_while_without_host_ops(scheme):
+  """The schemes added after the chain: a draft tree verified in one call, and the drafts that
+  read the target's hidden states; their per-iteration feature hand-off stays on device."""
+  if scheme == "tree":
+    target, tp, draft, dp = tiny_pair("decoder")
+    chosen = TreeScheme((2, 2))
+  else:
+    target, tp, draft, dp = tiny_feature_pair("decoder", 64)
+    chosen = (FeatureChain if scheme == "feature_chain" else ParallelFeatureChain).for_draft(
+        draft, 3)
+  inputs = jnp.asarray(np.array([[5, 6, 2, 0], [7, 8, 9, 3]]), jnp.int32)
+  decoder = Decoder(target, draft, chosen, SamplingConfig(temperature=1.0), max_decode_len=8)
+  stablehlo, hlo = _texts(decode_program, decoder, Params(tp, dp), inputs, jax.random.key(0),
+                          None)
+  assert "stablehlo.while" in stablehlo
   assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
 
 
