@@ -363,7 +363,8 @@ class Pair:
       rows = ids[first:first + batch_size]
       filled = rows + rows[-1:] * (min(batch_size, _next_power_of_two(len(rows))) - len(rows))
       width = -(-max(len(r) for r in rows) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
-      out.append(_Batch(first, len(rows), local_tasks.batch_inputs(filled, pad_to=width)))
+      inputs_BxP = local_tasks.batch_inputs(filled, pad_to=width, pad_id=self.target.pad_id)
+      out.append(_Batch(first, len(rows), inputs_BxP))
     return out
 
   def _device_inputs(self, batch: _Batch, seed: int):

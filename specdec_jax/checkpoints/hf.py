@@ -27,6 +27,30 @@ _ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 _ATTN = {"query": "q", "key": "k", "value": "v", "out": "o"}
 
 
+def tokenizer_specials(path: str) -> tuple[dict[str, int], str | None]:
+  """(the added tokens of `tokenizer.json`, content -> id; tokenizer_config.json's `pad_token`)
+  of an HF checkpoint directory; ({}, None) where the files are absent."""
+  specials, pad = {}, None
+  tok_file = os.path.join(path, "tokenizer.json")
+  if os.path.isfile(tok_file):
+    added = storage.read_json(tok_file, "HF tokenizer").get("added_tokens") or []
+    specials = {t["content"]: int(t["id"]) for t in added if "content" in t and "id" in t}
+  cfg_file = os.path.join(path, "tokenizer_config.json")
+  if os.path.isfile(cfg_file):
+    pad = storage.read_json(cfg_file, "HF tokenizer config").get("pad_token")
+    pad = pad.get("content") if isinstance(pad, dict) else pad
+  return specials, pad
+
+
+def read_config(path: str, **overrides: Any) -> ModelConfig:
+  """An HF checkpoint directory's ModelConfig: config.json, and for the decoder families the pad
+  id chosen with the tokenizer files beside it (`hf_decoder.choose_pad_id`)."""
+  hf = storage.read_json(os.path.join(path, CONFIG_FILE), "HF config")
+  if hf.get("model_type") in hf_decoder.MODEL_TYPES and "pad_id" not in overrides:
+    overrides["pad_id"] = hf_decoder.choose_pad_id(hf, *tokenizer_specials(path))
+  return config_from_hf(hf, **overrides)
+
+
 def is_hf(path: str) -> bool:
   return (os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG_FILE))
           and any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES))
@@ -198,8 +222,7 @@ def from_state_dict(sd: Mapping[str, Any], config: ModelConfig) -> dict[str, Any
 
 def load(path: str, **config_overrides: Any) -> tuple[ModelConfig, dict[str, Any]]:
   """HF model directory -> (ModelConfig, flat T5X tree of lazy numpy arrays)."""
-  config = config_from_hf(storage.read_json(os.path.join(path, CONFIG_FILE), "HF config"),
-                          **config_overrides)
+  config = read_config(path, **config_overrides)
   if not config.is_encoder_decoder:
     return config, hf_decoder.from_state_dict(read_state_dict(path), config)
   return config, from_state_dict(read_state_dict(path), config)

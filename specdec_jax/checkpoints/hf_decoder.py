@@ -57,10 +57,34 @@ def _refuse_unsupported(hf: Mapping[str, Any], model_type: str) -> None:
     raise CheckpointError("HF Qwen2 use_sliding_window=true is not supported")
 
 
+# Tokens the families reserve for padding, by name, in the order they are preferred.
+PAD_TOKENS = ("<|finetune_right_pad_id|>", "<pad>", "<|pad|>")
+
+
+def choose_pad_id(hf: Mapping[str, Any], special_ids: Mapping[str, int],
+                  pad_token: str | None = None) -> int:
+  """The id prompts are right-padded with: one that no text encodes to.
+
+  Why not 0: it is a real token in these vocabularies (Llama-3's '!'), and a prompt holding it
+  would end there. In order: config.json's `pad_token_id`; the tokenizer's declared
+  `pad_token` (tokenizer_config.json: Qwen2's '<|endoftext|>', also its EOS, which a prompt
+  never holds); a special token reserved for padding (`PAD_TOKENS`: Llama-3.1's
+  '<|finetune_right_pad_id|>', Gemma's '<pad>'); else 0, where a prompt that tokenizes to 0 is
+  refused by name (`data.hf_tokenizer`). special_ids: the tokenizer's added tokens, content ->
+  id ({} when no tokenizer files are beside the weights)."""
+  if hf.get("pad_token_id") is not None:
+    return int(_first(hf["pad_token_id"]))
+  for name in ((pad_token,) if pad_token else ()) + PAD_TOKENS:
+    if name in special_ids:
+      return int(special_ids[name])
+  return 0
+
+
 def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   """An HF LlamaConfig / Qwen2Config / GemmaConfig dict -> ModelConfig (kind 'decoder').
 
-  pad_id stays 0: the project right-pads prompts with 0 (DESIGN.md, the seam)."""
+  pad_id: config.json's `pad_token_id`, else 0; `hf.read_config` passes the choice made with
+  the tokenizer files beside the weights (`choose_pad_id`)."""
   model_type = hf["model_type"]
   _refuse_unsupported(hf, model_type)
   heads = hf["num_attention_heads"]
@@ -73,7 +97,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
       num_encoder_layers=0, num_decoder_layers=hf["num_hidden_layers"], position="rope",
       layer_norm_epsilon=hf.get("rms_norm_eps", 1e-6), mlp_activation=_activation(hf, model_type),
       norm_offset=1.0 if gemma else 0.0, scale_embeddings=gemma, qkv_bias=model_type == "qwen2",
-      tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)), pad_id=0,
+      tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)), pad_id=choose_pad_id(hf, {}),
       eos_id=_first(hf.get("eos_token_id")), **_rope(hf))
   fields.update(overrides)
   return ModelConfig(**fields)

@@ -92,7 +92,7 @@ def stored_config(path: str) -> ModelConfig:
   if fmt == "specdec":
     return orbax_io.read_config(path)
   if fmt == "hf":
-    return hf.config_from_hf(storage.read_json(os.path.join(path, hf.CONFIG_FILE), "HF config"))
+    return hf.read_config(path)
   return open_flat(path, fmt)[0]
 
 

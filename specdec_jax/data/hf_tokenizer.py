@@ -13,14 +13,20 @@ class gives it the interface the data door and the runner use (`encode`, `encode
   tokenizer) and drops special tokens, so a completion decodes to the text the model wrote;
 - `padded_vocab_size` is the checkpoint's embedding size (config.json `vocab_size`: Qwen2.5
   pads 151,665 ids to 151,936), so its outputs decode with this vocabulary.
-Not handled (DESIGN.md, the modern decoder family): the project right-pads prompts with id 0,
-which is a real token in these vocabularies (Llama-3's '!'); a prompt that tokenizes to it is
-refused by name rather than silently cut there. Chat templates are not applied.
+- `pad_id` is the id the checkpoint's prompts are right-padded with, chosen by the rule the
+  converter uses (`checkpoints.hf_decoder.choose_pad_id`: config.json's pad_token_id, the
+  tokenizer's pad token, a reserved padding token such as Llama-3.1's
+  '<|finetune_right_pad_id|>'), so a prompt holding id 0 (Llama-3's '!') decodes whole; only
+  where the checkpoint offers none does the pad stay 0, and a prompt that tokenizes to it is
+  refused by name rather than silently cut there.
+Chat templates are not applied.
 """
 from __future__ import annotations
 
 import json
 import os
+
+from specdec_jax.checkpoints import hf_decoder
 
 FILE = "tokenizer.json"
 
@@ -39,6 +45,15 @@ def beside(checkpoint_dir: str | None) -> str | None:
   return None
 
 
+def _pad_token(directory: str) -> str | None:
+  path = os.path.join(directory, "tokenizer_config.json")
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    pad = json.load(f).get("pad_token")
+  return pad.get("content") if isinstance(pad, dict) else pad
+
+
 def _checkpoint_config(directory: str) -> dict:
   path = os.path.join(directory, "config.json")
   if not os.path.isfile(path):
@@ -49,8 +64,6 @@ def _checkpoint_config(directory: str) -> dict:
 
 class HFTokenizerVocabulary:
   """tokenizer.json with the data door's vocabulary interface (module docstring)."""
-
-  pad_id = 0
 
   def __init__(self, path: str, eos_id: int | None = None, model_vocab_size: int | None = None):
     try:
@@ -68,6 +81,8 @@ class HFTokenizerVocabulary:
     config = _checkpoint_config(os.path.dirname(file))
     eos = config.get("eos_token_id") if eos_id is None else eos_id
     self.eos_id = eos[0] if isinstance(eos, list) else eos
+    specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items()}
+    self.pad_id = hf_decoder.choose_pad_id(config, specials, _pad_token(os.path.dirname(file)))
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.padded_vocab_size = max(int(model_vocab_size or config.get("vocab_size") or 0),
                                  self.vocab_size)
@@ -79,9 +94,11 @@ class HFTokenizerVocabulary:
     if self.pad_id in ids:
       raise ValueError(
           f"the prompt {text[:40]!r}... tokenizes to id {self.pad_id} "
-          f"({self._tok.id_to_token(self.pad_id)!r}), the project's pad id: prompts are "
-          "right-padded with 0, so it would end the prompt there (DESIGN.md, the modern decoder "
-          "family: pad id 0); give this prompt as `input_ids` without it, or rephrase it")
+          f"({self._tok.id_to_token(self.pad_id)!r}), the pad id: prompts are right-padded "
+          f"with it, so it would end the prompt there; this checkpoint declares no pad token "
+          "(config.json pad_token_id, tokenizer_config.json pad_token, or a reserved one such "
+          "as '<|finetune_right_pad_id|>'): add one, give this prompt as `input_ids` without "
+          "it, or rephrase it")
     return ids
 
   def encode(self, text: str) -> list[int]:

@@ -71,7 +71,7 @@ class _HistoryDraft:
   def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
     if self.kind == "t5":
       return jnp.full(inputs_BxP.shape[:1], self.pad_id, jnp.int32)
-    lengths_B = _lengths(inputs_BxP)
+    lengths_B = _lengths(inputs_BxP, self.pad_id)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
   def prefill(self, params, inputs_BxP: jax.Array, cache_len: int, *,
@@ -81,11 +81,11 @@ class _HistoryDraft:
     batch, plen = inputs_BxP.shape
     tokens = jnp.zeros((batch, cache_len), jnp.int32)
     if self.kind == "t5":
-      context = jnp.where(inputs_BxP > 0, inputs_BxP, -1)
+      context = jnp.where(inputs_BxP != self.pad_id, inputs_BxP, -1)
       return HistoryCache(tokens, jnp.zeros((batch,), jnp.int32), context)
     n = min(plen, cache_len)
     tokens = tokens.at[:, :n].set(inputs_BxP[:, :n])
-    return HistoryCache(tokens, jnp.maximum(_lengths(inputs_BxP) - 1, 0),
+    return HistoryCache(tokens, jnp.maximum(_lengths(inputs_BxP, self.pad_id) - 1, 0),
                         jnp.zeros((batch, 0), jnp.int32))
 
   def extend(self, params, cache: HistoryCache, tokens_BxT: jax.Array
@@ -102,8 +102,8 @@ class _HistoryDraft:
     raise NotImplementedError
 
 
-def _lengths(inputs_BxP: jax.Array) -> jax.Array:
-  return jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+def _lengths(inputs_BxP: jax.Array, pad_id: int) -> jax.Array:
+  return jnp.sum(inputs_BxP != pad_id, axis=1).astype(jnp.int32)
 
 
 # ---- unigram and bigram tables -----------------------------------------------------------------

@@ -189,9 +189,9 @@ def _scaled(**shape: Any) -> dict[str, Any]:
   return dict(shape, attention_scale=shape["head_dim"] ** -0.5)
 # Llama 3.x (HF config.json of meta-llama/Llama-3.1-70B, -3.1-8B, -3.2-1B): shapes only, no
 # weights, for ahead-of-time compilation on TPU slices and as Chen et al.'s 70B-class target with
-# a 1B draft of its family. pad_id stays 0 (the project's right padding); eos is
-# <|end_of_text|>.
-_LLAMA3 = dict(vocab_size=128256, rope_theta=500000.0, eos_id=128001)
+# a 1B draft of its family. eos is <|end_of_text|>; pad is <|finetune_right_pad_id|>, as a
+# converted Llama-3.1 checkpoint reads it (`checkpoints.hf_decoder.choose_pad_id`).
+_LLAMA3 = dict(vocab_size=128256, rope_theta=500000.0, eos_id=128001, pad_id=128004)
 _LLAMA3_SIZES = dict(
     llama3_1_70b=dict(emb_dim=8192, num_heads=64, num_kv_heads=8, head_dim=128, mlp_dim=28672,
                       num_decoder_layers=80, rope_scaling=(8.0, 1.0, 4.0, 8192)),
@@ -264,6 +264,17 @@ PRESETS: dict[str, ModelConfig] = {
     "zoo_lm_draft": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=128, num_heads=2,
                                 head_dim=64, mlp_dim=256, num_encoder_layers=0,
                                 num_decoder_layers=2),
+    # The local zoo's code pair in the modern family (issue 30): the shapes of zoo_lm_target /
+    # zoo_lm_draft with rotary positions, SwiGLU, RMSNorm at 1e-5, the run-time attention scale and
+    # grouped-query attention (4 query heads over 2 key/value heads; the draft 2 over 1, its head
+    # tied to its embedding, as Llama-3.2-1B): a Llama-3 70B / 1B pair in miniature.
+    "zoo_llama_target": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=256, num_heads=4,
+                                    mlp_dim=768, num_encoder_layers=0, num_decoder_layers=4,
+                                    **_LLAMA, **_scaled(head_dim=64), num_kv_heads=2),
+    "zoo_llama_draft": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=128, num_heads=2,
+                                   mlp_dim=256, num_encoder_layers=0, num_decoder_layers=2,
+                                   **_LLAMA, **_scaled(head_dim=64), num_kv_heads=1,
+                                   tie_embeddings=True),
     # GPT-like 97M of Leviathan Table 3 and its 6M draft (vocabulary of the local SentencePiece model).
     "decoder_97m": ModelConfig(kind="decoder", vocab_size=32128, emb_dim=768, num_heads=12,
                                head_dim=64, mlp_dim=3072, num_encoder_layers=0, num_decoder_layers=12),

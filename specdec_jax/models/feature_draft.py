@@ -261,7 +261,7 @@ class FeatureDraft:
   def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:
     if self.config.kind == "t5":
       return jnp.full(inputs_BxP.shape[:1], self.config.pad_id, jnp.int32)
-    lengths_B = jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+    lengths_B = jnp.sum(inputs_BxP != self.config.pad_id, axis=1).astype(jnp.int32)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
   def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int, *,
@@ -278,7 +278,7 @@ class FeatureDraft:
                                encoded.mask_BxE, method=FeatureDraftModule.empty_cache)
     cache = self.module.apply({"params": params}, batch, cache_len,
                               method=FeatureDraftModule.empty_cache)
-    lengths_B = jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+    lengths_B = jnp.sum(inputs_BxP != self.config.pad_id, axis=1).astype(jnp.int32)
     return cache.rollback(jnp.maximum(lengths_B - 1, 0))
 
   def fuse(self, params: Params, hidden_BxTxnxD: jax.Array) -> jax.Array:

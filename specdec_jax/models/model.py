@@ -97,7 +97,7 @@ class Model:
     """The first token the loops feed: BOS (T5) or the last real prompt token (decoder-only)."""
     if self.config.is_encoder_decoder:
       return jnp.full(inputs_BxP.shape[:1], self.config.pad_id, jnp.int32)
-    lengths_B = prompt_lengths(inputs_BxP)
+    lengths_B = prompt_lengths(inputs_BxP, self.config.pad_id)
     return jnp.take_along_axis(inputs_BxP, jnp.maximum(lengths_B - 1, 0)[:, None], axis=1)[:, 0]
 
   def encode(self, params: Params, inputs_BxP: jax.Array) -> Encoded:
@@ -107,7 +107,7 @@ class Model:
                        f"{'a shared-encoder draft' if self.config.shares_encoder else 'decoder-only'}")
     with self._rules():
       states = self.module.apply({"params": params}, inputs_BxP, method=Transformer.encode)
-    return Encoded(states_BxExD=states, mask_BxE=inputs_BxP > 0)
+    return Encoded(states_BxExD=states, mask_BxE=inputs_BxP != self.config.pad_id)
 
   def prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int, *,
               encoded: Optional[Encoded] = None) -> DecodeCache:
@@ -115,7 +115,8 @@ class Model:
 
     Args:
       params: model parameters.
-      inputs_BxP: int32, right-padded with 0. T5: encoder tokens. Decoder-only: the prompt.
+      inputs_BxP: int32, right-padded with the pad id (`ModelConfig.pad_id`). T5: encoder
+        tokens. Decoder-only: the prompt.
       cache_len: number of decoder self-attention slots (static).
       encoded: the seam's shared-encoder hook (`decoding.seam.Encoded`). A shared-encoder draft
         requires it: its target's `encode(inputs_BxP)`. A T5 model with its own encoder uses it
@@ -141,7 +142,7 @@ class Model:
       cache = _constrain_cache(cache)
       if plen > 1:
         _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
-      return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP) - 1, 0))
+      return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP, self.config.pad_id) - 1, 0))
 
   def extend(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array
              ) -> tuple[jax.Array, DecodeCache]:
@@ -243,9 +244,10 @@ def _constrain_cache(cache: DecodeCache) -> DecodeCache:
           mask, CACHE_AXES["encoder_mask_BxE"]))
 
 
-def prompt_lengths(inputs_BxP: jax.Array) -> jax.Array:
-  """Number of real tokens per right-padded row."""
-  return jnp.sum(inputs_BxP != 0, axis=1).astype(jnp.int32)
+def prompt_lengths(inputs_BxP: jax.Array, pad_id: int = 0) -> jax.Array:
+  """Number of real tokens per row right-padded with `pad_id` (the model's: 0 for T5 and the
+  zoo, an id no text encodes to for a Llama-3 checkpoint, whose id 0 is '!')."""
+  return jnp.sum(inputs_BxP != pad_id, axis=1).astype(jnp.int32)
 
 
 def build_model(config: ModelConfig) -> Model:

@@ -24,6 +24,7 @@ class Prompts:
   ids: list[list[int]]
   vocab: object | None
   width: int
+  pad_id: int = 0  # the target's (`ModelConfig.pad_id`)
 
   @classmethod
   def tokenized(cls, data: tasks.TaskData, target, max_input_length: int, *,
@@ -35,21 +36,22 @@ class Prompts:
                          encoder_decoder=target.config.is_encoder_decoder,
                          max_input_length=max_input_length, truncate=truncate)
     return cls(data.examples, ids, data.decoding_vocab(target.vocab_size),
-               width=max(len(r) for r in ids))
+               width=max(len(r) for r in ids), pad_id=target.pad_id)
 
   def take(self, positions: Sequence[int]) -> Prompts:
     """The prompts at `positions`, padded to the same width (so their batches have the shape the
     run's programs were compiled and timed for)."""
     return Prompts([self.examples[p] for p in positions], [self.ids[p] for p in positions],
-                   self.vocab, self.width)
+                   self.vocab, self.width, self.pad_id)
 
   @property
   def input_field(self) -> str | None:
     return self.examples[0].input_field if self.examples else None
 
   def batch(self, positions: Sequence[int]) -> np.ndarray:
-    """int32 [len(positions), width], right-padded with 0."""
-    return local_tasks.batch_inputs([self.ids[p] for p in positions], pad_to=self.width)
+    """int32 [len(positions), width], right-padded with the target's pad id."""
+    return local_tasks.batch_inputs([self.ids[p] for p in positions], pad_to=self.width,
+                                    pad_id=self.pad_id)
 
   def decode(self, ids: Sequence[int]) -> str | None:
     return None if self.vocab is None else self.vocab.decode(ids)

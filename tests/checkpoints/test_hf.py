@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ckpt_testutil import BF16, assert_trees_bit_identical, random_params
-from specdec_jax.checkpoints import hf, safetensors_io
+from specdec_jax.checkpoints import hf, hf_decoder, safetensors_io
 from specdec_jax.checkpoints.tree import CheckpointError, flatten, unflatten
 from specdec_jax.models.config import get_preset
 
@@ -146,15 +146,20 @@ LLAMA31_70B = {
 
 
 def test_decoder_family_configs_map_to_the_presets():
-  """The Llama-3.x presets are what their HF config.json files say (either rope spelling)."""
-  assert hf.config_from_hf(LLAMA31_70B) == get_preset("llama3_1_70b")
+  """The Llama-3.x presets are what their HF config.json files say (either rope spelling), with
+  the pad id their tokenizer files give (config.json alone declares none: 0)."""
+  def read(config):  # as `hf.read_config` reads a checkpoint directory with its tokenizer files
+    pad = hf_decoder.choose_pad_id(config, {"<|finetune_right_pad_id|>": 128004})
+    return hf.config_from_hf(config, pad_id=pad)
+  assert read(LLAMA31_70B) == get_preset("llama3_1_70b")
+  assert hf.config_from_hf(LLAMA31_70B) == get_preset("llama3_1_70b", pad_id=0)
   new = {k: v for k, v in LLAMA31_70B.items() if k not in ("rope_theta", "rope_scaling")}
   new["rope_parameters"] = dict(LLAMA31_70B["rope_scaling"], rope_theta=500000.0)
-  assert hf.config_from_hf(new) == get_preset("llama3_1_70b")
+  assert read(new) == get_preset("llama3_1_70b")
   small = dict(LLAMA31_70B, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
                num_hidden_layers=16, head_dim=64, tie_word_embeddings=True,
                rope_scaling=dict(LLAMA31_70B["rope_scaling"], factor=32.0))
-  assert hf.config_from_hf(small) == get_preset("llama3_2_1b")
+  assert read(small) == get_preset("llama3_2_1b")
   gemma = hf.config_from_hf(dict(model_type="gemma", vocab_size=256, hidden_size=32,
                                  intermediate_size=64, num_attention_heads=4, head_dim=16,
                                  num_hidden_layers=2, num_key_value_heads=1, hidden_act="gelu",
