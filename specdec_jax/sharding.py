@@ -38,6 +38,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from specdec_jax.models import gqa
 from specdec_jax.models.model import Model
 
 DATA, OUTER, INNER = "data", "model_outer", "model_inner"
@@ -249,6 +250,24 @@ def batch_sharding(mesh: Mesh, rules: Rules, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, P(first, *([None] * (ndim - 1))))
 
 
+def kv_replication(mesh: Mesh, model: Model, rules: Rules) -> int:
+  """How many copies of each key/value head a grouped-query model needs on this mesh: the
+  chips its `heads` split over, divided by what its kv heads can cover (`models.gqa`)."""
+  chips = math.prod(mesh.shape[a] for a in _mesh_axes_of(rules, "heads"))
+  return gqa.replication_for(model.config, chips)
+
+
+def fit_kv_heads(mesh: Mesh, model: Model, params, rules: Rules):
+  """(model, params) with its key/value heads replicated where the mesh splits its heads over
+  more chips than it has kv heads (Llama-3.1 70B's 8 over 16 chips: each kv head on 2); the
+  same model and params otherwise. Exact: the logits are unchanged (`models.gqa`)."""
+  r = kv_replication(mesh, model, rules)
+  if r == 1:
+    return model, params
+  config, params = gqa.replicate_kv_heads(model.config, params, r)
+  return dataclasses.replace(model, config=config), params
+
+
 def data_parallel_size(mesh: Mesh, rules: Rules) -> int:
   """How many ways the batch is split: the product of the mesh axes `batch` maps to."""
   return math.prod(mesh.shape[a] for a in _mesh_axes_of(rules, "batch"))
@@ -285,8 +304,9 @@ def per_device_bytes(tree) -> dict[Any, int]:
 
 def shard_model(model: Model, params, mesh: Mesh, rules: Rules, *, name: str = "model",
                 batch_size: Optional[int] = None):
-  """(model with `rules` attached, params placed on `mesh`), validated first."""
-  model = with_rules(model, rules)
+  """(model with `rules` attached, params placed on `mesh`), validated first; key/value heads
+  replicated where the mesh needs it (`fit_kv_heads`)."""
+  model, params = fit_kv_heads(mesh, with_rules(model, rules), params, rules)
   validate(mesh, model, model.axis_rules, name=name, batch_size=batch_size)
   return model, place(params, param_shardings(model, mesh))
 
@@ -303,6 +323,9 @@ def place_models(mesh: Mesh, mesh_config: MeshConfig, target: Model, target_para
   pass the same.
   """
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
+  target, target_params = fit_kv_heads(mesh, target, target_params, t_rules)
+  drafts = {k: fit_kv_heads(mesh, d, dp, d_rules) if isinstance(d, Model) else (d, dp)
+            for k, (d, dp) in drafts.items()}
   validate(mesh, target, t_rules, name="target", batch_size=batch_size)
   for k, (d, _) in drafts.items():
     if isinstance(d, Model):

@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 
 from specdec_jax import sharding as sh
 from specdec_jax.aot import abstract
+from specdec_jax.models import gqa
 from specdec_jax.models.model import Model
 
 SPEC_PREFILL, SPEC_LOOP, AR_PREFILL, AR_LOOP, TRAIN_STEP = (
@@ -94,6 +95,13 @@ def distinct_samplings(cfg) -> tuple:
   return tuple(out[k] for k in sorted(out))
 
 
+def _fitted(mesh: Mesh, model: Model, rules) -> Model:
+  """The model as the runner places it on `mesh`: key/value heads replicated where its heads
+  split over more chips than it has kv heads (`sharding.fit_kv_heads`; shapes only here)."""
+  r = sh.kv_replication(mesh, model, rules)
+  return dataclasses.replace(model, config=gqa.replicated_config(model.config, r))
+
+
 def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_cfgs: dict
                  ) -> DecodeSetup:
   """Models with their rules, validated against the mesh, and their abstract params.
@@ -104,7 +112,7 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   from specdec_jax.data import ngram_tables  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
-  target = sh.with_rules(Model(target_cfg), t_rules)
+  target = _fitted(mesh, sh.with_rules(Model(target_cfg), t_rules), t_rules)
   dp = sh.data_parallel_size(mesh, t_rules)
   batch = -(-cfg.batch_size // dp) * dp  # the runner pads a batch to the data axis
   sh.validate(mesh, target, t_rules, name="target", batch_size=batch)
@@ -116,7 +124,7 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
                 else ngram_tables.build_ngram_tables([], target.vocab_size))
       drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
     else:
-      draft = sh.with_rules(Model(dcfg), d_rules)
+      draft = _fitted(mesh, sh.with_rules(Model(dcfg), d_rules), d_rules)
       sh.validate(mesh, draft, d_rules, name=f"draft {name}", batch_size=batch)
       drafts[name] = (draft, abstract.abstract_params(draft, mesh, cfg.dtype))
   gamma = gammas_to_compile(cfg.gamma, cfg.gamma_max)
