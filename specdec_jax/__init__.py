@@ -12,6 +12,8 @@ The public Python API (`specdec_jax/api.py`; README "Python API"):
 - `Pair.generate(inputs, *, gamma, temperature, top_k, top_p, max_new_tokens, batch_size, seed)`
   -> `Generation`; `Pair.benchmark(inputs, *, repeats, **generate_options)` -> `Benchmark`;
   `Pair.decoder(...)` -> the `decoding.decoder.Decoder` they run, for research code.
+- `humaneval(num_problems)` -> HumanEval's problems; `pass_at_k(problems, completions, ks)` runs
+  completions against their tests in the sandbox (`metrics.code_exec`).
 
 Why the names load lazily: `import specdec_jax` stays free of JAX (entry points parse their flags
 first, and the data and vocabulary modules are used without it); the first use of a name imports
@@ -19,7 +21,7 @@ first, and the data and vocabulary modules are used without it); the first use o
 """
 from __future__ import annotations
 
-_API = ("load", "Pair", "Generation", "Benchmark")
+_API = ("load", "Pair", "Generation", "Benchmark", "humaneval", "pass_at_k")
 __all__ = list(_API)
 
 

