@@ -6,7 +6,8 @@ Predictions from the models' shapes, not measurements (no TPU here): `specdec_ja
 byte basis (weights and caches read once per step, split over the chips a model is sharded
 over; sampling on every chip) on a v4 chip's published figures, with the layouts of
 configs/paper/chen/mesh_tpu_v4_{16,32}.gin (target over 8 chips, draft over 2; the v4-32 layout
-is two such replicas, each row at the v4-16 latency). No alpha has been measured for this pair,
+is two such replicas, each row at the v4-16 latency) and of mesh_tpu_v4_32_tp16.gin (the target
+over all 16 chips, its 8 key/value heads held twice: `models.gqa`). No alpha has been measured for this pair,
 so the speculative ms/token is given at alphas 0.6 / 0.7 / 0.8 and the alpha at which the
 roofline reaches Chen's speedup is solved for. Chen: Chinchilla 70B, 16 v4 chips, 14.1 ms/token
 autoregressive; 7.00 (XSum greedy, K 3), 7.52 (XSum nucleus, K 3), 5.73 (HumanEval, K 4).
@@ -21,6 +22,7 @@ sys.path.insert(0, ROOT)
 
 from specdec_jax.aot import roofline, topologies  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.metrics import theory  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.models import gqa  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.models.config import get_preset  # noqa: E402  pylint: disable=wrong-import-position
 
 # (experiment, K, prompt slots, decode length, Chen's ms/token speculative, Chen's speedup)
@@ -30,16 +32,22 @@ CHEN_AR_MS = 14.1
 ALPHAS = (0.6, 0.7, 0.8)
 
 
-def layout(gamma: int, prompt: int, decode: int) -> roofline.Layout:
-  """configs/paper/chen's v4-16 layout: bf16 target over 8 chips, draft over 2, batch 1, the
-  cache as the run sizes it (prompt + decode length + gamma + 2 slack slots)."""
-  cache = prompt + decode + gamma + 2
-  target = roofline.Placement(get_preset("llama3_1_70b", dtype="bfloat16"), cache_len=cache,
-                              chips=8)
+# mesh file -> chips the target is split over (the draft: 2, model_inner, in both).
+LAYOUTS = {"configs/paper/chen/mesh_tpu_v4_16.gin": 8,
+           "configs/paper/chen/mesh_tpu_v4_32_tp16.gin": 16}
+
+
+def layout(gamma: int, prompt: int, decode: int, mesh_file: str) -> roofline.Layout:
+  """A configs/paper/chen layout: bf16 target over LAYOUTS[mesh_file] chips (its kv heads
+  replicated where the chips outnumber them, as `sharding.fit_kv_heads` places it), draft over
+  2, batch 1, the cache as the run sizes it (prompt + decode length + gamma + 2 slack slots)."""
+  cache, chips = prompt + decode + gamma + 2, LAYOUTS[mesh_file]
+  config = get_preset("llama3_1_70b", dtype="bfloat16")
+  config = gqa.replicated_config(config, gqa.replication_for(config, chips))
+  target = roofline.Placement(config, cache_len=cache, chips=chips)
   draft = roofline.Placement(get_preset("llama3_2_1b", dtype="bfloat16"), cache_len=cache,
                              chips=2)
-  return roofline.Layout("configs/paper/chen/mesh_tpu_v4_16.gin", topologies.CHIPS["v4"], target,
-                         {"llama3_2_1b": draft})
+  return roofline.Layout(mesh_file, topologies.CHIPS["v4"], target, {"llama3_2_1b": draft})
 
 
 def alpha_for(speedup: float, gamma: int, c: float, v: float) -> float | None:
@@ -53,25 +61,27 @@ def alpha_for(speedup: float, gamma: int, c: float, v: float) -> float | None:
   return (lo + hi) / 2
 
 
-def row(name: str, gamma: int, prompt: int, decode: int, chen_ms: float, chen_x: float) -> str:
-  lay = layout(gamma, prompt, decode)
+def row(mesh_file: str, name: str, gamma: int, prompt: int, decode: int, chen_ms: float,
+        chen_x: float) -> str:
+  lay = layout(gamma, prompt, decode, mesh_file)
   ar_ms = lay.target_s() * 1e3
   c, v = lay.c("llama3_2_1b"), lay.v(gamma + 1)
   specs = [ar_ms / theory.predicted_speedup(a, gamma, c, v) for a in ALPHAS]
   need = alpha_for(chen_x, gamma, c, v)
-  return (f"| {name} | {gamma} | {ar_ms:.2f} | {c:.4f} | {v:.3f} | "
+  return (f"| {name} | {LAYOUTS[mesh_file]} | {gamma} | {ar_ms:.2f} | {c:.4f} | {v:.3f} | "
           + " / ".join(f"{s:.2f}" for s in specs)
           + f" | {CHEN_AR_MS} -> {chen_ms} ({chen_x}x) | "
           + ("-" if need is None else f"{need:.2f}") + " |")
 
 
 def main() -> None:
-  print("| experiment | K | AR ms/token (roofline) | c | v(K+1) | spec ms/token at alpha "
+  print("| experiment | target chips | K | AR ms/token (roofline) | c | v(K+1) | spec ms/token at alpha "
         + " / ".join(f"{a:.1f}" for a in ALPHAS)
         + " | Chen (Chinchilla 70B, 16 chips) | alpha for Chen's speedup |")
-  print("|---|---|---|---|---|---|---|---|")
-  for r in ROWS:
-    print(row(*r))
+  print("|---|---|---|---|---|---|---|---|---|")
+  for mesh_file in LAYOUTS:
+    for r in ROWS:
+      print(row(mesh_file, *r))
 
 
 if __name__ == "__main__":

@@ -157,3 +157,7 @@ def test_chen_configs_are_the_papers_settings():
   v4_32 = run.parse([os.path.join(chen, "humaneval.gin"), os.path.join(chen, "mesh_tpu_v4_32.gin")])
   assert (v4_32.mesh.data, v4_32.mesh.model_outer, v4_32.mesh.model_inner) == (2, 4, 2)
   assert v4_32.batch_size == 2
+  tp16 = run.parse([os.path.join(chen, "humaneval.gin"),
+                    os.path.join(chen, "mesh_tpu_v4_32_tp16.gin")])
+  assert (tp16.mesh.data, tp16.mesh.model_outer, tp16.mesh.model_inner, tp16.batch_size) == (
+      1, 8, 2, 1)

@@ -188,10 +188,17 @@ def test_chens_layout_on_the_roofline():
                                     "chen_roofline.py"))
   chen = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(chen)
-  lay = chen.layout(gamma=3, prompt=1024, decode=128)
+  lay = chen.layout(gamma=3, prompt=1024, decode=128,
+                    mesh_file="configs/paper/chen/mesh_tpu_v4_16.gin")
   assert 14.0 < lay.target_s() * 1e3 < 15.0
   assert 0.06 < lay.c("llama3_2_1b") < 0.08 and 1.0 <= lay.v(4) < 1.01
   from specdec_jax.metrics import theory
   c, v = lay.c("llama3_2_1b"), lay.v(4)
   alpha = chen.alpha_for(2.01, 3, c, v)  # the alpha at which the roofline reaches Chen's 2.01x
   assert theory.predicted_speedup(alpha, 3, c, v) == pytest.approx(2.01, abs=1e-6)
+  # Over all 16 chips (kv heads held twice): about half the bytes per chip, the draft's c doubles.
+  wide = chen.layout(gamma=3, prompt=1024, decode=128,
+                     mesh_file="configs/paper/chen/mesh_tpu_v4_32_tp16.gin")
+  assert wide.target.config.kv_heads == 16
+  assert 0.49 < wide.target_s() / lay.target_s() < 0.53
+  assert wide.c("llama3_2_1b") == pytest.approx(2 * c, rel=0.05)
