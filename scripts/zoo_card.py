@@ -141,6 +141,9 @@ def main(argv=None) -> int:
                   help="comma-separated T5 drafts for --parts=alpha (zoo names or checkpoint "
                        "paths; shared-encoder drafts too); --code=0 skips the code pair")
   ap.add_argument("--code", type=int, default=1, help="measure the code pair's alpha (0: skip)")
+  ap.add_argument("--code_pair", default="lm_target,lm_draft",
+                  help="the code pair's target and draft (zoo names or checkpoint paths; the "
+                       "modern-family pair: zoo names llama_target,llama_draft)")
   ap.add_argument("--head_vocab", type=int, default=0,
                   help="restrict the T5 drafts' heads to this many tokens of their checkpoints' "
                        "head_ranking.json (checkpoints/head_ranking.py; filed as DRAFT@headK); "
@@ -171,7 +174,8 @@ def main(argv=None) -> int:
   t5_drafts = [d for d in args.t5_drafts.split(",") if d]
   pairs = [("t5_target", d, task, spec, False) for d in t5_drafts for task, spec in T5_TASKS.items()]
   if args.code:
-    pairs += [("lm_target", "lm_draft", CODE["task"], CODE, True)]
+    code_target, code_draft = args.code_pair.split(",")
+    pairs += [(code_target, code_draft, CODE["task"], CODE, True)]
   models = {"t5_target": (target, tparams)}
   if "alpha" not in parts:
     pairs = []

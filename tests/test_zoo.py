@@ -24,7 +24,8 @@ from specdec_jax.paths import PACKAGE_PARENT
 
 ZOO = os.path.join(PACKAGE_PARENT, "specdec_jax", "assets", "zoo")
 MODELS = ["t5_target", "t5_draft_small", "t5_draft_small_distill", "t5_draft_base",
-          "t5_draft_large", "t5_shared_draft", "lm_target", "lm_draft"]
+          "t5_draft_large", "t5_shared_draft", "lm_target", "lm_draft", "llama_target",
+          "llama_draft"]
 PRESET = {name: "zoo_" + name.replace("_distill", "") for name in MODELS}
 
 
@@ -62,6 +63,7 @@ def test_default_config_points_at_the_zoo():
 @pytest.mark.parametrize("task,target,draft,decoder_only", [
     ("translate_en_de", "t5_target", "t5_shared_draft", False),
     ("code_complete", "lm_target", "lm_draft", True),
+    ("code_complete", "llama_target", "llama_draft", True),  # rotary, SwiGLU, grouped queries
 ])
 def test_trained_pair_greedy_speculative_equals_autoregressive(task, target, draft, decoder_only):
   vocab = default_vocabulary()
