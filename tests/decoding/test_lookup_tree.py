@@ -129,6 +129,24 @@ def test_one_branch_of_one_token(pair):
        max_len=12)
 
 
+def test_history_holds_the_committed_stream(pair):
+  """After the loop, the history's slots base .. base + num - 2 are the buffer's committed tokens
+  and its index is the last token's slot, as the chain's draft cache (what the lookups read)."""
+  kind, target, tp = pair
+  draft = drafters.make_draft("prompt_lookup", target)
+  dec = Decoder(target, draft, LookupTreeScheme(branches=3, length=4), max_decode_len=MAX_LEN)
+  params = Params(tp, {})
+  state = jax.jit(lambda x: dec.run(params, dec.init(params, x, jax.random.key(0))))(
+      jnp.asarray(_repetitive(kind)))
+  hist, index = np.asarray(state.draft_cache.tokens_BxS), np.asarray(state.draft_cache.index_B)
+  tokens, num, base = (np.asarray(a) for a in (state.tokens_BxL, state.num_B, state.base_B))
+  np.testing.assert_array_equal(index, base + num - 1)
+  np.testing.assert_array_equal(index, np.asarray(state.target_cache.index_B))
+  for b in range(len(num)):
+    np.testing.assert_array_equal(hist[b, base[b]:base[b] + num[b] - 1], tokens[b, :num[b] - 1])
+  assert int(np.asarray(state.counters.accepted_B).sum()) > 0
+
+
 # ---- the branch proposal ------------------------------------------------------------------------
 def _history(tokens, context=None):
   t = jnp.asarray([tokens], jnp.int32)
