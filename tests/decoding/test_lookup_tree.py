@@ -155,12 +155,22 @@ def _history(tokens, context=None):
 
 
 def test_branches_are_best_first_and_distinct_at_depth_one():
-  # query: the n-gram ending at slot 9 ("5 6"); "5 6" matches at 1 (-> 7 8) and 5 (-> 9 6),
-  # the 1-gram "6" also at 7 (-> 5 6): longest first, then latest; stale slots past 9 unseen.
+  # query: the n-gram ending at slot 10 ("5 6"); "5 6" matches ending at 2 (-> 7 8 5) and 6
+  # (-> 9 6 5), the 1-gram "6" also at 8 (-> 5 6, then periodic: 5): longest first, then
+  # latest; the stale slots past 10 are never read.
   hist = _history([4, 5, 6, 7, 8, 5, 6, 9, 6, 5, 6, 7, 7, 7])
   toks, valid = find_branches(hist, jnp.asarray([10]), branches=4, length=3, max_ngram=2)
-  np.testing.assert_array_equal(np.asarray(toks)[0], [[9, 6, 5], [7, 8, 5], [5, 6, 0], [0, 0, 0]])
-  np.testing.assert_array_equal(np.asarray(valid)[0].sum(-1), [3, 3, 2, 0])
+  np.testing.assert_array_equal(np.asarray(toks)[0], [[9, 6, 5], [7, 8, 5], [5, 6, 5], [0, 0, 0]])
+  np.testing.assert_array_equal(np.asarray(valid)[0].sum(-1), [3, 3, 3, 0])
+
+
+def test_branches_in_a_loop_repeat_it():
+  """A match ending `period` slots before the query is copied periodically past the query (the
+  chain's lookup, re-run on its own proposals, does the same); stale slots (9) never show."""
+  hist = _history([3, 7, 8, 7, 8, 7, 8, 9, 9, 9])
+  toks, valid = find_branches(hist, jnp.asarray([6]), branches=2, length=5)
+  np.testing.assert_array_equal(np.asarray(toks)[0], [[7, 8, 7, 8, 7], [0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(np.asarray(valid)[0].sum(-1), [5, 0])
 
 
 def test_branches_read_the_source_within_its_segment():

@@ -11,8 +11,9 @@ where the target's next token is among them (DRAFTING_2026.md, "trees" and "prom
 Static shapes: the tree is always `lookup_tree(K, L)` (node 1 + k * L + d is the depth-(d + 1)
 token of branch k, chains laid out one after the other, so every path's indices increase as
 `commit.commit_path` needs). A row with fewer matches, or a continuation that runs into the end of
-what was decoded, marks the missing nodes invalid: they are fed to the target (static width) but
-never offered to the verifier. Branches are distinct at depth 1 (deduplicated by first token);
+a source, marks the missing nodes invalid: they are fed to the target (static width) but never
+offered to the verifier. A history continuation that reaches the last committed token repeats
+the period it copied (`_continuation`), as the chain's lookup does in a loop. Branches are distinct at depth 1 (deduplicated by first token);
 branches that share a first token are not merged into a trie (per-row parents would need a walk
 over per-row children): only the best of them is kept.
 
@@ -91,9 +92,9 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
   """(tokens_BxKxL, valid_BxKxL): up to K continuations of the stream ending at slot pos_B.
 
   Branch k follows the k-th best match (longest n-gram, then latest) among those whose next token
-  differs from every better branch's first token; its tokens are the L that followed the match,
-  valid while they stay in the match's segment and, in the history, at or before pos (slot pos
-  holds the last committed token; later slots are stale). Invalid entries are 0.
+  differs from every better branch's first token; its tokens are the L that followed the match
+  (`_continuation`: in the history, periodic past the query), valid while they stay in the
+  match's segment (a source's end, its pads). Invalid entries are 0.
   """
   score_BxL, seq_BxL, seg_L = match_scores(cache.context_BxC, cache.tokens_BxS, pos_B,
                                            max_ngram, min_ngram)
@@ -107,7 +108,8 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
     first_B = jnp.take_along_axis(first_BxL, best_B[:, None], axis=1)
     score_BxL = jnp.where(first_BxL == first_B, -1, score_BxL)
   end_BxK, found_BxK = jnp.stack(ends, axis=1), jnp.stack(found, axis=1)
-  src_BxKxL = end_BxK[:, :, None] + jnp.arange(1, length + 1, dtype=jnp.int32)[None, None, :]
+  src_BxKxL = _continuation(end_BxK, seg_L[end_BxK] == 1, pos_B[:, None] - (end_BxK - c),
+                            length)
   safe_BxKxL = jnp.minimum(src_BxKxL, total - 1)
   tok_BxKxL = jnp.take_along_axis(seq_BxL, safe_BxKxL.reshape(seq_BxL.shape[0], -1),
                                   axis=1).reshape(safe_BxKxL.shape)
@@ -116,6 +118,21 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
               & ((seg_L[safe_BxKxL] == 0) | (src_BxKxL - c <= pos_B[:, None, None])))
   valid_BxKxL = jnp.cumprod(ok_BxKxL.astype(jnp.int32), axis=-1).astype(bool)
   return jnp.where(valid_BxKxL, tok_BxKxL, 0), valid_BxKxL
+
+
+def _continuation(end_BxK: jax.Array, in_history_BxK: jax.Array, period_BxK: jax.Array,
+                  length: int) -> jax.Array:
+  """Indices into [context | history] of the L tokens copied after each match end.
+
+  A history match ending `period` slots before the query reaches the query's own slot (the last
+  committed token) after `period` tokens; the slots after it are stale. Past it the copy repeats
+  its last `period` tokens: in a loop of that period this is what the chain's prompt lookup
+  proposes, re-run on its own proposals (without it a loop shorter than L caps every branch at
+  the period: measured on HumanEval, 3.2 against the chain's 5.7 tokens per call)."""
+  i_L = jnp.arange(length, dtype=jnp.int32)
+  wrapped_BxKxL = i_L[None, None, :] % jnp.maximum(period_BxK, 1)[:, :, None]
+  offset_BxKxL = jnp.where(in_history_BxK[:, :, None], wrapped_BxKxL, i_L[None, None, :])
+  return end_BxK[:, :, None] + 1 + offset_BxKxL
 
 
 def node_arrays(root_B: jax.Array, tokens_BxKxL: jax.Array, valid_BxKxL: jax.Array, vocab: int
