@@ -167,7 +167,7 @@ def test_branches_are_best_first_and_distinct_at_depth_one():
 def test_branches_in_a_loop_repeat_it():
   """A match ending `period` slots before the query is copied periodically past the query (the
   chain's lookup, re-run on its own proposals, does the same); stale slots (9) never show."""
-  hist = _history([3, 7, 8, 7, 8, 7, 8, 9, 9, 9])
+  hist = _history([3, 7, 8, 7, 8, 7, 8, 9, 9, 9, 9, 9, 9, 9])
   toks, valid = find_branches(hist, jnp.asarray([6]), branches=2, length=5)
   np.testing.assert_array_equal(np.asarray(toks)[0], [[7, 8, 7, 8, 7], [0, 0, 0, 0, 0]])
   np.testing.assert_array_equal(np.asarray(valid)[0].sum(-1), [5, 0])

@@ -28,7 +28,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.drafters import HistoryCache
+from specdec_jax.decoding.drafters import HistoryCache, lookup
 from specdec_jax.decoding.tree.shape import Tree
 
 
@@ -117,7 +117,30 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
               & (tok_BxKxL >= 0) & found_BxK[:, :, None]
               & ((seg_L[safe_BxKxL] == 0) | (src_BxKxL - c <= pos_B[:, None, None])))
   valid_BxKxL = jnp.cumprod(ok_BxKxL.astype(jnp.int32), axis=-1).astype(bool)
+  chain_BxL, chain_ok_BxL = chain_proposal(cache, pos_B, length, max_ngram, min_ngram)
+  tok_BxKxL = tok_BxKxL.at[:, 0].set(chain_BxL)
+  valid_BxKxL = valid_BxKxL.at[:, 0].set(chain_ok_BxL)
   return jnp.where(valid_BxKxL, tok_BxKxL, 0), valid_BxKxL
+
+
+def chain_proposal(cache: HistoryCache, pos_B: jax.Array, length: int, max_ngram: int,
+                   min_ngram: int) -> tuple[jax.Array, jax.Array]:
+  """(tokens_BxL, valid_BxL): what the prompt-lookup chain proposes at slot pos (L lookups, each
+  on the history extended by the proposals before it: `drafters.lookup`), valid up to the first
+  position with no match. Branch 0: its first token is the best match's, as `find_branches`
+  ranks them, and later tokens may switch to a longer match, which a fixed copy cannot; so the
+  tree offers a superset of the chain's proposal (greedy: never fewer tokens kept per call)."""
+  hist_BxS = cache.tokens_BxS
+  b_B = jnp.arange(hist_BxS.shape[0])
+  toks, oks = [], []
+  for i in range(length):  # L is small and static
+    found_Bx1, tok_Bx1 = lookup(cache.context_BxC, hist_BxS, (pos_B + i)[:, None], max_ngram,
+                                min_ngram)
+    hist_BxS = hist_BxS.at[b_B, pos_B + i + 1].set(tok_Bx1[:, 0], mode="drop")
+    toks.append(tok_Bx1[:, 0])
+    oks.append(found_Bx1[:, 0])
+  ok_BxL = jnp.cumprod(jnp.stack(oks, axis=1).astype(jnp.int32), axis=1).astype(bool)
+  return jnp.stack(toks, axis=1), ok_BxL
 
 
 def _continuation(end_BxK: jax.Array, in_history_BxK: jax.Array, period_BxK: jax.Array,
