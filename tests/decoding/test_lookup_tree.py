@@ -147,6 +147,26 @@ def test_history_holds_the_committed_stream(pair):
   assert int(np.asarray(state.counters.accepted_B).sum()) > 0
 
 
+def test_loop_is_one_while_without_host_ops():
+  """As tests/decoding/test_one_program.py for the other schemes: the branch lookup, the point-mass
+  walk and both commits stay inside the one on-device while loop, no host op per iteration."""
+  import re  # pylint: disable=import-outside-toplevel
+
+  from specdec_jax.decoding.decoder import decode_program  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
+  host_ops = re.compile(r"custom_call_target=\"[^\"]*(callback|host)[^\"]*\"|\b(outfeed|infeed|"
+                        r"send|recv)\b|xla_python_cpu_callback|xla_ffi_python", re.IGNORECASE)
+  target, tp, _, _ = tiny_pair("decoder")
+  draft = drafters.make_draft("prompt_lookup", target)
+  decoder = Decoder(target, draft, LookupTreeScheme(2, 3), SamplingConfig(temperature=1.0),
+                    max_decode_len=8)
+  inputs = jnp.asarray(np.array([[5, 6, 5, 6], [7, 8, 9, 3]]), jnp.int32)
+  hlo = decode_program.lower(decoder, Params(tp, {}), inputs, jax.random.key(0),
+                             None).compile().as_text()
+  assert re.search(r"\bwhile\(", hlo), "the compiled program has no while loop"
+  assert not host_ops.search(hlo), host_ops.search(hlo).group(0)
+
+
 # ---- the branch proposal ------------------------------------------------------------------------
 def _history(tokens, context=None):
   t = jnp.asarray([tokens], jnp.int32)
