@@ -18,6 +18,7 @@ import gin
 from specdec_jax import gin_utils
 from specdec_jax.decoding.adaptive import AdaptiveConfig  # GAMMA = 'adaptive'
 from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
+from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
 from specdec_jax.runner.config import RunConfig
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
@@ -28,7 +29,7 @@ from specdec_jax.training.feature_draft import FeatureTrainConfig
 
 MODULE = "specdec"
 CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, MeshConfig, TrainConfig, TaskSpec,
-           DistillDataConfig, FeatureTrainConfig, positional_tree)
+           DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme)
 
 
 def register() -> None:
