@@ -212,10 +212,10 @@ class DynamicTree:
     if self.depth > 1 and self.width > self.branch:
       raise ValueError(f"DynamicTree.width ({self.width}) must be <= branch ({self.branch}): "
                        "the first beam is chosen among the root's children")
-    if not 2 <= self.nodes <= min(self.num_candidates + 1, MAX_NODES):
-      raise ValueError(f"DynamicTree.nodes must be in [2, {min(self.num_candidates + 1, MAX_NODES)}]"
-                       f" (the root and at most every one of the {self.num_candidates} "
-                       f"candidates), got {self.nodes}")
+    most = min(self.num_candidates + 1, MAX_NODES)
+    if not 2 <= self.nodes <= most:
+      raise ValueError(f"DynamicTree.nodes must be in [2, {most}] (the root and at most every "
+                       f"one of the {self.num_candidates} candidates), got {self.nodes}")
 
   @property
   def num_nodes(self) -> int:
