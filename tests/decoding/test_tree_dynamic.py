@@ -11,6 +11,8 @@ one that prunes hard (N - 1 < D: no path reaches depth D, so paths end on pruned
 T5, decoder-only and the llama presets; four rows with ragged acceptance (a random draft, the
 target itself, the target with its top two swapped on rows 0 and 2).
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,6 +123,14 @@ def test_paths_end_on_pruned_children():
   assert np.all(np.asarray(c.accepted_B) >= 2 * (np.asarray(c.target_calls_B) - 1))
 
 
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _chain_cache(model, params, inputs, length, tokens_BxL, index_B):
+  """The cache of the buffer's tokens fed as one chain after the prompt, rolled back to index_B
+  (one static shape: the whole buffer but its last slot fits the cache's slack)."""
+  _, cache = model.extend(params, model.prefill(params, inputs, length), tokens_BxL[:, :-1])
+  return cache.rollback(index_B)
+
+
 @pytest.mark.parametrize("which,temperature", [("swapped", 0.0), ("random", 1.0)])
 def test_committed_caches_equal_the_kept_tokens_own(which, temperature):
   """After each iteration both caches equal the caches built by feeding the emitted tokens as a
@@ -141,11 +151,10 @@ def test_committed_caches_equal_the_kept_tokens_own(which, temperature):
     state = step(Params(tp, dp), state)  # a row that ended keeps its caches and length
     num, pending = np.asarray(state.num_B), np.asarray(state.draft_pending_B)
     pending_seen |= pending
-    fed = jnp.asarray(np.asarray(state.tokens_BxL)[:, :num.max() - 1])
     for model, params, cache, short in ((target, tp, state.target_cache, 0),
                                         (draft, dp, state.draft_cache, pending)):
-      _, ref = model.extend(params, model.prefill(params, inputs, cache.length), fed)
-      ref = ref.rollback(state.base_B + jnp.asarray(num - 1 - short, jnp.int32))
+      ref = _chain_cache(model, params, inputs, cache.length, state.tokens_BxL,
+                         state.base_B + jnp.asarray(num - 1 - short, jnp.int32))
       assert valid_prefix_equal(cache, ref, atol=1e-5)
   assert pending_seen.any() and np.asarray(state.counters.accepted_B).sum() > 0
   assert not np.all(np.asarray(state.done_B))
