@@ -4,6 +4,11 @@ r"""Compare two points of one finished run on the prompts both decoded (metrics/
   python scripts/compare_points.py --run_dir=runs/tree --a=gamma=tree --b=gamma=4 \
       [--record=NAME --command="python -m specdec_jax.run ..."]   # docs/results/NAME.json
 
+--b_run_dir takes b from another run (a point of the same name there, e.g. two GAMMA='tree' runs
+with different trees), paired with a by the prompts both decoded (group and prompt indices); b's
+key then gets the suffix ' (b run)'. The time ratio of two runs is not interleaved: it is a
+measurement only when both ran on the same quiet machine.
+
 --a / --b pick a point by a substring of its run key (exactly one must match). The tokens-per-call
 ratio counts no time, so any machine gives it; the time-per-token ratio is a measurement only when
 the run decoded both points interleaved on a quiet machine (the record keeps the load).
@@ -21,10 +26,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _pick(keys, part: str) -> str:
-  hits = [k for k in keys if part in k]
+  hits = [k for k in keys if k == part] or [k for k in keys if part in k]  # exact match first
   if len(hits) != 1:
     raise SystemExit(f"--a/--b {part!r} matches {len(hits)} of the run's points: {keys}")
   return hits[0]
+
+
+def _read(path: str) -> list[dict]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _with_b_run(batches: list[dict], other: list[dict]) -> list[dict]:
+  """a's batch lines with the other run's points added, renamed '<key> (b run)', where both
+  runs decoded the same prompts (group and indices)."""
+  by_prompts = {(o["group"], tuple(o["indices"])): o for o in other}
+  out = []
+  for line in batches:
+    o = by_prompts.get((line["group"], tuple(line["indices"])))
+    if o is not None:
+      extra = {f"{k} (b run)": v for k, v in o.get("points", {}).items()}
+      out.append(dict(line, points={**line.get("points", {}), **extra}))
+  return out
 
 
 def main(argv=None) -> int:
@@ -34,6 +57,7 @@ def main(argv=None) -> int:
   p.add_argument("--run_dir", required=True)
   p.add_argument("--a")
   p.add_argument("--b")
+  p.add_argument("--b_run_dir", help="take b from this run (paired by prompts)")
   p.add_argument("--record", help="write docs/results/RECORD.json")
   p.add_argument("--command", default="", help="the run's command, kept in the record")
   p.add_argument("--load", help="the run's load average 'l1,l5,l15' (default: the current one)")
@@ -41,8 +65,9 @@ def main(argv=None) -> int:
   path = os.path.join(args.run_dir, "batches.jsonl")
   if not os.path.exists(path):
     raise SystemExit(f"{path}: no such file (a finished or partial run directory is needed)")
-  with open(path) as f:
-    batches = [json.loads(line) for line in f if line.strip()]
+  batches = _read(path)
+  if args.b_run_dir:
+    batches = _with_b_run(batches, _read(os.path.join(args.b_run_dir, "batches.jsonl")))
   keys = compare.point_keys(batches)
   if not (args.a and args.b):
     print("\n".join(keys))

@@ -44,6 +44,7 @@ from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_chain import chain_for, is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.metrics import acceptance, code_exec
 from specdec_jax.models import packed
@@ -341,7 +342,8 @@ class Pair:
         setting) measures latency; a larger batch raises throughput, and speculation pays less.
       seed: the sampling key (batch k starting at prompt i uses fold_in(key(seed), i), as a run).
       tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
-        nodes, depth 3), a `decoding.tree.Tree`, or a `TreeScheme` (its verifier too).
+        nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
+        `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
 
     Returns:
       A `Generation`: texts, ids, the acceptance counters and the wall time.
@@ -469,9 +471,10 @@ def _prompts(inputs) -> list:
   return out
 
 
-def _tree_scheme(tree) -> TreeScheme:
-  """gamma='tree''s scheme: `tree` as given, or a branching / Tree with the 'auto' verifier."""
-  return tree if isinstance(tree, TreeScheme) else TreeScheme(tree)
+def _tree_scheme(tree) -> TreeScheme | DynamicTreeScheme:
+  """gamma='tree''s scheme: `tree` as given (a TreeScheme or a DynamicTreeScheme), or a
+  branching / Tree with the 'auto' verifier."""
+  return tree if isinstance(tree, (TreeScheme, DynamicTreeScheme)) else TreeScheme(tree)
 
 
 def _is_int(x) -> bool:

@@ -17,6 +17,7 @@ import gin
 
 from specdec_jax import gin_utils
 from specdec_jax.decoding.adaptive import AdaptiveConfig  # GAMMA = 'adaptive'
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme  # GAMMA = 'tree', dynamic
 from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
@@ -28,8 +29,8 @@ from specdec_jax.training.distill_data import DistillDataConfig
 from specdec_jax.training.feature_draft import FeatureTrainConfig
 
 MODULE = "specdec"
-CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, MeshConfig, TrainConfig, TaskSpec,
-           DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme)
+CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, DynamicTreeScheme, MeshConfig, TrainConfig,
+           TaskSpec, DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme)
 
 
 def register() -> None:

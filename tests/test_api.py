@@ -141,6 +141,17 @@ def test_tree_option_decodes_the_autoregressive_output(ids_pair):
   assert 0.0 <= tree.acceptance_rate <= 1.0
 
 
+def test_dynamic_tree_option_decodes_the_autoregressive_output(ids_pair):
+  """gamma='tree' with a `DynamicTreeScheme` drafts an EAGLE-2-style dynamic tree; greedy, it
+  writes the target's own tokens."""
+  from specdec_jax.decoding.tree import DynamicTreeScheme
+  prompts = [[5, 6, 7, 1], [9, 3, 1], [4, 4, 4, 4, 4, 2, 1]]
+  scheme = DynamicTreeScheme(depth=2, width=2, branch=2, nodes=4)
+  tree = ids_pair.generate(prompts, gamma="tree", tree=scheme, max_new_tokens=8, batch_size=4)
+  ar = ids_pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=4)
+  assert tree.ids == ar.ids and ids_pair.decoder("tree", tree=scheme).scheme is scheme
+
+
 def test_strings_in_strings_out(text_pair):
   """Strings get the task's prefix and EOS, outputs come back as text of their ids."""
   vocab = text_pair.vocab

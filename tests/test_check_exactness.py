@@ -95,3 +95,18 @@ def test_tree_run_passes_and_its_sibling_fault_is_flagged():
   with pytest.raises(ValueError, match="tree verifier's"):
     ce.run_check(SMOKE, BINDINGS, opts=ce.CheckOptions(**{**OPTS.__dict__,
                                                           "fault": "sibling_residual_from_p"}))
+
+
+@pytest.mark.slow  # ~30 s on 2 cores
+def test_dynamic_tree_run_passes_and_its_sibling_fault_is_flagged():
+  """GAMMA='tree' with gin/decoding/dynamic_tree.gin checks the dynamic tree scheme (a budget
+  that prunes); --fault=sibling_residual_from_p on its per-row walk must fail it."""
+  files = SMOKE + ["gin/decoding/dynamic_tree.gin"]
+  bindings = BINDINGS + ["DynamicTreeScheme.depth = 2", "DynamicTreeScheme.width = 2",
+                         "DynamicTreeScheme.branch = 4", "DynamicTreeScheme.nodes = 8"]
+  opts = ce.CheckOptions(num_samples=5000, num_tokens=1, bootstrap=100)
+  r = ce.run_check(files, bindings, opts=opts)
+  assert r["exact"] and r["gamma"] == "tree(8 nodes, depth 2)", ce.format_report(r)
+  r = ce.run_check(files, bindings, opts=ce.CheckOptions(**{**opts.__dict__,
+                                                             "fault": "sibling_residual_from_p"}))
+  assert not r["exact"] and r["p_value"] < 1e-6, ce.format_report(r)

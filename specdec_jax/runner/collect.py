@@ -110,7 +110,9 @@ def tree_block(scheme, spec_records) -> dict:
   tree = scheme.tree
   totals = acceptance.merge(r.counters for r in spec_records)
   nodes = totals["target_calls"] * (tree.num_nodes - 1)
-  return {"parents": list(tree.parents), "nodes": tree.num_nodes, "depth": tree.max_depth,
+  shape = ({"parents": list(tree.parents)} if hasattr(tree, "parents")
+           else {"dynamic": dataclasses.asdict(tree)})  # a dynamic tree: its budget
+  return {**shape, "nodes": tree.num_nodes, "depth": tree.max_depth,
           "verifier": str(scheme.verifier),
           "node_acceptance_rate": totals["accepted"] / nodes if nodes else None}
 

@@ -41,8 +41,9 @@ class RunConfig:
   adaptive: the `decoding.adaptive.AdaptiveConfig` of GAMMA='adaptive' (gin: `RunConfig.adaptive
     = @AdaptiveConfig()`); None: `AdaptiveConfig(gamma_max=gamma_max)`.
   tree: the `decoding.tree.TreeScheme` of GAMMA='tree' (a static draft tree verified in one target
-    call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`); None: the (3, 2, 1)
-    tree with the 'auto' verifier.
+    call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`), or a
+    `decoding.tree.DynamicTreeScheme` (an EAGLE-2-style dynamic tree; gin:
+    `gin/decoding/dynamic_tree.gin`); None: the (3, 2, 1) tree with the 'auto' verifier.
   tree_candidates: static trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
     each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree` or a TreeScheme; the
     cost model picks a chain's gamma, a tree or 0 (runner/calibrate.py). Model drafts only.

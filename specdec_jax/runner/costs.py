@@ -94,10 +94,13 @@ class LoopCosts:
 def loop_key(program) -> Any:
   """What a timed program is filed under: a chain's gamma (an int), or a tree's label: its
   branching per depth when every node of a depth has as many children ('tree(3,2,1)'), else its
-  node count and depth ('tree(16 nodes, depth 7)')."""
+  node count and depth ('tree(16 nodes, depth 7)'); a dynamic tree's label
+  ('dynamic(depth=4,width=4,branch=4,nodes=32)')."""
   if isinstance(program, int):
     return program
   tree = program.tree
+  if not isinstance(tree, Tree):  # a dynamic tree (`decoding.tree.DynamicTree`): its budget
+    return tree.label
   widths = [int((tree.depths_N == d).sum()) for d in range(tree.max_depth + 1)]
   branching = [b // a for a, b in zip(widths, widths[1:])]
   if tree.num_nodes == 1 + sum(itertools.accumulate(branching, lambda a, b: a * b)):

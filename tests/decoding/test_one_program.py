@@ -17,6 +17,7 @@ from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.testing import tiny_feature_pair, tiny_pair
 
@@ -42,13 +43,14 @@ def test_speculative_loop_is_one_while_without_host_ops(kind):
   assert not HOST_OPS.search(hlo), HOST_OPS.search(hlo).group(0)
 
 
-@pytest.mark.parametrize("scheme", ["tree", "feature_chain", "feature_parallel"])
+@pytest.mark.parametrize("scheme", ["tree", "dynamic_tree", "feature_chain", "feature_parallel"])
 def test_tree_and_feature_loops_are_one_while_without_host_ops(scheme):
-  """The schemes added after the chain: a draft tree verified in one call, and the drafts that
-  read the target's hidden states; their per-iteration feature hand-off stays on device."""
-  if scheme == "tree":
+  """The schemes added after the chain: a draft tree verified in one call (static, or dynamic:
+  its rerank and per-row tables stay on device), and the drafts that read the target's hidden
+  states; their per-iteration feature hand-off stays on device."""
+  if scheme in ("tree", "dynamic_tree"):
     target, tp, draft, dp = tiny_pair("decoder")
-    chosen = TreeScheme((2, 2))
+    chosen = TreeScheme((2, 2)) if scheme == "tree" else DynamicTreeScheme(3, 2, 3, 8)
   else:
     target, tp, draft, dp = tiny_feature_pair("decoder", 64)
     chosen = (FeatureChain if scheme == "feature_chain" else ParallelFeatureChain).for_draft(

@@ -29,6 +29,22 @@ def test_tree_module_runs_beside_the_chain(tmp_path):
       tree["acceptance_rate"] * tree["mean_gamma"] / 6)
 
 
+@pytest.mark.slow  # ~20 s on 2 cores; the scheme's own tests stay in the fast suite
+def test_dynamic_tree_module_runs_beside_the_chain(tmp_path):
+  """gin/decoding/dynamic_tree.gin switches GAMMA='tree' to the dynamic (EAGLE-2 style) tree:
+  its budget is in the record, greedy outputs equal the baseline's."""
+  metrics = run.run(["configs/local/smoke.gin", "gin/decoding/dynamic_tree.gin"], str(tmp_path), [
+      "GAMMA = [2, 'tree']", "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8",
+      "RunConfig.repeats = 1", "DynamicTreeScheme.depth = 3", "DynamicTreeScheme.width = 2",
+      "DynamicTreeScheme.branch = 3", "DynamicTreeScheme.nodes = 8"])
+  chain, tree = metrics
+  assert tree["run"] == "draft=t5_test_draft,gamma=tree,temperature=0"
+  assert tree["tree"]["dynamic"] == {"depth": 3, "width": 2, "branch": 3, "nodes": 8}
+  assert tree["tree"]["nodes"] == 8 and tree["tree"]["depth"] == 3 and tree["gamma"] == 3
+  assert tree["greedy_match_rate"] == 1.0 and chain["greedy_match_rate"] == 1.0
+  assert tree["speedup_predicted"] is None and tree["tokens_per_target_call"] >= 1.0
+
+
 @pytest.mark.slow  # ~40 s on 2 cores: a calibration tree decode and every candidate's loop timed
 def test_auto_weighs_trees_beside_chains(tmp_path):
   """GAMMA='auto' with tree candidates: the probe tree's calibration decode and the tree's loop

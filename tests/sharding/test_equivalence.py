@@ -101,3 +101,25 @@ def test_tree_sharded_equals_unsharded(runs, temperature):
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
   np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)
   np.testing.assert_array_equal(got.stats.kept_rank_DxK, ref.stats.kept_rank_DxK)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_dynamic_tree_sharded_equals_unsharded(runs, temperature):
+  """The dynamic tree scheme on a mesh: the windowed beam draft calls with per-row masks, the
+  per-row rerank tables, the masked verify call and both path commits give the unsharded tokens
+  and statistics (the rerank's ties are broken by candidate id, never by layout)."""
+  from specdec_jax.decoding.tree import DynamicTreeScheme
+  t, tp, d, dp = runs.models
+  scheme = DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8)
+  ref = jax.device_get(Decoder(t, d, scheme, sampling_for(temperature), max_decode_len=MAX_LEN)
+                       .generate(Params(tp, dp), runs.inputs, runs.rng))
+  p = sh.shard_models(t, tp, d, dp, mesh_config=sh.MeshConfig(*LAYOUTS["dp2_target4_draft2"]),
+                      batch_size=len(runs.inputs))
+  decoder = Decoder(p.target, p.draft, scheme, sampling_for(temperature), max_decode_len=MAX_LEN,
+                    mesh=p.mesh)
+  got = jax.device_get(decoder.generate(Params(p.target_params, p.draft_params), runs.inputs,
+                                        runs.rng))
+  np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
+  np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
+  np.testing.assert_array_equal(got.counters.accepted_B, ref.counters.accepted_B)
+  np.testing.assert_array_equal(got.stats.kept_rank_DxK, ref.stats.kept_rank_DxK)

@@ -7,9 +7,13 @@
 - `commit`: the kept path's cache entries gathered into consecutive slots (`commit_path`).
 - `scheme`: `TreeScheme`, the Decoder scheme that drafts a tree, verifies it in one target call
   and commits the kept path.
+- `dynamic`: `DynamicTreeScheme`, a dynamic (EAGLE-2 style) tree: beam expansion by cumulative
+  draft log-probability, the best N - 1 candidates verified, exact (pruned children are tried).
 """
 from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
 from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
 from specdec_jax.decoding.tree.verify import recursive_rejection  # noqa: F401
 from specdec_jax.decoding.tree.verify import sample_without_replacement  # noqa: F401
 from specdec_jax.decoding.tree.scheme import TreeScheme  # noqa: F401
+from specdec_jax.decoding.tree.shape import DynamicTree  # noqa: F401
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme  # noqa: F401

@@ -137,13 +137,16 @@ def _path_rows(probs_BxNxV: jax.Array, nodes_BxD1: jax.Array) -> jax.Array:
 
 
 def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax.Array,
-                q_BxNxV: jax.Array, bonus_q_BxV: jax.Array, eos_id: int, max_decode_len: int
-                ) -> st.DecodeState:
+                q_BxNxV: jax.Array, bonus_q_BxV: jax.Array, eos_id: int, max_decode_len: int,
+                pending_B: jax.Array | None = None) -> st.DecodeState:
   """Writes the kept path and the next token for active rows, rolls both caches back to them
   (their path entries already gathered by `commit_path`), counts what was written
-  (`speculative.count`; drafted = D per call, the drafts one path offers). The draft
-  fed every node above depth D, so it has not seen the kept token only when the path reached
-  depth D (pending, fed next iteration by `first_draft_call`), as in the chain."""
+  (`speculative.count`; drafted = D per call, the drafts one path offers; a kept pruned child of
+  a dynamic tree, `verdict.pruned_B`, is an accepted draft written as the next token).
+  pending_B: the draft has not seen the last kept node (it is fed next iteration by
+  `first_draft_call`, as in the chain). A static tree's draft fed every node above depth D, so
+  None means: the path reached depth D. Where pending, the draft computed no q after that node,
+  so alpha's columns stop at it (the next token's q comes as next iteration's bonus q)."""
   n_B, depth = verdict.num_accepted_B, verdict.path_BxD.shape[1]
   d_D1 = jnp.arange(depth + 1, dtype=jnp.int32)
   padded_BxD1 = jnp.concatenate([verdict.tokens_BxD, jnp.zeros_like(n_B)[:, None]], axis=1)
@@ -151,7 +154,8 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
   count_B, done_B = st.emit_count(new_BxD1, n_B + 1, state.num_B, state.done_B, eos_id,
                                   max_decode_len)
   num_B = state.num_B + count_B
-  pending_B = jnp.where(state.done_B, state.draft_pending_B, n_B == depth)
+  fresh_B = n_B == depth if pending_B is None else pending_B
+  pending_B = jnp.where(state.done_B, state.draft_pending_B, fresh_B)
   # beta = sum_x min(p, q): the previous call's bonus position, then each path node above D.
   nodes_BxD1 = jnp.concatenate([jnp.zeros_like(n_B)[:, None], verdict.path_BxD], axis=1)
   path_beta_BxD = jnp.sum(jnp.minimum(_path_rows(p_BxNxV, nodes_BxD1),
@@ -159,8 +163,10 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
   bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, bonus_q_BxV), axis=-1)
   beta_BxD1 = jnp.concatenate([bonus_beta_B[:, None], path_beta_BxD], axis=1)
   path_B = jnp.full_like(n_B, depth)  # one path offers D drafts: a per-path acceptance rate
-  counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B,
-                   PathDrafted(path_B, path_B), jnp.minimum(n_B, count_B), count_B, beta_BxD1)
+  drafted = PathDrafted(path_B, jnp.where(fresh_B, n_B, path_B))
+  kept_B = jnp.minimum(n_B + verdict.pruned_B.astype(n_B.dtype), count_B)
+  counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B, drafted, kept_B,
+                   count_B, beta_BxD1)
   p_last_BxV = jnp.take_along_axis(p_BxNxV, verdict.last_node_B[:, None, None], axis=1)[:, 0]
   return write_back(state, num_B, done_B, counters, pending_B, new_BxD1, count_B,
                     p_last_BxV)
@@ -177,6 +183,20 @@ def tree_stats(stats: TreeStats, verdict: verify.TreeVerdict, active_B: jax.Arra
       kept_rank_DxK=stats.kept_rank_DxK + jnp.sum(rank_BxDxK & kept_BxD[:, :, None], axis=0,
                                                   dtype=jnp.int32),
       reached_D=stats.reached_D + jnp.sum(reached_BxD, axis=0, dtype=jnp.int32))
+
+
+def tree_verifier(verifier: Any, sampling: SamplingConfig) -> Callable:
+  """A tree scheme's verifier (static or dynamic: both pass their tree to the same functions):
+  'auto' is `greedy` at temperature 0 and `recursive_rejection` above; a name of
+  `verify.TREE_VERIFIERS`; or a function with their contract (the tests' faulty verifiers)."""
+  if callable(verifier):
+    return verifier
+  if verifier == "auto":
+    return verify.greedy if sampling.greedy else verify.recursive_rejection
+  if verifier == "greedy" and not sampling.greedy:
+    raise ValueError("the greedy tree verifier is exact at temperature 0 only; use "
+                     "'recursive_rejection' (or 'auto') when sampling")
+  return verify.get_verifier(verifier)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,14 +247,7 @@ class TreeScheme:
     seam.check_masked(decoder.draft, "draft")
 
   def verify_fn(self, sampling: SamplingConfig) -> Callable:
-    if callable(self.verifier):
-      return self.verifier
-    if self.verifier == "auto":
-      return verify.greedy if sampling.greedy else verify.recursive_rejection
-    if self.verifier == "greedy" and not sampling.greedy:
-      raise ValueError("the greedy tree verifier is exact at temperature 0 only; use "
-                       "'recursive_rejection' (or 'auto') when sampling")
-    return verify.get_verifier(self.verifier)
+    return tree_verifier(self.verifier, sampling)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     return tree_iteration(decoder, params, state, self)

@@ -183,3 +183,70 @@ class Tree:
 def _frozen(a: np.ndarray) -> np.ndarray:
   a.setflags(write=False)
   return a
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicTree:
+  """The budget of a dynamic draft tree (EAGLE-2 style, `tree.dynamic`): its shape is chosen on
+  device per row and per iteration from the draft's own scores, within these static sizes.
+
+  depth D: draft calls (the root's, then one per beam level 1..D-1) and the deepest node.
+  width W: beam nodes per level that the draft expands (W <= branch: depth 1 has branch nodes).
+  branch k: children drawn per expanded node (the root and every beam node).
+  nodes N: the verify call's width, the root included: the N - 1 best of the
+    k + (D - 1) W k candidates are verified.
+  Candidates are laid out by expander e (0: the root; 1 + (d - 1) W + j: beam node j of depth
+  d): expander e's rank-r child is candidate e k + r, so candidate ids grow with depth.
+  """
+
+  depth: int = 4
+  width: int = 4
+  branch: int = 4
+  nodes: int = 32
+
+  def __post_init__(self):
+    for name in ("depth", "width", "branch", "nodes"):
+      if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+        raise ValueError(f"DynamicTree.{name} must be an integer >= 1, got "
+                         f"{getattr(self, name)!r}")
+    if self.depth > 1 and self.width > self.branch:
+      raise ValueError(f"DynamicTree.width ({self.width}) must be <= branch ({self.branch}): "
+                       "the first beam is chosen among the root's children")
+    most = min(self.num_candidates + 1, MAX_NODES)
+    if not 2 <= self.nodes <= most:
+      raise ValueError(f"DynamicTree.nodes must be in [2, {most}] (the root and at most every "
+                       f"one of the {self.num_candidates} candidates), got {self.nodes}")
+
+  @property
+  def num_nodes(self) -> int:
+    return self.nodes
+
+  @property
+  def max_depth(self) -> int:
+    return self.depth
+
+  @property
+  def max_branching(self) -> int:
+    return self.branch
+
+  @property
+  def num_expanders(self) -> int:
+    """E: the root and the (D - 1) W beam nodes, each at draft slot root + e."""
+    return 1 + (self.depth - 1) * self.width
+
+  @property
+  def num_candidates(self) -> int:
+    return self.num_expanders * self.branch
+
+  @property
+  def label(self) -> str:
+    return f"dynamic(depth={self.depth},width={self.width},branch={self.branch},nodes={self.nodes})"
+
+  def expander_depths_E(self) -> np.ndarray:
+    """Depth of each expander (the root 0)."""
+    e_E = np.arange(self.num_expanders)
+    return _frozen(np.where(e_E == 0, 0, 1 + (e_E - 1) // self.width).astype(np.int32))
+
+  def candidate_depths_C(self) -> np.ndarray:
+    """Depth of each candidate: its expander's + 1."""
+    return _frozen(np.repeat(self.expander_depths_E() + 1, self.branch).astype(np.int32))

@@ -3,6 +3,9 @@ which root-to-node path to keep and which token to emit after it.
 
 Contract (the style of `acceptance.tokenwise` / `.block`, batched, jittable with `tree` static):
   verifier(key, tree, node_tokens_BxN, draft_probs_BxNxV, target_probs_BxNxV) -> TreeVerdict
+- tree: a static `shape.Tree`, or a `Walk`: per-row children tables (a dynamic tree,
+  `tree.dynamic`, whose shape differs by row and whose nodes may have pruned children). Every
+  verifier passes it on to `descend`, so each one serves both.
 - node_tokens_BxN int32: the token of each node (`shape.Tree` order); column 0 is the root, the
   last committed token, which the verify call feeds first; verifiers never read it.
 - draft_probs_BxNxV float: at node n, the draft's processed q from which n's children were
@@ -40,8 +43,11 @@ class TreeVerdict:
   next_token_B: the token emitted after the kept path (a correction sampled from the residual
     of the last node's siblings, or a bonus sample of p at the last node).
   rank_BxD: the sibling rank of the kept node at depth d + 1 (for acceptance by depth and rank);
-    -1 past num_accepted_B.
+    -1 past num_accepted_B (+ 1 where pruned_B).
   tried_BxD: siblings tested at depth d + 1 (the kept one included; 0 where not reached).
+  pruned_B: the walk kept a drawn child that is not a node (a dynamic tree pruned it): that
+    child's token is next_token_B and rank_BxD holds its rank at depth num_accepted_B + 1, so it
+    counts as an accepted draft token (never set for a static tree).
   """
 
   num_accepted_B: jax.Array
@@ -51,6 +57,37 @@ class TreeVerdict:
   next_token_B: jax.Array
   rank_BxD: jax.Array
   tried_BxD: jax.Array
+  pruned_B: jax.Array
+
+
+@flax.struct.dataclass
+class Walk:
+  """What `descend` walks, per row: every node's drawn children in rank order.
+
+  children_BxNxK: the node id of node n's rank-r child, -1 where that child is not a node
+    (pruned) or was never drawn. tokens_BxNxK: the child's token (read where drawn).
+  drawn_BxNxK: node n drew a rank-r child (a static tree: exactly the children it has; a dynamic
+    tree: all k children of a node the draft expanded, none of any other node).
+  max_depth: D, static: the walk's steps.
+  Why a table rather than a `Tree`: a dynamic tree's shape is chosen on device, per row, and its
+  expanded nodes keep drawn children that the node budget pruned; the verifier must still try
+  them (`tree.dynamic`: exactness), so a pruned child must be visible to the walk.
+  """
+
+  children_BxNxK: jax.Array
+  tokens_BxNxK: jax.Array
+  drawn_BxNxK: jax.Array
+  max_depth: int = flax.struct.field(pytree_node=False)
+
+  @classmethod
+  def of_tree(cls, tree: Tree, node_tokens_BxN: jax.Array) -> "Walk":
+    """A static tree's table, the same for every row (nothing pruned)."""
+    batch = node_tokens_BxN.shape[0]
+    kids_NxK = jnp.asarray(tree.children_NxK)
+    tokens_BxNK = jnp.take(node_tokens_BxN, jnp.maximum(kids_NxK, 0).reshape(-1), axis=1)
+    return cls(jnp.broadcast_to(kids_NxK, (batch,) + kids_NxK.shape),
+               tokens_BxNK.reshape((batch,) + kids_NxK.shape),
+               jnp.broadcast_to(kids_NxK >= 0, (batch,) + kids_NxK.shape), tree.max_depth)
 
 
 # (u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV) -> (accept_B, valid_B, p_cur_BxV, q_left_BxV)
@@ -101,67 +138,78 @@ def argmax_sibling(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
   return accept_B, jnp.ones_like(accept_B), p_cur_BxV, q_left_BxV
 
 
-def _try_siblings(kids_BxK, x_BxK, alive_B, p_node_BxV, q_node_BxV, u_BxK,
+def _try_siblings(kids_BxK, x_BxK, drawn_BxK, alive_B, p_node_BxV, q_node_BxV, u_BxK,
                   sibling: SiblingRule):
-  """Tests a node's children (kids_BxK, -1 = none; their tokens x_BxK) in rank order until one
-  is kept: (kept child, kept?, its rank or -1, siblings tested, the distribution after the last
-  rejection)."""
+  """Tests a node's drawn children (kids_BxK: node ids, -1 = pruned; their tokens x_BxK) in rank
+  order until one is kept: (kept child's id, its token, kept?, its rank or -1, siblings tested,
+  the distribution after the last rejection)."""
   p_cur, q_left = p_node_BxV, q_node_BxV
   kept_B = jnp.zeros_like(alive_B)
   chosen_B = rank_B = jnp.full_like(kids_BxK[:, 0], -1)
-  tried_B = jnp.zeros_like(chosen_B)
+  token_B = tried_B = jnp.zeros_like(chosen_B)
   for r in range(kids_BxK.shape[1]):  # K is small and static
-    kid_B = kids_BxK[:, r]
-    live_B = alive_B & ~kept_B & (kid_B >= 0)
+    live_B = alive_B & ~kept_B & drawn_BxK[:, r]
     ok_B, valid_B, p_new, q_new = sibling(u_BxK[:, r], x_BxK[:, r], p_node_BxV, p_cur, q_left)
     p_cur = jnp.where(live_B[:, None], p_new, p_cur)
     q_left = jnp.where(live_B[:, None], q_new, q_left)
     ok_B = ok_B & valid_B & live_B
-    chosen_B = jnp.where(ok_B, kid_B, chosen_B)
+    chosen_B = jnp.where(ok_B, kids_BxK[:, r], chosen_B)
+    token_B = jnp.where(ok_B, x_BxK[:, r], token_B)
     rank_B = jnp.where(ok_B, r, rank_B)
     tried_B = tried_B + (valid_B & live_B).astype(tried_B.dtype)
     kept_B = kept_B | ok_B
-  return chosen_B, kept_B, rank_B, tried_B, p_cur
+  return chosen_B, token_B, kept_B, rank_B, tried_B, p_cur
 
 
-def descend(key: jax.Array | None, tree: Tree, node_tokens_BxN: jax.Array,
+def _at_node(table_BxNxK: jax.Array, node_B: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(table_BxNxK, node_B[:, None, None], axis=1)[:, 0]
+
+
+def descend(key: jax.Array | None, tree: Tree | Walk, node_tokens_BxN: jax.Array,
             draft_probs_BxNxV: jax.Array, target_probs_BxNxV: jax.Array, sibling: SiblingRule
             ) -> tuple[TreeVerdict, jax.Array]:
   """The walk every tree verifier shares: from the root, depth by depth, test the current
-  node's children with `sibling` (one rule for a whole tree) and move to the kept one; stop at
-  the first node where none is kept, or at a leaf. Returns the verdict with next_token_B unset
-  (-1) and the distribution the next token is drawn from: the running residual where the walk
-  stopped at a rejection, p at the last node where it reached a leaf (the bonus). `key` draws
-  the uniforms of the sibling tests; None gives zeros (a rule that ignores them: greedy)."""
+  node's drawn children with `sibling` (one rule for a whole tree) and move to the kept one; stop
+  at the first node where none is kept, at a node that drew none, or at a kept child that is not
+  a node (pruned from a dynamic tree). `tree`: a static `Tree` (its broadcast `Walk.of_tree`) or
+  per-row `Walk` tables. Returns the verdict with next_token_B unset (-1) and the distribution
+  the next token is drawn from: the running residual where the walk stopped at a rejection, p
+  at the last node where it drew no children (the bonus), one-hot at a kept pruned child's
+  token (so every verifier's `sample` / `argmax` of it emits that token). `key` draws the
+  uniforms of the sibling tests; None gives zeros (a rule that ignores them: greedy)."""
+  walk = tree if isinstance(tree, Walk) else Walk.of_tree(tree, node_tokens_BxN)
   p = target_probs_BxNxV.astype(jnp.float32)
   q = draft_probs_BxNxV.astype(jnp.float32)
-  batch, depth = node_tokens_BxN.shape[0], tree.max_depth
-  shape_BxDxK = (batch, depth, tree.max_branching)
+  shape_BxDxK = (node_tokens_BxN.shape[0], walk.max_depth, walk.children_BxNxK.shape[2])
   u_BxDxK = (jnp.zeros(shape_BxDxK, jnp.float32) if key is None
              else jax.random.uniform(key, shape_BxDxK, jnp.float32))
-  children_NxK = jnp.asarray(tree.children_NxK)
-  node_B = jnp.zeros((batch,), jnp.int32)
-  alive_B = jnp.ones((batch,), jnp.bool_)
+  node_B = jnp.zeros(shape_BxDxK[:1], jnp.int32)
+  alive_B = jnp.ones(shape_BxDxK[:1], jnp.bool_)
+  pruned_B = jnp.zeros_like(alive_B)
   final_BxV = jnp.zeros_like(p[:, 0])
   cols = {name: [] for name in ("path", "tokens", "rank", "tried")}
-  for d in range(depth):  # D is small and static
-    kids_BxK = children_NxK[node_B]
-    x_BxK = jnp.take_along_axis(node_tokens_BxN, jnp.maximum(kids_BxK, 0), axis=1)
-    chosen_B, kept_B, rank_B, tried_B, p_cur = _try_siblings(
-        kids_BxK, x_BxK, alive_B, _row(p, node_B), _row(q, node_B), u_BxDxK[:, d], sibling)
+  for d in range(walk.max_depth):  # D is small and static
+    chosen_B, token_B, kept_B, rank_B, tried_B, p_cur = _try_siblings(
+        _at_node(walk.children_BxNxK, node_B), _at_node(walk.tokens_BxNxK, node_B),
+        _at_node(walk.drawn_BxNxK, node_B), alive_B, _row(p, node_B), _row(q, node_B),
+        u_BxDxK[:, d], sibling)
+    moved_B = kept_B & (chosen_B >= 0)
+    stop_B = kept_B & ~moved_B  # a pruned child kept: its token is the next one
     final_BxV = jnp.where((alive_B & ~kept_B)[:, None], p_cur, final_BxV)
-    cols["path"].append(chosen_B)
-    cols["tokens"].append(jnp.where(kept_B, jnp.take_along_axis(
-        node_tokens_BxN, jnp.maximum(chosen_B, 0)[:, None], axis=1)[:, 0], 0))
+    final_BxV = jnp.where(stop_B[:, None], jax.nn.one_hot(token_B, p.shape[-1]), final_BxV)
+    cols["path"].append(jnp.where(moved_B, chosen_B, -1))
+    cols["tokens"].append(jnp.where(moved_B, token_B, 0))
     cols["rank"].append(rank_B)
     cols["tried"].append(tried_B)
-    node_B, alive_B = jnp.where(kept_B, chosen_B, node_B), kept_B
+    node_B, alive_B = jnp.where(moved_B, chosen_B, node_B), moved_B
+    pruned_B = pruned_B | stop_B
   final_BxV = jnp.where(alive_B[:, None], _row(p, node_B), final_BxV)
   out = {k: jnp.stack(v, axis=1).astype(jnp.int32) for k, v in cols.items()}
   verdict = TreeVerdict(
       num_accepted_B=jnp.sum(out["path"] >= 0, axis=1, dtype=jnp.int32),
       path_BxD=out["path"], tokens_BxD=out["tokens"], last_node_B=node_B,
-      next_token_B=jnp.full_like(node_B, -1), rank_BxD=out["rank"], tried_BxD=out["tried"])
+      next_token_B=jnp.full_like(node_B, -1), rank_BxD=out["rank"], tried_BxD=out["tried"],
+      pruned_B=pruned_B)
   return verdict, final_BxV
 
 
