@@ -15,7 +15,8 @@ from specdec_jax import run
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
-from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep, chain_for
+from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner import config as rc
