@@ -42,7 +42,8 @@ from specdec_jax.data import humaneval as humaneval_lib, local_tasks, ngram_tabl
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import chain_for, is_feature_draft
+from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.feature_chain import is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme

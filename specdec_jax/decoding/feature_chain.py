@@ -20,9 +20,10 @@ predicts y_{j+2}):
 alpha here covers the drafted positions only (the chain also scores the bonus position, from an
 extra fed token this scheme has no reason to feed); tokens per target call compare directly.
 
-Who picks the scheme: `chain_for(draft, gamma)`, the one place that tells a feature-level draft
-(it has `extend_features`) from a token draft, so the runner's decode, its calibration decode,
-its loop timing and the API all build the same program for a draft. `LoneStep` puts the draft's
+Who picks the scheme: `draft_schemes.chain_for(draft, gamma)`, the one place that tells a
+feature-level draft (`is_feature_draft`: it has `extend_features`) from a token draft, and the
+feature chain from its parallel variant (`feature_parallel.py`), so the runner's decode, its
+calibration decode, its loop timing and the API all build the same program for a draft. `LoneStep` puts the draft's
 one-entry step behind `extend` for the lone-extend timer (c).
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ from specdec_jax import seam
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Chain, Proposal, commit
+from specdec_jax.decoding.speculative import Proposal, commit
 
 
 @flax.struct.dataclass
@@ -167,14 +168,6 @@ class FeatureChain:
 def is_feature_draft(draft) -> bool:
   """Whether `draft` drafts from the target's features (`extend_features`), not from tokens."""
   return hasattr(draft, "extend_features")
-
-
-def chain_for(draft, gamma: int):
-  """The chain scheme a draft decodes with: `FeatureChain` for a feature-level draft, else
-  `speculative.Chain`. Why one function: the run's decode, its calibration decode, the timed
-  loops ('auto') and the API must all run the program the draft needs; a `Chain` over a feature
-  draft fails only when traced (its `extend` refuses)."""
-  return FeatureChain.for_draft(draft, gamma) if is_feature_draft(draft) else Chain(gamma)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,12 @@ entries 0..c-1 are the pending (feature, token) pairs, entries c..c+G-2 the mask
 padding (causal attention: nothing reads them); q_1 is the output at entry c - 1, q_k at entry
 c + k - 2. It writes up to 2G draft-cache slots past the rollback point; slots past the cache's
 end are dropped (`LayerKV.write`), which changes only q near the length limit, never exactness.
-A draft trained for this (a block loss on mask entries) is not built yet: an untrained draft's
-mask outputs are what a feature draft predicts from a mask token, so acceptance past the first
-position is low; this module makes the program exact and measurable.
+The block loss (`training/feature_blocks.py`, `FeatureTrainConfig.block_size`) trains the mask
+entries for this very call (the test holds its logits to `block_logits`'); a draft trained
+without it still decodes exactly here, but its mask outputs are what a feature draft predicts
+from a mask token, so acceptance past the first position is low. The mask token is the one the
+draft was trained with (`FeatureDraft.mask_id`: its config's `mask_id`, else the pad id). A run
+selects this scheme with `RunConfig.feature_parallel` (`draft_schemes.chain_for`).
 """
 from __future__ import annotations
 
@@ -50,34 +53,44 @@ def block_entries(state: st.DecodeState, carry: FeatureCarry, gamma: int, mask_i
   return tokens_BxN, jnp.where(pending_BxN[..., None], g_BxNxD, 0.0), c_B - 1
 
 
-def parallel_draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry,
-                        key: jax.Array, gamma: int, sampling: SamplingConfig, mask_id: int):
-  """One draft call: the pending entries and the masks; x_i ~ q_i, each from its own marginal."""
+def block_logits(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, gamma: int,
+                 mask_id: int):
+  """The one draft call: (raw logits of q_1..q_G [B, G, V], the draft cache rolled back to the
+  last verified slot). Its own function so a test can hold the training-time block loss
+  (`training/feature_blocks.py`) to exactly these logits."""
   tokens_BxN, g_BxNxD, first_B = block_entries(state, carry, gamma, mask_id)
   start_B = state.base_B + state.num_B - 1
   cache = state.draft_cache.rollback(start_B - carry.count_B)
   logits_BxNxV, _, cache = draft.extend_features(draft_params, cache, tokens_BxN, g_BxNxD)
   sel_BxG = first_B[:, None] + jnp.arange(gamma)[None, :]
-  logits_BxGxV = jnp.take_along_axis(logits_BxNxV, sel_BxG[..., None], axis=1)
+  return jnp.take_along_axis(logits_BxNxV, sel_BxG[..., None], axis=1), cache.rollback(start_B)
+
+
+def parallel_draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry,
+                        key: jax.Array, gamma: int, sampling: SamplingConfig, mask_id: int):
+  """One draft call: the pending entries and the masks; x_i ~ q_i, each from its own marginal."""
+  logits_BxGxV, cache = block_logits(draft, draft_params, state, carry, gamma, mask_id)
   q_BxGxV = process_logits(logits_BxGxV, sampling)
   keys = jax.random.split(key, gamma)
   tokens_BxG = jnp.stack([sample(keys[i], q_BxGxV[:, i]) for i in range(gamma)], axis=1)
   gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
   return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B + 1,
-                  bonus_q_BxV=jnp.zeros_like(q_BxGxV[:, 0])), cache.rollback(start_B)
+                  bonus_q_BxV=jnp.zeros_like(q_BxGxV[:, 0])), cache
 
 
 @dataclasses.dataclass(frozen=True)
 class ParallelFeatureChain(FeatureChain):
   """`FeatureChain` whose draft proposes the whole block in one call (mask entries, token
-  `mask_id`; `for_draft` takes the draft's pad id). Hashable: a static part of the Decoder."""
+  `mask_id`; `for_draft` takes the draft's own, `FeatureDraft.mask_id`: the token its block
+  training used, else its pad id). Hashable: a static part of the Decoder."""
 
   mask_id: int = 0
 
   @classmethod
   def for_draft(cls, draft, gamma: int, mask_id: int | None = None) -> "ParallelFeatureChain":
-    return cls(gamma=gamma, width=draft.width,
-               mask_id=draft.pad_id if mask_id is None else int(mask_id))
+    if mask_id is None:
+      mask_id = getattr(draft, "mask_id", draft.pad_id)
+    return cls(gamma=gamma, width=draft.width, mask_id=int(mask_id))
 
   def propose(self, draft, draft_params, state, carry, key, sampling):
     return parallel_draft_step(draft, draft_params, state, carry, key, self.gamma, sampling,

@@ -48,7 +48,10 @@ class FeatureDraftConfig:
   target_dim: the target's width (its embedding and its head's input). feature_layers: which of
   the target's residual states it reads (`Model.extend_with_hidden`'s indices). emb_dim,
   num_heads, head_dim, mlp_dim: the one block. source_dim: T5, the target's encoder width it
-  cross-attends to (0 for decoder-only). head: 'target' (frozen copy) or 'own'.
+  cross-attends to (0 for decoder-only). head: 'target' (frozen copy) or 'own'. block_size: the
+  block G its mask entries were trained for (`training/feature_blocks.py`; 0: not trained for
+  the parallel chain); mask_id: the mask entries' token in that training (None: the pad id), so
+  `ParallelFeatureChain` feeds the token the draft learned, whatever the run's defaults.
   """
 
   kind: str = "t5"
@@ -67,9 +70,17 @@ class FeatureDraftConfig:
   layer_norm_epsilon: float = 1e-6
   pad_id: int = 0
   eos_id: int = 1
+  block_size: int = 0
+  mask_id: Optional[int] = None
 
   def __post_init__(self):
     object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+    if self.block_size < 0 or self.block_size == 1:
+      raise ValueError(f"FeatureDraftConfig.block_size must be 0 (off) or >= 2, got "
+                       f"{self.block_size}")
+    if self.mask_id is not None and not 0 <= self.mask_id < self.vocab_size:
+      raise ValueError(f"FeatureDraftConfig.mask_id {self.mask_id} is not a token id of the "
+                       f"{self.vocab_size}-token vocabulary")
     if self.head not in HEADS:
       raise ValueError(f"FeatureDraftConfig.head must be one of {HEADS}, got {self.head!r}")
     if not self.feature_layers:
@@ -197,10 +208,15 @@ class FeatureDraft:
   It has the seam's members the loops check (kind, vocabulary, ids, `start_tokens`, `prefill`)
   and `shares_encoder` for T5, but its step is `extend_features` (tokens and features); its
   `extend` refuses, since a draft call without the target's features has nothing to draft from.
+  `parallel`: decode it with `ParallelFeatureChain` (one call per block, mask entries of token
+  `mask_id`) rather than `FeatureChain`; `draft_schemes.chain_for` reads it, so every program a
+  run builds for this draft (decode, calibration, timed loops) is the same scheme. The run sets
+  it (`RunConfig.feature_parallel`); the weights and checkpoint do not change.
   """
 
   config: FeatureDraftConfig
   head_ids: Optional[tuple[int, ...]] = None
+  parallel: bool = False
 
   @property
   def module(self) -> FeatureDraftModule:
@@ -229,6 +245,11 @@ class FeatureDraft:
   pad_id = property(lambda self: self.config.pad_id)
   feature_layers = property(lambda self: self.config.feature_layers)
   width = property(lambda self: self.config.emb_dim)
+
+  @property
+  def mask_id(self) -> int:
+    """The mask entries' token: the one block training used (`config.mask_id`), else pad."""
+    return self.config.pad_id if self.config.mask_id is None else self.config.mask_id
 
   @property
   def shares_encoder(self) -> bool:

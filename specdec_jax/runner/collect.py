@@ -70,6 +70,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
   if point.draft.kind == FEATURE_DRAFT:  # decoded with FeatureChain: alpha over drafted positions
     extra["draft_kind"] = FEATURE_DRAFT
+    if cfg.feature_parallel:  # ParallelFeatureChain: one draft call per block
+      extra["feature_scheme"] = "parallel"
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label

@@ -49,7 +49,8 @@ class RunConfig:
     cost model picks a chain's gamma, a tree or 0 (runner/calibrate.py). Model drafts only.
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
     draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
-    its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`).
+    its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`, or with
+    `ParallelFeatureChain` where `feature_parallel`).
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
 
@@ -113,6 +114,10 @@ class RunConfig:
   # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
   # keeps the full head.
   draft_head_vocab: int = 0
+  # Feature-level drafts: True decodes them with `ParallelFeatureChain` (one draft call proposes
+  # the whole block from mask entries; a draft trained with FeatureTrainConfig.block_size, its
+  # own mask token) instead of `FeatureChain` (gamma draft calls). Refused without one.
+  feature_parallel: bool = False
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0

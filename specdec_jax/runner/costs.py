@@ -7,7 +7,7 @@ uses them, DESIGN.md "The cost model" why both kinds exist).
   the verify curve v(T) on caches as long as the loop's. They are the record's `c` and `v` (public
   contract) and the lone-extend model theory.predicted_speedup; on a mesh they are all there is.
 - the loops themselves (`measure_loops`, one device): for each gamma a run needs, the program the
-  run decodes with (the run's `Decoder` with the draft's chain scheme, `feature_chain.chain_for`,
+  run decodes with (the run's `Decoder` with the draft's chain scheme, `draft_schemes.chain_for`,
   or `Autoregressive()`) is compiled
   once with a dynamic iteration cap (`Decoder.generate(..., max_iterations=cap)`) and timed through
   `timing.interleaved` on the calibration prompts, in the run's batch shape, all gammas and the
@@ -30,7 +30,8 @@ import jax.numpy as jnp
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import chain_for, timed_as_extend
+from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.feature_chain import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
@@ -119,7 +120,7 @@ def loop_order(key) -> tuple:
 
 def scheme_of(program, draft=None):
   """The scheme a timed program decodes with: the draft's chain at a gamma
-  (`feature_chain.chain_for`: `Chain(gamma)`, or `FeatureChain` for a feature-level draft), or
+  (`draft_schemes.chain_for`: `Chain(gamma)`, or `FeatureChain` for a feature-level draft), or
   the TreeScheme itself."""
   return chain_for(draft, program) if isinstance(program, int) else program
 

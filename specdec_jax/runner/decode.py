@@ -16,7 +16,7 @@ import numpy as np
 
 from specdec_jax import distributed, sharding, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.decoding.feature_chain import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import keys

@@ -41,18 +41,21 @@ class DraftSettings:
       with no ranking beside it (one warning line; a random preset is refused).
     task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
       mixture's if the file has none for it).
+    feature_parallel: a feature-level draft is marked to decode with `ParallelFeatureChain`.
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
   seed: int = 0
   head_vocab: int = 0
   task: Optional[str] = None
+  feature_parallel: bool = False
 
   @classmethod
   def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int], examples=()) -> DraftSettings:
     """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
-               head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples))
+               head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples),
+               feature_parallel=cfg.feature_parallel)
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
@@ -127,6 +130,12 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
   if settings.dtype is not None and settings.dtype != draft.config.dtype:
     draft = type(draft)(draft.config.replace(dtype=settings.dtype))
     params = loader.in_compute_dtype(params, settings.dtype)
+  if settings.feature_parallel:
+    draft = dataclasses.replace(draft, parallel=True)
+    if not draft.config.block_size:
+      logging.warning("feature draft %s decodes with the parallel chain but was not trained for "
+                      "it (no block_size in its config): exact, low acceptance past x_1",
+                      checkpoint)
   if settings.head_vocab and not head_ranking.has_ranking(path):
     logging.warning("feature draft %s has no %s beside it: decoding with the target's full "
                     "head, draft_head_vocab = %d not applied", checkpoint,
@@ -160,6 +169,9 @@ def check_feature_run(cfg: RunConfig, specs, mesh=None) -> None:
   """Refuses what a feature-level draft does not run yet, before anything is loaded: the
   adaptive and tree schemes (token drafts only) and a mesh (the feature chain is unsharded)."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
+  if cfg.feature_parallel and not feature:
+    raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
+                     "chain: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
   if not feature:
     return
   words = [g for g in as_list(cfg.gamma) if g in (ADAPTIVE, TREE)]

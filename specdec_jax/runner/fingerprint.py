@@ -38,6 +38,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["matmul"] = cfg.matmul
   if cfg.draft_head_vocab:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
+  if cfg.feature_parallel:
+    fingerprint["feature_parallel"] = True
   fingerprint["contents"] = _contents(cfg)
   task_digest = tasks.content_digest(cfg.task, cfg.split)
   if task_digest is not None:

@@ -26,7 +26,7 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.data import hf_tokenizer, ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib

@@ -13,7 +13,9 @@ the draft gets (fuse(h_j), y_{j+1}) and learns forward KL(p_{j+1} || q_j). Train
 (`ttt_steps` k): rolled-out step a (1..k) feeds at entry j the draft's own output feature of
 step a - 1 at entry j - 1, with the attention inference would see (step-0 entries up to j - a,
 then its own chain of drafted entries: `rollout_layout`), and learns the same target; so the
-draft is trained on the features it will read when drafting ahead of the target.
+draft is trained on the features it will read when drafting ahead of the target. Block loss
+(`block_size` G, `training/feature_blocks.py`): after every anchor entry, G - 1 mask entries
+learn the target's distributions 2..G places ahead, as `ParallelFeatureChain` reads them.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabul
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import divergences
+from specdec_jax.training import divergences, feature_blocks
 from specdec_jax.training.config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
@@ -50,7 +52,10 @@ class FeatureTrainConfig:
   optimizer / learning_rate / schedule / warmup_steps / decay_steps / weight_decay / seed: as in
   `TrainConfig`. emb_dim, num_heads, head_dim, mlp_dim: the block (0: the target's), feature_layers
   (empty: `FeatureDraftConfig.for_target`'s), head ('target' or 'own'). ttt_steps: rolled-out
-  steps on the draft's own features (0: none); ttt_weight: their loss weight.
+  steps on the draft's own features (0: none); ttt_weight: their loss weight. block_size: G > 1
+  adds the block loss (`feature_blocks`: G - 1 mask entries after every anchor, the parallel
+  chain's draft call; 0: off), block_weight its weight, mask_id the masks' token (None: the
+  target's pad id); both are recorded in the draft's config, which the parallel chain reads.
   """
 
   target: str
@@ -71,6 +76,9 @@ class FeatureTrainConfig:
   head: str = "target"
   ttt_steps: int = 1
   ttt_weight: float = 1.0
+  block_size: int = 0
+  block_weight: float = 1.0
+  mask_id: Optional[int] = None
   seed: int = 0
   checkpoint_every: int = 100
   keep_checkpoints: int = 2
@@ -84,6 +92,9 @@ class FeatureTrainConfig:
     if self.ttt_steps < 0 or self.ttt_weight < 0:
       raise ValueError(f"ttt_steps and ttt_weight must be >= 0, got {self.ttt_steps}, "
                        f"{self.ttt_weight}")
+    if self.block_size < 0 or self.block_size == 1 or self.block_weight < 0:
+      raise ValueError(f"block_size must be 0 (off) or >= 2 and block_weight >= 0, got "
+                       f"{self.block_size}, {self.block_weight}")
     self.optimizer_config()  # validates the shared settings
 
   def optimizer_config(self) -> TrainConfig:
@@ -99,6 +110,9 @@ class FeatureTrainConfig:
              if getattr(self, k)}
     if self.feature_layers:
       sizes["feature_layers"] = tuple(self.feature_layers)
+    if self.block_size:  # recorded: the parallel chain feeds the mask token trained here
+      sizes.update(block_size=self.block_size,
+                   mask_id=target.pad_id if self.mask_id is None else self.mask_id)
     return FeatureDraftConfig.for_target(target, head=self.head, **sizes)
 
 
@@ -150,6 +164,10 @@ def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
     metrics[f"kl_{a}"] = kl
     metrics[f"top1_agree_{a}"] = jnp.sum(agree * w_a) / jnp.maximum(jnp.sum(w_a), 1.0)
     g_parts.append(jnp.pad(out_a[:, :-1], ((0, 0), (1, 0), (0, 0))))  # entry i <- out[i - 1]
+  if cfg.block_size:
+    kl, block_metrics = feature_blocks.block_loss(draft, params, enc, encoded, dec, g_parts[0],
+                                                  teacher_BxTxV, w_BxT, cfg)
+    loss, metrics = loss + cfg.block_weight * kl, {**metrics, **block_metrics}
   return loss, dict(metrics, loss=loss, target_tokens=jnp.sum(w_BxT))
 
 

@@ -15,7 +15,9 @@ from specdec_jax import run
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
-from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep, chain_for
+from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
+from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner import config as rc
@@ -61,6 +63,22 @@ def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):
   cache = step.prefill(dp, prompt, 8, encoded=other.encode(otp, prompt))
   logits, cache = step.extend(dp, cache, np.array([[3]], np.int32))
   assert logits.shape == (1, 1, draft.vocab_size) and int(cache.index_B[0]) == 1
+
+
+def test_feature_parallel_marks_the_draft_for_the_parallel_chain(tmp_path):
+  """RunConfig.feature_parallel: the loaded draft decodes with ParallelFeatureChain and its own
+  mask token (the pad id when it was not block-trained); a run without a feature draft refuses."""
+  path = _save_feature_draft(tmp_path / "fd")
+  target, tp = loader.load_model("t5_test_target", seed=0)
+  spec = rc.DraftSpec(rc.FEATURE_DRAFT, path)
+  settings = drafts_lib.DraftSettings.for_run(rc.RunConfig(feature_parallel=True), None)
+  draft, _ = drafts_lib.load_draft(spec, target, tp, settings)
+  assert chain_for(draft, 3) == ParallelFeatureChain(3, draft.width, mask_id=draft.pad_id)
+  plain, _ = drafts_lib.load_draft(spec, target, tp, drafts_lib.DraftSettings())
+  assert chain_for(plain, 3) == FeatureChain(3, plain.width)
+  cfg = rc.RunConfig(feature_parallel=True)
+  with pytest.raises(ValueError, match="feature_parallel"):
+    drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
 
 
 @pytest.mark.slow  # ~25 s of CPU on 2 cores (compiles: costs, calibration, loops, decodes)

@@ -3,8 +3,9 @@
 Why each test: (1) the rolled-out layout must give each drafted entry exactly the attention
 inference gives it (a leak from later target entries would train on what drafting never has);
 (2) a few steps on a tiny preset must lower the loss and leave the target and the copied pieces
-untouched; (3) a killed run must resume to the same weights; (4) the export must round-trip and
-name its target (another target is refused).
+untouched; (3) a killed run must resume to the same weights, with the block loss on too; (4) the
+export must round-trip, name its target (another target is refused) and record its block size
+and mask token.
 """
 import json
 
@@ -53,18 +54,22 @@ def test_rollout_layout_is_inference_attention():
   assert np.flatnonzero(visible[4]).tolist() == [4]
 
 
-@pytest.mark.slow  # ~20 s on 2 cores; the model and scheme tests stay in the fast suite
-def test_loss_falls_target_untouched_resume_and_export(setup):
+@pytest.mark.slow  # ~20 s on 2 cores each; the model and scheme tests stay in the fast suite
+@pytest.mark.parametrize("block_size", [0, 3])  # 3: with the block loss (feature_blocks.py)
+def test_loss_falls_target_untouched_resume_and_export(setup, block_size):
   root, task, target = setup
+  root = root / f"block{block_size}"
   straight, crashed = root / "straight", root / "crashed"
   export = str(root / "export")
-  summary = fdt.train(_config(task, target, export_dir=export), str(straight))
+  kw = dict(block_size=block_size)
+  summary = fdt.train(_config(task, target, export_dir=export, **kw), str(straight))
   rows = [json.loads(l) for l in (straight / "metrics.jsonl").read_text().splitlines()]
   assert rows[-1]["loss"] < rows[0]["loss"] and {"kl_0", "kl_1", "top1_agree_1"} <= set(rows[0])
+  assert ("block_kl_3" in rows[0]) == bool(block_size)
   assert summary["steps"] == 8
   with pytest.raises(RuntimeError, match="simulated crash"):
-    fdt.train(_config(task, target), str(crashed), crash_after_step=5)
-  fdt.train(_config(task, target), str(crashed))  # resumes from step 4
+    fdt.train(_config(task, target, **kw), str(crashed), crash_after_step=5)
+  fdt.train(_config(task, target, **kw), str(crashed))  # resumes from step 4
   a = _latest(straight)
   b = _latest(crashed)
   jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
@@ -74,6 +79,7 @@ def test_loss_falls_target_untouched_resume_and_export(setup):
                                 np.asarray(tp["decoder"]["logits_dense"]["kernel"]))
   np.testing.assert_allclose(params["fuse"]["kernel"], np.asarray(a["fuse"]["kernel"]))
   assert draft.config.emb_dim == 16 and draft.config.feature_layers == (0, 1, 2)
+  assert draft.config.block_size == block_size and draft.mask_id == 0  # recorded: the pad id
   fd_ckpt.check_target(export, target, tp)
   other = jax.tree.map(lambda x: np.asarray(x) + 1.0, tp)
   with pytest.raises(ValueError, match="other weights"):
