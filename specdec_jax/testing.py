@@ -156,6 +156,34 @@ def exact_joint(model: Model, params, prompt_P: np.ndarray, num_tokens: int,
   return joint.reshape([v] * num_tokens)
 
 
+def sharp_tiny_pair(vocab_size: int = 6):
+  """(target, params, draft, params) over a tiny vocabulary for the chi-square tests of the tree
+  schemes: a 1-layer target with doubled weights (a sharp p) and a differently initialised draft,
+  no EOS (every sample runs to its length)."""
+  cfg = get_preset("decoder_test_draft", vocab_size=vocab_size, emb_dim=16,
+                   num_decoder_layers=1, eos_id=-1)
+  target, draft = Model(cfg), Model(cfg.replace(mlp_dim=16))
+  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  return target, tp, draft, draft.init(jax.random.key(12))
+
+
+def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, num_tokens: int,
+               num_samples: int, seed: int = 0):
+  """(chi-square p-value of `num_samples` decodes of `num_tokens` tokens after `prompt_P` by a
+  Decoder with `scheme` against the target's exact law (`exact_joint`), the decode result)."""
+  from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
+  target, tp, draft, dp = models
+  vocab = target.vocab_size
+  inputs = jnp.asarray(np.broadcast_to(prompt_P, (num_samples, len(prompt_P))))
+  out = Decoder(target, draft, scheme, sampling, max_decode_len=num_tokens).generate(
+      Params(tp, dp), inputs, jax.random.key(seed))
+  assert np.all(np.asarray(out.lengths_B) == num_tokens)
+  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN).T, (vocab,) * num_tokens)
+  counts = np.bincount(flat, minlength=vocab ** num_tokens)
+  probs = exact_joint(target, tp, prompt_P, num_tokens, sampling).ravel()
+  return chi_square_gof(counts, probs)[2], out
+
+
 def run_in_process(*args: str) -> None:
   """`python -m specdec_jax.run ARGS` in this process (absl flags parsed, gin cleared after), so
   tests reuse the process's compiled programs instead of paying a fresh interpreter per run."""

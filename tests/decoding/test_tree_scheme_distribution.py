@@ -11,17 +11,12 @@ iterations after a whole path); top-k 3 leaves the draft fewer tokens than the r
 children. The fault `sibling_residual_from_p` (the next sibling tested against p instead of the
 running residual) must fail at the same size.
 """
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree import Tree, TreeScheme
-from specdec_jax.models.config import get_preset
-from specdec_jax.models.model import Model
-from specdec_jax.testing import (chi_square_gof, exact_joint, faulty_tree_verifier,
+from specdec_jax.testing import (faulty_tree_verifier, law_pvalue, sharp_tiny_pair,
                                  sibling_residual_from_p)
 
 V = 6
@@ -37,29 +32,12 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def models():
-  """test_distribution.py's pair: a 1-layer target with doubled weights (sharp p) and a
-  differently initialised draft, vocabulary 6, no EOS."""
-  cfg = get_preset("decoder_test_draft", vocab_size=V, emb_dim=16, num_decoder_layers=1,
-                   eos_id=-1)
-  target, draft = Model(cfg), Model(cfg.replace(mlp_dim=16))
-  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
-  return target, tp, draft, draft.init(jax.random.key(12))
-
-
-def _counts(models, sampling, scheme, seed=0):
-  target, tp, draft, dp = models
-  inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = Decoder(target, draft, scheme, sampling, max_decode_len=NUM_TOKENS).generate(
-      Params(tp, dp), inputs, jax.random.key(seed))
-  assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
-  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN).T, (V,) * NUM_TOKENS)
-  return np.bincount(flat, minlength=V ** NUM_TOKENS), out
+  """test_distribution.py's pair (`testing.sharp_tiny_pair`): a sharp target, vocabulary 6."""
+  return sharp_tiny_pair(V)
 
 
 def _pvalue(models, sampling, scheme):
-  counts, out = _counts(models, sampling, scheme)
-  probs = exact_joint(models[0], models[1], PROMPT, NUM_TOKENS, sampling).ravel()
-  return chi_square_gof(counts, probs)[2], out
+  return law_pvalue(models, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES)
 
 
 # Top-k and top-p through the whole Decoder run with the slow suite (~14 s each); the verifiers
