@@ -57,8 +57,8 @@ from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.speculative import first_draft_call
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.commit import commit_path
-from specdec_jax.decoding.tree.scheme import (VERIFIERS, TreeStats, commit_tree, draw_children,
-                                              tree_stats, tree_verifier)
+from specdec_jax.decoding.tree.scheme import (VERIFIERS, ModelTree, commit_tree, draw_children,
+                                              tree_stats)
 from specdec_jax.decoding.tree.shape import DynamicTree
 
 
@@ -188,7 +188,7 @@ def layout(spec: DynamicTree, drafted: Drafted, root_B: jax.Array) -> Layout:
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicTreeScheme:
+class DynamicTreeScheme(ModelTree):
   """Draft a dynamic tree per iteration (EAGLE-2 style), verify its N nodes in one target call.
 
   A decoding scheme (`decoder.Decoder.scheme`), hashable, the static `TreeScheme`'s sibling:
@@ -209,8 +209,6 @@ class DynamicTreeScheme:
     if not callable(self.verifier) and self.verifier not in VERIFIERS:
       raise ValueError(f"unknown tree verifier {self.verifier!r}; known: {VERIFIERS}")
 
-  needs_draft = True
-
   @property
   def tree(self) -> DynamicTree:
     return DynamicTree(self.depth, self.width, self.branch, self.nodes)
@@ -220,18 +218,6 @@ class DynamicTreeScheme:
     """Slots past the root both calls may write (the verify call N, the draft 1 + (D - 1) W),
     less one (`start.slack`), and at least D (a path's accepted drafts, the counters' widths)."""
     return max(self.nodes - 1, (self.depth - 1) * self.width, self.depth)
-
-  def init_stats(self, batch: int) -> TreeStats:
-    del batch
-    return TreeStats.zeros(self.tree)
-
-  def check(self, decoder) -> None:
-    """Both models must score a masked block (called by `start.check_decoder`)."""
-    seam.check_masked(decoder.target, "target")
-    seam.check_masked(decoder.draft, "draft")
-
-  def verify_fn(self, sampling: SamplingConfig):
-    return tree_verifier(self.verifier, sampling)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     return dynamic_iteration(decoder, params, state, self)

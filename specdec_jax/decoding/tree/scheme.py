@@ -199,8 +199,28 @@ def tree_verifier(verifier: Any, sampling: SamplingConfig) -> Callable:
   return verify.get_verifier(verifier)
 
 
+class ModelTree:
+  """What the schemes that draft a tree with a model share (`TreeScheme`, the static one, and
+  `dynamic.DynamicTreeScheme`): stats shaped by their `tree`, both models scoring masked blocks,
+  the verifier picked by name and temperature (`tree_verifier`)."""
+
+  needs_draft = True
+
+  def init_stats(self, batch: int) -> TreeStats:
+    del batch
+    return TreeStats.zeros(self.tree)
+
+  def check(self, decoder) -> None:
+    """Both models must score a masked block (called by `start.check_decoder`)."""
+    seam.check_masked(decoder.target, "target")
+    seam.check_masked(decoder.draft, "draft")
+
+  def verify_fn(self, sampling: SamplingConfig) -> Callable:
+    return tree_verifier(self.verifier, sampling)
+
+
 @dataclasses.dataclass(frozen=True)
-class TreeScheme:
+class TreeScheme(ModelTree):
   """Draft a static tree per iteration, verify all its nodes in one target call.
 
   A decoding scheme (`decoder.Decoder.scheme`), hashable. tree: a level-ordered `Tree` (nodes
@@ -230,24 +250,10 @@ class TreeScheme:
   def from_branching(cls, branching, verifier: Any = "auto") -> "TreeScheme":
     return cls(Tree.from_branching(tuple(branching)), verifier)
 
-  needs_draft = True
-
   @property
   def gamma(self) -> int:
     """Every drafted node: the verify call writes N slots (see the module docstring)."""
     return self.tree.num_nodes - 1
-
-  def init_stats(self, batch: int) -> TreeStats:
-    del batch
-    return TreeStats.zeros(self.tree)
-
-  def check(self, decoder) -> None:
-    """Both models must score a masked block (called by `start.check_decoder`)."""
-    seam.check_masked(decoder.target, "target")
-    seam.check_masked(decoder.draft, "draft")
-
-  def verify_fn(self, sampling: SamplingConfig) -> Callable:
-    return tree_verifier(self.verifier, sampling)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     return tree_iteration(decoder, params, state, self)
