@@ -35,9 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -93,14 +91,9 @@ def main(argv=None) -> int:
     print(roofline.markdown(roofline.layout_of_record(rec), steps))
   if not args.name:
     return 0
-  commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
-                                         capture_output=True, text=True, check=True).stdout.strip()
-  machine = results.machine()
-  rec = results.make_record(args.name, rec["metrics"], command=args.command, commit=commit,
-                            date=time.strftime("%Y-%m-%d"), machine=machine,
-                            load_average=[float(x) for x in args.load.split(",")]
-                            if args.load else os.getloadavg())
-  print(f"wrote {results.write_record(os.path.join(ROOT, 'docs', 'results'), rec)}")
+  path = results.save_record(os.path.join(ROOT, "docs", "results"), args.name, rec["metrics"],
+                             command=args.command, commit=args.commit, load=args.load)
+  print(f"wrote {path}")
   return 0
 
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,6 +59,7 @@ def main(argv=None) -> int:
   p.add_argument("--record", help="write docs/results/RECORD.json")
   p.add_argument("--command", default="", help="the run's command, kept in the record")
   p.add_argument("--load", help="the run's load average 'l1,l5,l15' (default: the current one)")
+  p.add_argument("--commit", help="the commit the run ran at (default: HEAD)")
   args = p.parse_args(argv)
   path = os.path.join(args.run_dir, "batches.jsonl")
   if not os.path.exists(path):
@@ -75,14 +74,10 @@ def main(argv=None) -> int:
   out = compare.paired(batches, _pick(keys, args.a), _pick(keys, args.b))
   print(json.dumps(out, indent=1))
   if args.record:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    rec = results.make_record(args.record, dict(out, kind="comparison"), command=args.command,
-                              commit=commit, date=time.strftime("%Y-%m-%d"),
-                              machine=results.machine(),
-                              load_average=[float(x) for x in args.load.split(",")]
-                              if args.load else os.getloadavg())
-    print(f"wrote {results.write_record(os.path.join(ROOT, 'docs', 'results'), rec)}")
+    path = results.save_record(os.path.join(ROOT, "docs", "results"), args.record,
+                               dict(out, kind="comparison"), command=args.command,
+                               commit=args.commit, load=args.load)
+    print(f"wrote {path}")
   return 0
 
 

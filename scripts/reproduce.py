@@ -87,18 +87,12 @@ def _fmt(lines) -> str:
 
 def _record(name: str, config: str, rows, bindings) -> None:
   """One record per row of a finished config (results as data: docs/results/)."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
   from specdec_jax.metrics import results  # pylint: disable=import-outside-toplevel
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
   command = " ".join(["python -m specdec_jax.run", f"--gin_file={config}",
                       *(f"--gin.{b.replace(' ', '')}" for b in bindings)])
   for m in rows:
-    rec = results.make_record(results.row_name(name, m), m, command=command, commit=commit,
-                              date=time.strftime("%Y-%m-%d"), machine=results.machine(),
-                              load_average=os.getloadavg())
-    print("recorded", results.write_record(os.path.join(ROOT, "docs", "results"), rec))
+    print("recorded", results.save_record(os.path.join(ROOT, "docs", "results"),
+                                          results.row_name(name, m), m, command=command))
 
 
 def main(argv=None) -> dict:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(ROOT, "docs", "results")
@@ -34,13 +32,9 @@ def record(args) -> None:
   row = next((m for m in rows if not args.row or m.get("run") == args.row), None)
   if row is None:
     raise SystemExit(f"no row {args.row!r} in {args.run_dir}/metrics.json")
-  commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
-                                         capture_output=True, text=True, check=True).stdout.strip()
-  rec = results.make_record(args.name, row, command=args.command, commit=commit,
-                            date=time.strftime("%Y-%m-%d"), machine=results.machine(),
-                            load_average=[float(x) for x in args.load.split(",")]
-                            if args.load else os.getloadavg())
-  print(f"wrote {results.write_record(RECORDS, rec)}")
+  path = results.save_record(RECORDS, args.name, row, command=args.command, commit=args.commit,
+                             load=args.load)
+  print(f"wrote {path}")
 
 
 def tables(args) -> int:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -85,15 +83,12 @@ def main(argv=None) -> int:
           + "; ".join(", ".join(f"{a:.3f}" for a in row) for row in r["rank_acceptance"]))
   if not args.name:
     return 0
-  commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
   metrics = {"task": "translate_en_de", "target": TARGET, "draft": DRAFT, "head_vocab": 3072,
              "tree": list(tree), "examples": args.examples, "prompts": "held-out calibration draw",
              "max_new_tokens": args.max_new_tokens, "batch": args.batch, "rows": rows}
-  rec = results.make_record(args.name, metrics, command=" ".join(sys.argv), commit=commit,
-                            date=time.strftime("%Y-%m-%d"), machine=results.machine(),
-                            load_average=list(os.getloadavg()))
-  print(f"wrote {results.write_record(os.path.join(ROOT, 'docs', 'results'), rec)}")
+  path = results.save_record(os.path.join(ROOT, "docs", "results"), args.name, metrics,
+                             command=" ".join(sys.argv))
+  print(f"wrote {path}")
   return 0
 
 

@@ -18,6 +18,8 @@ import json
 import os
 import platform
 import re
+import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -54,6 +56,24 @@ def row_name(prefix: str, metrics: Mapping[str, Any]) -> str:
   draft = re.sub(r"[^a-z0-9]+", "_", str(metrics["draft"]).rsplit("/", 1)[-1].lower()).strip("_")
   temperature = format(float(metrics["temperature"]), "g").replace(".", "p")
   return f"{prefix}_{draft}_t{temperature}_g{metrics['gamma']}"
+
+
+def save_record(directory: str, name: str, metrics: Mapping[str, Any], *, command: str,
+                commit: str | None = None, load: str | Sequence[float] | None = None) -> str:
+  """`make_record` with where and when filled in, written by `write_record`; its path.
+
+  commit: None reads the checkout's HEAD (give the commit a run started at when HEAD has moved
+  since). load: the run's load average, 'l1,l5,l15' or numbers; None takes the current one.
+  Why one function: five scripts each assembled commit, date, machine and load by hand, and
+  one of them (compare_points) could not be told the commit a run had started at."""
+  if commit is None:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True,
+                            text=True, check=True).stdout.strip()
+  if isinstance(load, str):
+    load = [float(x) for x in load.split(",")]
+  rec = make_record(name, metrics, command=command, commit=commit, date=time.strftime("%Y-%m-%d"),
+                    machine=machine(), load_average=os.getloadavg() if load is None else load)
+  return write_record(directory, rec)
 
 
 def write_record(directory: str, record: Mapping[str, Any]) -> str:

@@ -55,3 +55,24 @@ def test_the_committed_docs_match_their_records():
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "results.py"), "tables",
                          "--check"], capture_output=True, text=True)
   assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_save_record_fills_in_where_and_when(tmp_path):
+  """The scripts' one way to write a record: the given commit and load are kept (a run is
+  recorded after HEAD moved on), else HEAD's commit and the current load."""
+  path = results.save_record(str(tmp_path), "a_row", {"speedup": 1.2}, command="python x",
+                             commit="abc1234", load="1.5,2.25,3")
+  rec = results.load_records(str(tmp_path))["a_row"]
+  assert path == str(tmp_path / "a_row.json") and set(rec) == set(results.RECORD_KEYS)
+  assert (rec["commit"], rec["load_average"], rec["metrics"]) == ("abc1234", [1.5, 2.25, 3.0],
+                                                                  {"speedup": 1.2})
+  repo = tmp_path / "repo"
+  repo.mkdir()
+  git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+  subprocess.run(git + ["init", "-q"], check=True)
+  subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
+  head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                        check=True).stdout.strip()
+  results.save_record(str(repo), "b_row", {}, command="python y")
+  rec = results.load_records(str(repo))["b_row"]
+  assert rec["commit"] == head and len(rec["load_average"]) == 3
