@@ -192,7 +192,7 @@ class FeatureDraftModule(nn.Module):
     """Teacher-forced (logits, output features) over T entries from an empty cache; T5 reads
     `encoded_BxExD`, the target's encoder output of `inputs_BxE`."""
     batch, t = tokens_BxT.shape
-    mask = None if encoded_BxExD is None else inputs_BxE > 0
+    mask = None if encoded_BxExD is None else inputs_BxE != self.config.pad_id
     cache = self.empty_cache(batch, t, encoded_BxExD, mask)
     logits_BxTxV, out_BxTxD, _ = self.extend(cache, tokens_BxT, g_BxTxD, offsets, visible)
     return logits_BxTxV, out_BxTxD

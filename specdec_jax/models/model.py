@@ -134,7 +134,7 @@ class Model:
 
         def _prefill(m, inputs, states):
           states = m.encode(inputs) if states is None else states
-          return m.empty_cache(batch, cache_len, states, inputs > 0)
+          return m.empty_cache(batch, cache_len, states, inputs != self.config.pad_id)
         states = None if encoded is None else encoded.states_BxExD
         return _constrain_cache(mod.apply({"params": params}, inputs_BxP, states,
                                           method=_prefill))

@@ -320,7 +320,7 @@ class Transformer(nn.Module):
     self.decoder = Decoder(cfg, self.matmul, self.head_ids)
 
   def encode(self, inputs_BxE: jax.Array) -> jax.Array:
-    mask_BxE = inputs_BxE > 0
+    mask_BxE = inputs_BxE != self.config.pad_id
     return self.encoder(self.token_embedder(inputs_BxE), mask_BxE)
 
   def empty_cache(self, batch: int, length: int, encoded_BxExD: Optional[jax.Array] = None,
@@ -366,7 +366,7 @@ class Transformer(nn.Module):
         if self.config.shares_encoder:
           raise ValueError(_NEEDS_ENCODED)
         encoded_BxExD = self.encode(inputs_BxE)
-      return self.empty_cache(batch, t, encoded_BxExD, inputs_BxE > 0)
+      return self.empty_cache(batch, t, encoded_BxExD, inputs_BxE != self.config.pad_id)
     return self.empty_cache(batch, t)
 
   def __call__(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
