@@ -256,7 +256,8 @@ class Pair:
   _timed: set = dataclasses.field(default_factory=set, init=False, repr=False)  # (decoder, shape)
 
   def decoder(self, gamma: Any = None, *, temperature: float = 0.0, top_k: int = 0,
-              top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1)) -> Decoder:
+              top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1),
+              parallel: bool = False) -> Decoder:
     """The `Decoder` `generate` runs (checked when made: `decoding.start.check_decoder`); for
     research code that drives `init`, `iteration` and `run` itself. Arguments as `generate`'s."""
     if gamma is None:
@@ -267,7 +268,11 @@ class Pair:
     if gamma in ("adaptive", "tree") and is_feature_draft(self.draft):
       raise ValueError(f"gamma={gamma!r} is not built for a feature-level draft: give an int")
     scheme = (AdaptiveConfig() if gamma == "adaptive" else _tree_scheme(tree) if gamma == "tree"
-              else chain_for(self.draft, int(gamma)) if gamma else Autoregressive())
+              else chain_for(self.draft, int(gamma), parallel=parallel) if gamma
+              else Autoregressive())
+    if parallel and not is_feature_draft(self.draft):
+      raise ValueError("parallel=True drafts a block in one call of a feature-level draft; "
+                       "this Pair's draft is not one")
     draft = None if gamma == 0 else self.draft
     if scheme.needs_draft and draft is None:
       raise ValueError(f"gamma={gamma!r} drafts, but this Pair has no draft: load(target, "
@@ -301,7 +306,7 @@ class Pair:
 
   def generate(self, inputs, *, gamma: Any = None, temperature: float = 0.0, top_k: int = 0,
                top_p: float = 1.0, max_new_tokens: int = 64, batch_size: int = 1,
-               seed: int = 0, tree: Any = (3, 2, 1)) -> Generation:
+               seed: int = 0, tree: Any = (3, 2, 1), parallel: bool = False) -> Generation:
     """Decodes `inputs`: speculatively with the draft, or with the target alone (gamma=0).
 
     Args:
@@ -325,12 +330,15 @@ class Pair:
       tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
         nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
         `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
+      parallel: a feature-level draft proposes the whole block in one call
+        (`decoding.feature_parallel`: mask entries, trained by the block loss; the run's
+        `RunConfig.feature_parallel`); False: one call per drafted token (`FeatureChain`).
 
     Returns:
       A `Generation`: texts, ids, the acceptance counters and the wall time.
     """
     decoder = self.decoder(gamma, temperature=temperature, top_k=top_k, top_p=top_p,
-                           max_new_tokens=max_new_tokens, tree=tree)
+                           max_new_tokens=max_new_tokens, tree=tree, parallel=parallel)
     results, seconds, compile_seconds = [], 0.0, 0.0
     for batch in self._batches(inputs, batch_size):
       result, s, c = self._timed_call(decoder, batch, seed)

@@ -1,4 +1,4 @@
-"""Which chain scheme a draft decodes with: `chain_for(draft, gamma)`.
+"""Which chain scheme a draft decodes with: `chain_for(draft, gamma, parallel=...)`.
 
 Why one function in a module of its own: the run's decode, its calibration decode, the timed
 loops ('auto') and the API must all build the program the draft needs (a `Chain` over a feature
@@ -12,12 +12,13 @@ from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
 
 
-def chain_for(draft, gamma: int):
-  """`speculative.Chain` for a token draft; for a feature-level draft `FeatureChain`, or
-  `ParallelFeatureChain` (one draft call per block, the draft's own mask token) when the draft
-  is marked `parallel` (`RunConfig.feature_parallel` marks it at load)."""
+def chain_for(draft, gamma: int, *, parallel: bool = False):
+  """`speculative.Chain` for a token draft; for a feature-level draft `FeatureChain`, or with
+  `parallel` `ParallelFeatureChain` (one draft call per block, the draft's own mask token).
+  `parallel` is the caller's decoding choice (`RunConfig.feature_parallel`, the API's
+  `parallel=`), not a property of the draft: it is ignored for a token draft."""
   if not is_feature_draft(draft):
     return Chain(gamma)
-  if getattr(draft, "parallel", False):
+  if parallel:
     return ParallelFeatureChain.for_draft(draft, gamma)
   return FeatureChain.for_draft(draft, gamma)

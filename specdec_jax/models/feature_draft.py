@@ -208,15 +208,12 @@ class FeatureDraft:
   It has the seam's members the loops check (kind, vocabulary, ids, `start_tokens`, `prefill`)
   and `shares_encoder` for T5, but its step is `extend_features` (tokens and features); its
   `extend` refuses, since a draft call without the target's features has nothing to draft from.
-  `parallel`: decode it with `ParallelFeatureChain` (one call per block, mask entries of token
-  `mask_id`) rather than `FeatureChain`; `draft_schemes.chain_for` reads it, so every program a
-  run builds for this draft (decode, calibration, timed loops) is the same scheme. The run sets
-  it (`RunConfig.feature_parallel`); the weights and checkpoint do not change.
+  Which scheme decodes it (chained, or parallel with mask entries of token `mask_id`) is the
+  caller's choice (`decoding.draft_schemes.chain_for`), not the model's.
   """
 
   config: FeatureDraftConfig
   head_ids: Optional[tuple[int, ...]] = None
-  parallel: bool = False
 
   @property
   def module(self) -> FeatureDraftModule:

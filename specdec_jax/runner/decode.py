@@ -38,7 +38,8 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
   for p in group_points:
     if p.gamma > 0:
       programs[p.key] = program(p.draft, p.tree or p.adaptive
-                                or chain_for(loaded.drafts[p.draft][0], p.gamma))
+                                or chain_for(loaded.drafts[p.draft][0], p.gamma,
+                                             parallel=cfg.feature_parallel))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}

@@ -41,7 +41,8 @@ class DraftSettings:
       with no ranking beside it (one warning line; a random preset is refused).
     task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
       mixture's if the file has none for it).
-    feature_parallel: a feature-level draft is marked to decode with `ParallelFeatureChain`.
+    feature_parallel: the run decodes a feature-level draft with `ParallelFeatureChain` (here:
+      a warning when the draft was not block-trained; the scheme is `chain_for`'s choice).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -131,7 +132,6 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
     draft = type(draft)(draft.config.replace(dtype=settings.dtype))
     params = loader.in_compute_dtype(params, settings.dtype)
   if settings.feature_parallel:
-    draft = dataclasses.replace(draft, parallel=True)
     if not draft.config.block_size:
       logging.warning("feature draft %s decodes with the parallel chain but was not trained for "
                       "it (no block_size in its config): exact, low acceptance past x_1",

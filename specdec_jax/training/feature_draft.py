@@ -52,7 +52,9 @@ class FeatureTrainConfig:
   optimizer / learning_rate / schedule / warmup_steps / decay_steps / weight_decay / seed: as in
   `TrainConfig`. emb_dim, num_heads, head_dim, mlp_dim: the block (0: the target's), feature_layers
   (empty: `FeatureDraftConfig.for_target`'s), head ('target' or 'own'). ttt_steps: rolled-out
-  steps on the draft's own features (0: none); ttt_weight: their loss weight. block_size: G > 1
+  steps on the draft's own features (0: none); ttt_weight: their loss weight. start_weight: the
+  start entry's loss weight (zero feature, the start token -> y_1: the first iteration's only
+  entry, which has no target state yet; 0: untrained, as before it existed). block_size: G > 1
   adds the block loss (`feature_blocks`: G - 1 mask entries after every anchor, the parallel
   chain's draft call; 0: off), block_weight its weight, mask_id the masks' token (None: the
   target's pad id); both are recorded in the draft's config, which the parallel chain reads.
@@ -76,6 +78,7 @@ class FeatureTrainConfig:
   head: str = "target"
   ttt_steps: int = 1
   ttt_weight: float = 1.0
+  start_weight: float = 1.0
   block_size: int = 0
   block_weight: float = 1.0
   mask_id: Optional[int] = None
@@ -89,9 +92,9 @@ class FeatureTrainConfig:
   vocabulary: Optional[str] = None
 
   def __post_init__(self):
-    if self.ttt_steps < 0 or self.ttt_weight < 0:
-      raise ValueError(f"ttt_steps and ttt_weight must be >= 0, got {self.ttt_steps}, "
-                       f"{self.ttt_weight}")
+    if self.ttt_steps < 0 or self.ttt_weight < 0 or self.start_weight < 0:
+      raise ValueError(f"ttt_steps, ttt_weight and start_weight must be >= 0, got "
+                       f"{self.ttt_steps}, {self.ttt_weight}, {self.start_weight}")
     if self.block_size < 0 or self.block_size == 1 or self.block_weight < 0:
       raise ValueError(f"block_size must be 0 (off) or >= 2 and block_weight >= 0, got "
                        f"{self.block_size}, {self.block_weight}")
@@ -164,11 +167,41 @@ def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
     metrics[f"kl_{a}"] = kl
     metrics[f"top1_agree_{a}"] = jnp.sum(agree * w_a) / jnp.maximum(jnp.sum(w_a), 1.0)
     g_parts.append(jnp.pad(out_a[:, :-1], ((0, 0), (1, 0), (0, 0))))  # entry i <- out[i - 1]
+  if cfg.start_weight:
+    kl, start_metrics = start_entry_loss(draft, params, enc, encoded, dec, t_logits,
+                                         batch["loss_weights"])
+    loss, metrics = loss + cfg.start_weight * kl, {**metrics, **start_metrics}
   if cfg.block_size:
     kl, block_metrics = feature_blocks.block_loss(draft, params, enc, encoded, dec, g_parts[0],
                                                   teacher_BxTxV, w_BxT, cfg)
     loss, metrics = loss + cfg.block_weight * kl, {**metrics, **block_metrics}
   return loss, dict(metrics, loss=loss, target_tokens=jnp.sum(w_BxT))
+
+
+def start_entry_logits(draft: FeatureDraft, params, enc, encoded, dec_BxT) -> jax.Array:
+  """Logits of start entries: (zero feature, token) alone, the feature chain's first iteration
+  (count 0: no target state yet, nothing in the draft's cache). T5 starts every request from
+  y_0, the start token: [B, 1, V]. A decoder-only request starts from its prompt's last token,
+  any token at any position, so every entry alone (each sees only itself; relative positions):
+  [B, T, V], entry j predicting what the target predicts after token j."""
+  t = 1 if draft.config.kind == "t5" else dec_BxT.shape[1]
+  zeros_BxTxD = jnp.zeros((dec_BxT.shape[0], t, draft.width), jnp.float32)
+  alone = (None, None) if t == 1 else (np.zeros(t, np.int32), np.eye(t, dtype=bool))
+  return draft.forward(params, enc, dec_BxT[:, :t], zeros_BxTxD, encoded=encoded,
+                       offsets=alone[0], visible=alone[1])[0]
+
+
+def start_entry_loss(draft: FeatureDraft, params, enc, encoded, dec_BxT, t_logits_BxTxV,
+                     weights_BxT):
+  """(KL, metrics) of the start entries against the target's next-token p: without it every
+  request's first draft comes from an entry no loss ever saw."""
+  logits_BxSxV = start_entry_logits(draft, params, enc, encoded, dec_BxT)
+  s = logits_BxSxV.shape[1]
+  w_BxS, teacher_BxSxV = weights_BxT[:, :s], t_logits_BxTxV[:, :s]
+  n = jnp.maximum(jnp.sum(w_BxS), 1.0)
+  kl = divergences.weighted_sum("fkl", logits_BxSxV, teacher_BxSxV, w_BxS) / n
+  agree = jnp.argmax(logits_BxSxV, -1) == jnp.argmax(teacher_BxSxV, -1)
+  return kl, {"kl_start": kl, "top1_agree_start": jnp.sum(agree * w_BxS) / n}
 
 
 def make_step(draft: FeatureDraft, target: Model, cfg: FeatureTrainConfig,

@@ -22,6 +22,7 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner import config as rc
 from specdec_jax.runner import drafts as drafts_lib
+from specdec_jax.runner import costs
 
 pytestmark = pytest.mark.usefixtures("clean_gin")
 
@@ -65,17 +66,23 @@ def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):
   assert logits.shape == (1, 1, draft.vocab_size) and int(cache.index_B[0]) == 1
 
 
-def test_feature_parallel_marks_the_draft_for_the_parallel_chain(tmp_path):
-  """RunConfig.feature_parallel: the loaded draft decodes with ParallelFeatureChain and its own
-  mask token (the pad id when it was not block-trained); a run without a feature draft refuses."""
+def test_feature_parallel_decodes_the_draft_with_the_parallel_chain(tmp_path):
+  """RunConfig.feature_parallel: every program the run builds for a feature draft (decode,
+  calibration, timed loops: `chain_for`, `costs.scheme_of`) is ParallelFeatureChain with the
+  draft's own mask token (the pad id when it was not block-trained); the loaded draft is the same
+  object either way (the choice is the run's, not the model's); a run without a feature draft
+  refuses."""
   path = _save_feature_draft(tmp_path / "fd")
   target, tp = loader.load_model("t5_test_target", seed=0)
   spec = rc.DraftSpec(rc.FEATURE_DRAFT, path)
   settings = drafts_lib.DraftSettings.for_run(rc.RunConfig(feature_parallel=True), None)
   draft, _ = drafts_lib.load_draft(spec, target, tp, settings)
-  assert chain_for(draft, 3) == ParallelFeatureChain(3, draft.width, mask_id=draft.pad_id)
   plain, _ = drafts_lib.load_draft(spec, target, tp, drafts_lib.DraftSettings())
-  assert chain_for(plain, 3) == FeatureChain(3, plain.width)
+  assert draft == plain
+  parallel = ParallelFeatureChain(3, draft.width, mask_id=draft.pad_id)
+  assert chain_for(draft, 3, parallel=True) == parallel
+  assert costs.scheme_of(3, draft, parallel=True) == parallel
+  assert chain_for(plain, 3) == FeatureChain(3, plain.width) == costs.scheme_of(3, plain)
   cfg = rc.RunConfig(feature_parallel=True)
   with pytest.raises(ValueError, match="feature_parallel"):
     drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
@@ -122,8 +129,9 @@ def test_auto_and_sampling_beside_a_token_draft(tmp_path):
 
 def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   """`specdec_jax.load(target, feature_draft)`: the same draft, pairing check and scheme as the
-  run; greedy output equals the target alone, batch 2 with ragged prompts, with the full head
-  and with one restricted to its ranking's first 16 ids."""
+  run; greedy output equals the target alone, batch 2 with ragged prompts, with the full head,
+  with one restricted to its ranking's first 16 ids and with the parallel chain (`parallel=`;
+  refused for a token draft)."""
   import specdec_jax as sd  # pylint: disable=import-outside-toplevel
   path = _save_feature_draft(tmp_path / "fd")
   pair = sd.load("t5_test_target", path, vocabulary=False)
@@ -138,5 +146,10 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   small = sd.load("t5_test_target", path, vocabulary=False, head_vocab=16)
   assert len(small.draft.head_ids) == 16 and 1 in small.draft.head_ids  # EOS kept
   assert small.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2).ids == spec.ids
+  assert isinstance(pair.decoder(2, parallel=True).scheme, ParallelFeatureChain)
+  assert pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2,
+                       parallel=True).ids == spec.ids
   with pytest.raises(ValueError, match="adaptive"):
     pair.decoder("adaptive")
+  with pytest.raises(ValueError, match="parallel"):
+    sd.load("t5_test_target", "t5_test_draft", vocabulary=False).decoder(2, parallel=True)

@@ -153,13 +153,12 @@ def test_block_loss_training_lowers_held_out_block_kl(pairs):
 def test_run_selects_the_parallel_chain_with_the_recorded_mask_token(pairs):
   target, _, draft, _ = _pair(pairs, "t5")
   assert chain_for(draft, 3) == FeatureChain(3, draft.width)
-  assert chain_for(dataclasses.replace(draft, parallel=True), 3) == ParallelFeatureChain(
+  assert chain_for(draft, 3, parallel=True) == ParallelFeatureChain(
       3, draft.width, mask_id=draft.pad_id)
   cfg = fdt.FeatureTrainConfig(target="tiny", tasks=TASKS, max_steps=1, block_size=4, mask_id=7,
                                emb_dim=16, num_heads=2, mlp_dim=32)
-  trained = FeatureDraft(FeatureDraftConfig.from_json(cfg.draft_config(target.config).to_json()),
-                         parallel=True)
+  trained = FeatureDraft(FeatureDraftConfig.from_json(cfg.draft_config(target.config).to_json()))
   assert trained.config.block_size == 4 and trained.mask_id == 7
-  assert chain_for(trained, 2) == ParallelFeatureChain(2, 16, mask_id=7)
+  assert chain_for(trained, 2, parallel=True) == ParallelFeatureChain(2, 16, mask_id=7)
   with pytest.raises(ValueError, match="block_size"):
     fdt.FeatureTrainConfig(target="tiny", tasks=TASKS, max_steps=1, block_size=1)

@@ -90,3 +90,36 @@ def _latest(out_dir):
   import orbax.checkpoint as ocp
   mgr = ocp.CheckpointManager(str(out_dir / "checkpoints"))
   return mgr.restore(mgr.latest_step(), args=ocp.args.StandardRestore())["params"]
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
+  """The start-entry loss trains the entry the feature chain's first iteration drafts from
+  (count 0: zero feature, the start token or the prompt's last token, nothing else in the draft's
+  cache): its training logits must be that call's, or the loss trains a call that never happens."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding import state as st  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.feature_chain import (  # pylint: disable=import-outside-toplevel
+      FeatureChain, first_draft_call)
+  from specdec_jax.testing import tiny_feature_pair  # pylint: disable=import-outside-toplevel
+  target, tp, draft, dp = tiny_feature_pair(kind, 64)
+  rng = np.random.default_rng(0)
+  dec = jnp.asarray(rng.integers(2, 64, (2, 6)).astype(np.int32))
+  enc = jnp.asarray(rng.integers(2, 64, (2, 5)).astype(np.int32)) if kind == "t5" else \
+      jnp.zeros((2, 1), jnp.int32)
+  if kind == "t5":
+    dec = dec.at[:, 0].set(0)
+  encoded = target.encode(tp, enc) if kind == "t5" else None
+  trained = fdt.start_entry_logits(draft, dp, enc, encoded, dec)
+  assert trained.shape == ((2, 1, 64) if kind == "t5" else (2, 6, 64))
+  gamma = 3
+  for j in range(trained.shape[1]):  # the request's last known token is dec[:, j]
+    cache = draft.prefill(dp, enc, 16, encoded=encoded)
+    state = st.DecodeState(
+        tokens_BxL=jnp.pad(dec, ((0, 0), (0, 10))), num_B=jnp.full((2,), j + 1),
+        done_B=jnp.zeros(2, bool), base_B=cache.index_B - j, target_cache=None, rng=None,
+        counters=None, draft_cache=cache.rollback(cache.index_B + j))
+    carry = FeatureChain(gamma=gamma, width=draft.width).init_stats(2)
+    logits, _, _ = first_draft_call(draft, dp, state, carry)
+    np.testing.assert_allclose(np.asarray(trained[:, j]), np.asarray(logits), rtol=1e-5,
+                               atol=1e-5, err_msg=f"{kind}, start token at {j}")
