@@ -88,7 +88,7 @@ def main():
                                                  "TEMPERATURE = 0.0", "DRAFT = 'model'"], target)
   inputs = inputs[:args.limit] if args.limit else inputs
   sampling = SamplingConfig(temperature=args.temperature)
-  fd, fp = fd_ckpt.load(args.feature_draft)
+  fd, fp = fd_ckpt.load(args.feature_draft, tp)
   fd_ckpt.check_target(args.feature_draft, "t5_target", tp)
   shared, sp = loader.load_model(args.shared_draft, dtype="float32")
   rows, outs = {}, {}

@@ -1,12 +1,18 @@
 """A feature-level draft's checkpoint: Orbax arrays, its config and the target it belongs to.
 
 DIR/feature_draft_config.json   FeatureDraftConfig.to_json() (what makes DIR a feature draft)
-DIR/params/                     Orbax (OCDBT) arrays, the shared target pieces included
+DIR/params/                     Orbax (OCDBT) arrays: the draft's own weights only
 DIR/paired_target.json          the target's name, config and a digest of ALL its params
 
 Why the whole target in the digest: the draft reads the target's hidden states of every decoder
-layer it names and carries copies of its embedding and head; another target of the same shape
-runs without error and only drafts noise, so a run refuses it (`check_target`).
+layer it names and uses its embedding and head; another target of the same shape runs without
+error and only drafts noise, so a run refuses it (`check_target`).
+
+Why the target's pieces are not stored: they are the paired target's own arrays
+(`FeatureDraft.frozen_names`, never trained), a draft is only ever used with that target, and
+they are most of the bytes (the T5 zoo target's embedding and head: 8 of a draft's 11 MB in
+bfloat16). `load(path, target_params)` copies them in from the target it is given; an export
+written before this (pieces included) loads as it is.
 """
 from __future__ import annotations
 
@@ -43,10 +49,12 @@ def target_digest(params: Mapping[str, Any]) -> str:
 
 def save(path: str, draft: FeatureDraft, params, *, target_name: str, target_params,
          dtype=None) -> str:
-  """Writes the draft (arrays cast to `dtype` if given), its config and its pairing record."""
+  """Writes the draft's own arrays (cast to `dtype` if given; the target's pieces left out), its
+  config and its pairing record."""
   path = os.path.abspath(path)
   os.makedirs(path, exist_ok=True)
-  arrays = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+  own = {k: v for k, v in params.items() if k not in draft.frozen_names()}
+  arrays = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), own)
   if dtype is not None:
     arrays = jax.tree.map(lambda x: x.astype(dtype), arrays)
   with ocp.PyTreeCheckpointer() as ckptr:
@@ -59,14 +67,22 @@ def save(path: str, draft: FeatureDraft, params, *, target_name: str, target_par
   return path
 
 
-def load(path: str) -> tuple[FeatureDraft, Any]:
-  """(FeatureDraft, float32 params as numpy arrays)."""
+def load(path: str, target_params=None) -> tuple[FeatureDraft, Any]:
+  """(FeatureDraft, float32 params as numpy arrays), the target's embedding and head copied in
+  from `target_params` (its paired target's: `check_target` tells). Without them, an export
+  that does not carry those pieces is refused by name."""
   path = os.path.abspath(path)
   with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
-    config = FeatureDraftConfig.from_json(f.read())
+    draft = FeatureDraft(FeatureDraftConfig.from_json(f.read()))
   with ocp.PyTreeCheckpointer() as ckptr:
-    params = ckptr.restore(os.path.join(path, PARAMS_DIR))
-  return FeatureDraft(config), jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+    params = dict(ckptr.restore(os.path.join(path, PARAMS_DIR)))
+  missing = [k for k in draft.frozen_names() if k not in params]
+  if missing and target_params is None:
+    raise ValueError(f"feature draft {path!r} stores its own weights only; its {missing} are "
+                     "its target's: load(path, target_params) with the paired target's params")
+  if missing:
+    params = draft.with_target_pieces(params, target_params)
+  return draft, jax.tree.map(lambda x: np.asarray(x, np.float32), params)
 
 
 def check_target(path: str, target_name: str, target_params) -> None:

@@ -121,7 +121,7 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
   it to the K first ids of the `head_ranking.json` beside the checkpoint (`restrict_head`), as
   for a model draft; without a ranking it keeps the full head (one warning line)."""
   path = resolve_path(checkpoint)
-  draft, params = feature_ckpt.load(path)
+  draft, params = feature_ckpt.load(path, target_params)
   try:
     seam.check_pair(target, draft)
     _check_feature_shapes(target, draft)

@@ -330,7 +330,7 @@ def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_di
   if cfg.export_dir:  # under output_dir when relative, as TrainConfig.export_path
     export = paths.under_run(output_dir, cfg.export_dir)
     paths.check_writable(export)
-    fd_ckpt.save(export, run.draft, {**state.params, **run.frozen},
+    fd_ckpt.save(export, run.draft, state.params,
                  target_name=cfg.target, target_params=run.target_params,
                  dtype=jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None)
     summary["export_dir"] = export

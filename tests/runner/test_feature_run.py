@@ -42,7 +42,7 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   feature, model = rc.draft_specs(cfg)
   assert feature.kind == rc.FEATURE_DRAFT and feature.name == "fd"  # not 'export'
   assert model.kind == rc.MODEL_DRAFT and model.name == "t5_test_draft"
-  draft, _ = fd_ckpt.load(path)
+  draft, _ = fd_ckpt.load(path, loader.load_model("t5_test_target", seed=0)[1])
   assert chain_for(draft, 3) == FeatureChain(3, draft.width)
   assert chain_for(loader.load_model("t5_test_draft")[0], 3) == Chain(3)
   for gamma in ("adaptive", "tree"):
