@@ -259,7 +259,26 @@ class Pair:
               top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1),
               parallel: bool = False) -> Decoder:
     """The `Decoder` `generate` runs (checked when made: `decoding.start.check_decoder`); for
-    research code that drives `init`, `iteration` and `run` itself. Arguments as `generate`'s."""
+    research code that drives `init`, `iteration` and `run` itself.
+
+    Args:
+      gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
+        alone (the baseline); 'adaptive': a per-example draft length up to 8
+        (`decoding.adaptive`); 'tree': a static draft tree per target call, `tree`
+        (`decoding.tree`; model drafts only); None: 4 with a draft, else 0.
+      temperature: 0 decodes greedily (the speculative output then equals the target's own,
+        token for token); > 0 samples, exactly from the target's distribution.
+      top_k: sample among the k most likely tokens only (0: off); applied alike to the target
+        and the draft, as every logits processor is (exactness needs it).
+      top_p: sample from the smallest set of tokens holding this much probability (1.0: off).
+      max_new_tokens: tokens generated per prompt at most (the run's MAX_DECODE_LENGTH).
+      tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
+        nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
+        `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
+      parallel: a feature-level draft proposes the whole block in one call
+        (`decoding.feature_parallel`: mask entries, trained by the block loss; the run's
+        `RunConfig.feature_parallel`); False: one call per drafted token (`FeatureChain`).
+    """
     if gamma is None:
       gamma = 0 if self.draft is None else 4
     if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
@@ -304,9 +323,7 @@ class Pair:
     vocab = tasks.vocab_for_decoding(self.vocab, self.target.vocab_size)
     return None if vocab is None else vocab.decode(list(ids))
 
-  def generate(self, inputs, *, gamma: Any = None, temperature: float = 0.0, top_k: int = 0,
-               top_p: float = 1.0, max_new_tokens: int = 64, batch_size: int = 1,
-               seed: int = 0, tree: Any = (3, 2, 1), parallel: bool = False) -> Generation:
+  def generate(self, inputs, *, batch_size: int = 1, seed: int = 0, **decoding) -> Generation:
     """Decodes `inputs`: speculatively with the draft, or with the target alone (gamma=0).
 
     Args:
@@ -314,31 +331,17 @@ class Pair:
         2-D int array of right-padded rows). Strings get the task's prefix and are tokenized
         with the vocabulary (T5: EOS appended); ids are fed exactly as given (no EOS added), as
         a JSONL `input_ids` line is.
-      gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
-        alone (the baseline); 'adaptive': a per-example draft length up to 8
-        (`decoding.adaptive`); 'tree': a static draft tree per target call, `tree`
-        (`decoding.tree`; model drafts only); None: 4 with a draft, else 0.
-      temperature: 0 decodes greedily (the speculative output then equals the target's own,
-        token for token); > 0 samples, exactly from the target's distribution.
-      top_k: sample among the k most likely tokens only (0: off); applied alike to the target
-        and the draft, as every logits processor is (exactness needs it).
-      top_p: sample from the smallest set of tokens holding this much probability (1.0: off).
-      max_new_tokens: tokens generated per prompt at most (the run's MAX_DECODE_LENGTH).
       batch_size: prompts decoded together. 1 (the default, the papers' and the main command's
         setting) measures latency; a larger batch raises throughput, and speculation pays less.
       seed: the sampling key (batch k starting at prompt i uses fold_in(key(seed), i), as a run).
-      tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
-        nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
-        `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
-      parallel: a feature-level draft proposes the whole block in one call
-        (`decoding.feature_parallel`: mask entries, trained by the block loss; the run's
-        `RunConfig.feature_parallel`); False: one call per drafted token (`FeatureChain`).
+      **decoding: how to decode, `decoder`'s keyword arguments: gamma, temperature, top_k,
+        top_p, max_new_tokens, tree, parallel (e.g. `generate(texts, gamma=4,
+        temperature=1.0)`).
 
     Returns:
       A `Generation`: texts, ids, the acceptance counters and the wall time.
     """
-    decoder = self.decoder(gamma, temperature=temperature, top_k=top_k, top_p=top_p,
-                           max_new_tokens=max_new_tokens, tree=tree, parallel=parallel)
+    decoder = self.decoder(**decoding)
     results, seconds, compile_seconds = [], 0.0, 0.0
     for batch in self._batches(inputs, batch_size):
       result, s, c = self._timed_call(decoder, batch, seed)
