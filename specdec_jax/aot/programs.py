@@ -59,7 +59,7 @@ class DecodeSetup:
   prompt_len: int
   max_decode_len: int
   gammas: dict            # draft name -> the gamma to compile
-  trees: tuple            # TreeSchemes to compile per model draft (`trees_to_compile`)
+  trees: tuple            # tree schemes (static, dynamic) per model draft (`trees_to_compile`)
   samplings: tuple        # SamplingConfig per distinct mode
   rule: str
   runs_autoregressive: bool
