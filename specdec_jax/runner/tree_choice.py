@@ -85,9 +85,10 @@ def tree_acceptance(decoder, params, inputs_BxP, *, seed: int) -> dict[str, Any]
 
 def dynamic_acceptance(decoder, params, inputs_BxP, *, seed: int) -> dict[str, Any]:
   """{'tokens_per_call', 'emitted', 'target_calls', 'dynamic'} of one untimed decode of the
-  calibration prompts with a dynamic tree (`decoder.scheme`), the same key as the probe's:
-  tokens written per target call over the batch's rows (one device: no padding rows), what
-  that tree is predicted to keep per call (measured: no positional model fits its shape)."""
+  calibration prompts with a dynamic tree (`decoder.scheme`; the probe's random key, seed +
+  7919): tokens written per target call over the batch's rows (one device: no padding rows),
+  what that tree is predicted to keep per call (measured: no positional model fits its shape),
+  and its budget."""
   res = decoder.generate(params, inputs_BxP, jax.random.key(seed + 7919))
   totals = acceptance.counters_to_dict(res.counters)
   return {"tokens_per_call": totals["emitted"] / max(totals["target_calls"], 1),
