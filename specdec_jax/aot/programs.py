@@ -59,7 +59,7 @@ class DecodeSetup:
   prompt_len: int
   max_decode_len: int
   gammas: dict            # draft name -> the gamma to compile
-  trees: tuple            # TreeSchemes to compile per model draft (`trees_to_compile`)
+  trees: tuple            # tree schemes (static, dynamic) per model draft (`trees_to_compile`)
   samplings: tuple        # SamplingConfig per distinct mode
   rule: str
   runs_autoregressive: bool
@@ -75,9 +75,10 @@ def gammas_to_compile(gammas, gamma_max: int) -> int:
 
 
 def trees_to_compile(cfg) -> tuple:
-  """The TreeSchemes a run's loops can use: GAMMA='tree''s (`RunConfig.tree_scheme`) and, for
-  'auto', every tree candidate it may choose (`RunConfig.tree_candidates`). Unlike chains, one
-  tree's program does not serve a smaller one (another static shape), so each is compiled."""
+  """The tree schemes a run's loops can use: GAMMA='tree''s (`RunConfig.tree_scheme`) and, for
+  'auto', every tree candidate it may choose (`RunConfig.tree_candidates`, static and dynamic).
+  Unlike chains, one tree's program does not serve a smaller one (another static shape), so each
+  is compiled."""
   values = cfg.gamma if isinstance(cfg.gamma, (list, tuple)) else [cfg.gamma]
   out = [cfg.tree_scheme()] if "tree" in values else []
   out += list(cfg.tree_candidate_schemes()) if "auto" in values else []
@@ -183,11 +184,16 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
 
 def _tree_run(dname: str, draft, dparams, scheme) -> tuple:
   """One tree's (prefill name, kinds, label, info, draft, params, scheme) for `decode_programs`:
-  its own prefill, since the caches' slack grows with the node count."""
+  its own prefill, since the caches' slack grows with the node count (`scheme.gamma`). A static
+  tree's info has its parents; a dynamic tree (`DynamicTreeScheme`) has none, its budget
+  instead (width and branch in its label: two budgets may share N and D)."""
   tree = scheme.tree
-  label = f"draft={dname},tree={tree.num_nodes}n/depth{tree.max_depth},"
+  shape = (dict(tree_parents=list(tree.parents)) if hasattr(tree, "parents")
+           else dict(tree_dynamic=dataclasses.asdict(tree)))
+  kind = "" if hasattr(tree, "parents") else f"dynamic/width{tree.width}/branch{tree.branch}/"
+  label = f"draft={dname},tree={kind}{tree.num_nodes}n/depth{tree.max_depth},"
   info = dict(draft=dname, gamma=scheme.gamma, tree_nodes=tree.num_nodes,
-              tree_depth=tree.max_depth, tree_parents=list(tree.parents))
+              tree_depth=tree.max_depth, **shape)
   return (f"{SPEC_PREFILL}[{label[:-1]}]", SPEC_PREFILL, SPEC_LOOP, label, info, draft, dparams,
           scheme)
 

@@ -26,8 +26,9 @@ unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or
 
 Trees (`RunConfig.tree_candidates`, gin/decoding/auto_tree.gin): every candidate tree's loop is
 timed beside the chains' (no lone-extend pruning: a few static shapes), its expected length comes
-from a calibration tree decode's acceptance by depth and sibling rank, and the best program wins,
-chain or tree (runner/tree_choice.py).
+from a calibration tree decode's acceptance by depth and sibling rank (a static tree) or from a
+calibration decode with it (a dynamic tree, gin/decoding/auto_dynamic_tree.gin), and the best
+program wins, chain or tree (runner/tree_choice.py).
 """
 from __future__ import annotations
 
@@ -118,8 +119,10 @@ class AutoPlan:
 
   memo: the stored choice ({'gamma', 'alpha', 'curve', ...}) once made (or recalled on resume).
   candidates: gammas whose loop must be timed before choosing (empty once chosen).
-  trees: the run's tree candidates (TreeSchemes), timed beside them; tree_accept: a[d][r] of
-  the calibration tree decode (`tree_choice.tree_acceptance`).
+  trees: the run's tree candidates (TreeSchemes, DynamicTreeSchemes), timed beside them;
+  tree_accept: a[d][r] of the calibration probe tree decode (`tree_choice.tree_acceptance`; None
+  without a static candidate); dynamic_tokens: {label: tokens per call} of each dynamic
+  candidate's calibration decode (`tree_choice.dynamic_acceptance`).
   """
 
   point: Point
@@ -130,6 +133,7 @@ class AutoPlan:
   lone_curve: dict[int, float] = dataclasses.field(default_factory=dict)
   trees: tuple = ()
   tree_accept: Any = None
+  dynamic_tokens: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def lone_curve(alpha: float, costs: timing.Costs, gamma_max: int, rule: str = "tokenwise",
@@ -158,8 +162,8 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
               min_speedup: float, rule: str, trees: tuple = (),
               tree_acceptance_fn=None) -> AutoPlan:
   """The candidates an 'auto' point needs timed (acceptance_fn() -> calibration_acceptance's
-  dict, called once; with `trees`, tree_acceptance_fn() -> tree_choice.tree_acceptance's), or its
-  remembered choice."""
+  dict, called once; with `trees`, tree_acceptance_fn() -> tree_choice.calibration_decodes's:
+  'rank_acceptance' and 'dynamic_tokens'), or its remembered choice."""
   memo = store.recall("gammas", keys.auto_choice(point.draft.name, point.temperature))
   trees = tuple(trees) if tree_acceptance_fn is not None else ()
   if memo is not None:
@@ -169,8 +173,9 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
   rule = theory.effective_rule(rule, point.temperature)
   a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None
   curve = lone_curve(alpha, costs, gamma_max, rule, a_i)
-  accept = tree_acceptance_fn()["rank_acceptance"] if trees else None
-  return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve, trees, accept)
+  tree_acc = tree_acceptance_fn() if trees else {}
+  return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve, trees,
+                  tree_acc.get("rank_acceptance"), dict(tree_acc.get("dynamic_tokens", {})))
 
 
 def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *,
@@ -198,7 +203,8 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   if plan.accept_at_least is not None:
     memo["accept_at_least"] = list(plan.accept_at_least)
   if plan.trees:  # a tree beating every chain and the bar replaces the chain's gamma
-    memo.update(tree_choice.choose_tree(plan.trees, plan.tree_accept, loop, curve, min_speedup))
+    memo.update(tree_choice.choose_tree(plan.trees, plan.tree_accept, loop, curve, min_speedup,
+                                        plan.dynamic_tokens))
   store.remember("gammas", keys.auto_choice(plan.point.draft.name, plan.point.temperature), memo)
   return memo
 
@@ -222,8 +228,8 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
              loop: LoopCosts | None = None, calibration: Mapping[str, Any] | None = None,
              trees: tuple = ()) -> ResolvedPoint:
   """The ResolvedPoint of a fixed, adaptive, tree or (with its memo) 'auto' point; an 'auto'
-  memo that chose a tree resolves to one of `trees` (`tree`: the run's TreeScheme, whose
-  verifier a recalled tree takes)."""
+  memo that chose a tree, static or dynamic, resolves to one of `trees` (`tree`: the run's
+  TreeScheme, whose verifier a recalled tree takes)."""
   if point.gamma == ADAPTIVE:
     return ResolvedPoint(point.draft, adaptive.gamma_max, point.temperature, adaptive=adaptive)
   if point.gamma == TREE:

@@ -44,9 +44,10 @@ class RunConfig:
     call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`), or a
     `decoding.tree.DynamicTreeScheme` (an EAGLE-2-style dynamic tree; gin:
     `gin/decoding/dynamic_tree.gin`); None: the (3, 2, 1) tree with the 'auto' verifier.
-  tree_candidates: static trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
-    each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree` or a TreeScheme; the
-    cost model picks a chain's gamma, a tree or 0 (runner/calibrate.py). Model drafts only.
+  tree_candidates: trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
+    each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree`, a TreeScheme or a
+    DynamicTreeScheme (`gin/decoding/auto_dynamic_tree.gin`); the cost model picks a chain's
+    gamma, a tree or 0 (runner/calibrate.py). Model drafts only.
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
     draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
     its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`, or with
@@ -179,12 +180,18 @@ class RunConfig:
     return self.tree if self.tree is not None else TreeScheme((3, 2, 1))
 
   def tree_candidate_schemes(self) -> tuple:
-    """`tree_candidates` as TreeSchemes (a branching or a Tree gets `tree_scheme()`'s verifier),
-    without repeats, in the order given."""
-    from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
-    verifier = self.tree_scheme().verifier
-    out = [c if isinstance(c, TreeScheme) else TreeScheme(c, verifier)
-           for c in as_list(self.tree_candidates)]
+    """`tree_candidates` as schemes (a branching or a Tree: a TreeScheme with `tree_scheme()`'s
+    verifier; a TreeScheme or DynamicTreeScheme as given), without repeats, in the order given."""
+    # pylint: disable=import-outside-toplevel
+    from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
+    from specdec_jax.decoding.tree.scheme import TreeScheme
+    from specdec_jax.decoding.tree.shape import Tree
+    verifier, out = self.tree_scheme().verifier, []
+    for c in as_list(self.tree_candidates):
+      if not isinstance(c, (TreeScheme, DynamicTreeScheme, Tree, list, tuple)):
+        raise TypeError(f"RunConfig.tree_candidates: {c!r} is neither a branching per depth such "
+                        "as (3, 2, 1), a Tree, a TreeScheme nor a DynamicTreeScheme")
+      out.append(c if isinstance(c, (TreeScheme, DynamicTreeScheme)) else TreeScheme(c, verifier))
     return tuple(unique(out))
 
   @property

@@ -234,22 +234,23 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
 
 
 def _tree_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore, trees) -> Callable:
-  """tree_acceptance_of(point) -> a probe tree decode's a[d][r] on all the calibration prompts
-  (`tree_choice.tree_acceptance`) for the point's draft and temperature, made once and
-  remembered in the store."""
-  probe = tree_choice.probe(trees)
+  """tree_acceptance_of(point) -> `tree_choice.calibration_decodes` on all the calibration
+  prompts for the point's draft and temperature (a probe tree decode's a[d][r], a dynamic
+  candidate's own decode's tokens per call), each decode made once and remembered in the
+  store."""
   cal = loaded.calibration
   rows = range(len(cal.ids))
 
   def tree_acceptance_of(p) -> dict:
-    key = keys.calibration(p.draft.name, p.temperature) + "/tree"
-    acc = store.recall("calibration", key)
-    if acc is None:
-      acc = tree_choice.tree_acceptance(
-          *decoder_for(cfg, loaded, p.temperature, p.draft, probe),
-          global_batch(cal, loaded, rows)[0], seed=cfg.seed)
-      store.remember("calibration", key, acc)
-    return acc
+    def decode(suffix, scheme, fn):
+      key = keys.calibration(p.draft.name, p.temperature) + "/" + suffix
+      acc = store.recall("calibration", key)
+      if acc is None:
+        acc = fn(*decoder_for(cfg, loaded, p.temperature, p.draft, scheme),
+                 global_batch(cal, loaded, rows)[0], seed=cfg.seed)
+        store.remember("calibration", key, acc)
+      return acc
+    return tree_choice.calibration_decodes(trees, decode)
   return tree_acceptance_of
 
 

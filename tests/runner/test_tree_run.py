@@ -4,9 +4,12 @@ Why: the tree scheme (decoding/tree/scheme.py) must be selectable from a config 
 gamma, beside the chain in one run (same draft, same prompts, same process), and visible in
 metrics.json: tokens per target call, the tree it ran, greedy outputs equal to the baseline's.
 """
+import json
+
 import pytest
 
 from specdec_jax import run
+from specdec_jax.runner import calibrate
 
 pytestmark = pytest.mark.usefixtures("clean_gin")
 
@@ -60,3 +63,36 @@ def test_auto_weighs_trees_beside_chains(tmp_path):
   assert row["greedy_match_rate"] == 1.0 and row["speedup_predicted"] is not None
   if row["auto_gate"]["best_gamma"] == "tree(2,2)":
     assert row["tree"]["nodes"] == 7 and row["gamma"] == 2
+
+
+@pytest.mark.slow  # 20-40 s on 2 cores: a dynamic tree's calibration decode, its loop timed, decode
+def test_auto_chooses_a_dynamic_tree_and_decodes_it_exactly(tmp_path, monkeypatch):
+  """GAMMA='auto' with a dynamic candidate (gin/decoding/auto_dynamic_tree.gin): its tokens per
+  call come from its own calibration decode, its loop is timed, and once chosen the run decodes
+  with it, greedy outputs equal to the baseline's, the row saying it was the dynamic tree. Every
+  chain is pruned here (as the lone-extend model prunes gammas it predicts below the bar), so the
+  tree competes with the bar alone (0.01) and is chosen whatever this machine's timings."""
+  monkeypatch.setattr(calibrate, "candidates", lambda *a, **k: ())
+  label = "dynamic(depth=2,width=2,branch=2,nodes=5)"
+  metrics = run.run(["configs/local/smoke.gin", "gin/decoding/auto_dynamic_tree.gin"],
+                    str(tmp_path), [
+      "NUM_EXAMPLES = 4", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
+      "DRAFT_CHECKPOINT = 't5_test_target'", "RunConfig.gamma_max = 2",
+      "RunConfig.tree_candidates = [@DynamicTreeScheme()]", "DynamicTreeScheme.depth = 2",
+      "DynamicTreeScheme.width = 2", "DynamicTreeScheme.branch = 2",
+      "DynamicTreeScheme.nodes = 5", "RunConfig.auto_min_speedup = 0.01",
+      "RunConfig.auto_calibration_examples = 2", "RunConfig.auto_timing_examples = 2"])
+  (row,) = metrics
+  assert label in row["auto_predicted_speedup"] and row["auto_gate"]["best_gamma"] == label
+  assert row["tree"]["dynamic"] == {"depth": 2, "width": 2, "branch": 2, "nodes": 5}
+  assert row["gamma"] == 2 and row["greedy_match_rate"] == 1.0
+  assert row["speedup_predicted"] == row["auto_predicted_speedup"][label]
+  state = json.loads((tmp_path / "run_state.json").read_text())
+  (memo,) = state["gammas"].values()
+  assert memo["dynamic_tree"] == row["tree"]["dynamic"] and memo["tree"] is None
+  assert label in dict(memo["tree_curve"]) and memo["tree_expected_from"][label] == "decode"
+  (cal,) = [v for k, v in state["calibration"].items() if k.endswith("/tree/" + label)]
+  # The prediction's tokens per call are that decode's (a preset draft is the target's shape
+  # with other random weights: it may keep nothing, 1 token per call, but every call writes one).
+  assert memo["tree_expected_tokens"][label] == cal["tokens_per_call"] >= 1.0
+  assert cal["target_calls"] > 0 and cal["dynamic"] == row["tree"]["dynamic"]

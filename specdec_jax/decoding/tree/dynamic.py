@@ -193,7 +193,8 @@ class DynamicTreeScheme(ModelTree):
 
   A decoding scheme (`decoder.Decoder.scheme`), hashable, the static `TreeScheme`'s sibling:
   gin binds it where TreeScheme is bound (`RunConfig.tree = @DynamicTreeScheme()`, GAMMA =
-  'tree'; gin/decoding/dynamic_tree.gin). depth, width, branch, nodes: `shape.DynamicTree`.
+  'tree'; gin/decoding/dynamic_tree.gin), or among GAMMA='auto''s `RunConfig.tree_candidates`
+  (gin/decoding/auto_dynamic_tree.gin). depth, width, branch, nodes: `shape.DynamicTree`.
   verifier: as `TreeScheme.verifier` ('auto', a name, or a function with the tree verifiers'
   contract, which then receives a `verify.Walk` as its tree).
   """
