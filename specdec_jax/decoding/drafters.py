@@ -176,12 +176,16 @@ class PromptLookupDraft(_HistoryDraft):
     return jnp.where(found_BxT[..., None], onehot, fb)
 
 
-def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, max_ngram: int,
-           min_ngram: int) -> tuple[jax.Array, jax.Array]:
-  """(found_BxT, proposal_BxT): the continuation of the best match of the n-gram ending at pos.
+def match_scores(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array,
+                 max_ngram: int, min_ngram: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(score_BxTxL, seq_BxL, seg_L): how well the n-gram ending at history slot pos[b, t] matches
+  the one ending at each place j of the search sequence seq = [context | history] (seg_L: 0 for
+  context, 1 for history). The chain's `lookup` keeps the best j per query; the lookup tree
+  (`tree/lookup.py`) keeps the K best with distinct continuations.
 
-  Search sequence: [context | history]; a window never spans the two segments and history slots
-  after `pos` are invisible. Score = match length (capped at max_ngram), ties to the latest end.
+  A window never spans the two segments and history slots after `pos` are invisible. score =
+  match length (capped at max_ngram) * L + j (ties to the latest end), -1 where j is no
+  candidate: a match shorter than min_ngram, or no visible token after j in j's segment.
   """
   c, s = context_BxC.shape[1], tokens_BxS.shape[1]
   seq_BxL = jnp.concatenate([context_BxC, tokens_BxS], axis=1)
@@ -201,12 +205,19 @@ def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, ma
   match_BxTxL = jnp.sum(jnp.cumprod(eq.astype(jnp.int32), axis=-1), axis=-1)
   # Valid ends j: the continuation j + 1 is a real token of j's segment, visible at pos.
   nxt_L = jnp.minimum(j_L + 1, length - 1)
-  nxt_tok_BxL = seq_BxL[:, nxt_L]
   same_next_L = (j_L + 1 < length) & (seg_L[nxt_L] == seg_L)
   visible_BxTxL = (seg_L[None, None, :] == 0) | (j_L[None, None, :] - c < pos_BxT[..., None])
-  ok = (same_next_L[None, None, :] & (nxt_tok_BxL[:, None, :] >= 0) & visible_BxTxL
+  ok = (same_next_L[None, None, :] & (seq_BxL[:, nxt_L][:, None, :] >= 0) & visible_BxTxL
         & (match_BxTxL >= min_ngram))
-  score = jnp.where(ok, match_BxTxL * length + j_L[None, None, :], -1)
+  return jnp.where(ok, match_BxTxL * length + j_L[None, None, :], -1), seq_BxL, seg_L
+
+
+def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, max_ngram: int,
+           min_ngram: int) -> tuple[jax.Array, jax.Array]:
+  """(found_BxT, proposal_BxT): the continuation of the best match of the n-gram ending at pos
+  (`match_scores`)."""
+  score, seq_BxL, _ = match_scores(context_BxC, tokens_BxS, pos_BxT, max_ngram, min_ngram)
+  nxt_tok_BxL = seq_BxL[:, jnp.minimum(jnp.arange(seq_BxL.shape[1]) + 1, seq_BxL.shape[1] - 1)]
   best_BxT = jnp.argmax(score, axis=-1)
   found_BxT = jnp.max(score, axis=-1) >= 0
   proposal_BxT = jnp.take_along_axis(nxt_tok_BxL, best_BxT, axis=1)

@@ -28,7 +28,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.drafters import HistoryCache, lookup
+from specdec_jax.decoding.drafters import HistoryCache, lookup, match_scores
 from specdec_jax.decoding.tree.shape import Tree
 
 
@@ -57,36 +57,6 @@ def write_history(cache: HistoryCache, start_B: jax.Array, tokens_BxT: jax.Array
   return cache.replace(tokens_BxS=hist)
 
 
-def match_scores(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_B: jax.Array,
-                 max_ngram: int, min_ngram: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(score_BxL, seq_BxL, seg_L): how well the n-gram ending at history slot pos matches the one
-  ending at each place j of [context | history] (`drafters.lookup` for one query per row).
-
-  score = match length (capped at max_ngram) * L + j, -1 where j is no candidate: a match shorter
-  than min_ngram, j the query itself or past it, or no visible token after j in j's segment.
-  """
-  c, s = context_BxC.shape[1], tokens_BxS.shape[1]
-  seq_BxL = jnp.concatenate([context_BxC, tokens_BxS], axis=1)
-  seg_L = jnp.concatenate([jnp.zeros((c,), jnp.int32), jnp.ones((s,), jnp.int32)])
-  length = c + s
-  j_L = jnp.arange(length, dtype=jnp.int32)
-  k_N = jnp.arange(max_ngram, dtype=jnp.int32)
-  src_LxN = j_L[:, None] - k_N[None, :]
-  same_LxN = (src_LxN >= 0) & (seg_L[jnp.maximum(src_LxN, 0)] == seg_L[:, None])
-  window_BxLxN = jnp.where(same_LxN[None], seq_BxL[:, jnp.maximum(src_LxN, 0)], -3)
-  qpos_BxN = pos_B[:, None] - k_N[None, :]
-  suffix_BxN = jnp.where(qpos_BxN >= 0, jnp.take_along_axis(
-      tokens_BxS, jnp.clip(qpos_BxN, 0, s - 1), axis=1), -2)
-  eq_BxLxN = window_BxLxN == suffix_BxN[:, None, :]
-  match_BxL = jnp.sum(jnp.cumprod(eq_BxLxN.astype(jnp.int32), axis=-1), axis=-1)
-  nxt_L = jnp.minimum(j_L + 1, length - 1)
-  same_next_L = (j_L + 1 < length) & (seg_L[nxt_L] == seg_L)
-  visible_BxL = (seg_L[None, :] == 0) | (j_L[None, :] - c < pos_B[:, None])
-  ok_BxL = (same_next_L[None, :] & (seq_BxL[:, nxt_L] >= 0) & visible_BxL
-            & (match_BxL >= min_ngram))
-  return jnp.where(ok_BxL, match_BxL * length + j_L[None, :], -1), seq_BxL, seg_L
-
-
 def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: int,
                   max_ngram: int = 3, min_ngram: int = 1) -> tuple[jax.Array, jax.Array]:
   """(tokens_BxKxL, valid_BxKxL): up to K continuations of the stream ending at slot pos_B.
@@ -96,8 +66,9 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
   (`_continuation`: in the history, periodic past the query), valid while they stay in the
   match's segment (a source's end, its pads). Invalid entries are 0.
   """
-  score_BxL, seq_BxL, seg_L = match_scores(cache.context_BxC, cache.tokens_BxS, pos_B,
-                                           max_ngram, min_ngram)
+  score_Bx1xL, seq_BxL, seg_L = match_scores(cache.context_BxC, cache.tokens_BxS, pos_B[:, None],
+                                             max_ngram, min_ngram)
+  score_BxL = score_Bx1xL[:, 0]
   total, c = seq_BxL.shape[1], cache.context_BxC.shape[1]
   first_BxL = seq_BxL[:, jnp.minimum(jnp.arange(total) + 1, total - 1)]
   ends, found = [], []
