@@ -47,10 +47,19 @@ def _batches(n: int, size: int):
     yield range(start, min(n, start + size))
 
 
-def _load(name: str):
-  """(model, float32 params) of a zoo model (or a checkpoint path), loaded as the runner does."""
+def _load(name: str, target_params=None):
+  """(model, float32 params) of a zoo model (or a checkpoint path), loaded as the runner does; a
+  feature-level draft takes its target's pieces from `target_params` (checked against its
+  pairing record)."""
+  import jax
+  from specdec_jax.checkpoints import feature_draft as fd_ckpt
   from specdec_jax.checkpoints import loader
-  return loader.load_model(name if os.sep in name else os.path.join(ZOO, name))
+  path = name if os.sep in name else os.path.join(ZOO, name)
+  if fd_ckpt.is_feature_draft(path):
+    fd_ckpt.check_target(path, "t5_target", target_params)
+    draft, params = fd_ckpt.load(path, target_params)
+    return draft, jax.device_put(params)
+  return loader.load_model(path)
 
 
 def _decode_texts(result, vocab, rows: int) -> list[str]:
@@ -103,12 +112,14 @@ def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: 
 
 def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int, batch: int,
           temperature: float, *, decoder_only: bool = False) -> dict:
-  """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts."""
+  """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts (a
+  feature-level draft with its own chain, `draft_schemes.chain_for`: its drafted positions only,
+  no bonus position)."""
   import jax
   from specdec_jax.data import local_tasks
   from specdec_jax.decoding.decoder import Decoder, Params
+  from specdec_jax.decoding.draft_schemes import chain_for
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.decoding.speculative import Chain
   from specdec_jax.metrics import acceptance
   examples = local_tasks.load_examples(task, "valid", n)
   ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True,
@@ -116,7 +127,7 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   totals = []
   for b, rows in enumerate(_batches(len(examples), batch)):
     inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
-    decoder = Decoder(target, draft, Chain(4), SamplingConfig(temperature),
+    decoder = Decoder(target, draft, chain_for(draft, 4), SamplingConfig(temperature),
                       max_decode_len=spec["max_decode"])
     res = decoder.generate(Params(tparams, dparams), inputs, jax.random.key(b))
     totals.append(acceptance.counters_to_dict(res.counters))
@@ -185,7 +196,7 @@ def main(argv=None) -> int:
     for name in (tname, dname):
       if name not in models and os.path.exists(os.path.join(ZOO, name) if os.sep not in name
                                                 else name):
-        models[name] = _load(name)
+        models[name] = _load(name, tparams)
     if tname not in models or dname not in models:
       print(f"skipping {dname}: not in {ZOO}", flush=True)
       continue

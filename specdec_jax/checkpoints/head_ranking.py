@@ -90,7 +90,10 @@ def read_ranking(directory: str, vocab_size: int, task: Optional[str] = None
 
 def restrict_to_ranking(model, params: Params, directory: str, k: int, task: Optional[str] = None):
   """`head_vocab.restrict` to the K first ids of the ranking stored in `directory` for `task`
-  (EOS kept); returns (model, params, what the ranking counts)."""
+  (EOS kept); returns (model, params, what the ranking counts). A feature-level draft restricts
+  its own head (`FeatureDraft.restrict_head`: the same columns of the target's head)."""
   ranking, counted = read_ranking(directory, model.vocab_size, task)
-  return (*head_vocab.restrict(model, params, head_vocab.select(ranking, k, model.eos_id)),
-          counted)
+  ids = head_vocab.select(ranking, k, model.eos_id)
+  if hasattr(model, "restrict_head"):
+    return (*model.restrict_head(params, ids), counted)
+  return (*head_vocab.restrict(model, params, ids), counted)

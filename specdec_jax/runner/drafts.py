@@ -21,7 +21,6 @@ from specdec_jax.checkpoints import feature_draft as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
 from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
-from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner.config import (ADAPTIVE, FEATURE_DRAFT, MODEL_DRAFT, TREE, DraftSpec,
@@ -141,9 +140,8 @@ def feature_draft(checkpoint: str, target: Model, target_params, settings: Draft
                     "head, draft_head_vocab = %d not applied", checkpoint,
                     head_ranking.RANKING_FILE, settings.head_vocab)
   elif settings.head_vocab:
-    ranking, counted = head_ranking.read_ranking(path, draft.vocab_size, settings.task)
-    draft, params = draft.restrict_head(
-        params, head_vocab.select(ranking, settings.head_vocab, draft.eos_id))
+    draft, params, counted = head_ranking.restrict_to_ranking(draft, params, path,
+                                                              settings.head_vocab, settings.task)
     logging.info("feature draft %s: output head restricted to %d of %d tokens (ranking of the "
                  "%s)", checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, jax.device_put(params)
