@@ -76,3 +76,42 @@ def c_table(layout: roofline.Layout, name: str, cfg: FeatureDraftConfig, gamma: 
                  params_read=p.params_read) for d, p in lay.drafts.items()}
   out[name]["fuse_c"] = fuse_c(lay, cfg, gamma)
   return dict(layout=lay.name, target_step_us=lay.target_s() * 1e6, drafts=out)
+
+
+def layout_for_mesh(layout: roofline.Layout, name: str, target_chips: int,
+                    draft_chips: int) -> roofline.Layout:
+  """A recorded layout's models on another mesh: the target over `target_chips`, its drafts
+  over `draft_chips` (the roofline divides weights and caches by them; shapes unchanged)."""
+  drafts = {k: dataclasses.replace(p, chips=draft_chips) for k, p in layout.drafts.items()}
+  return dataclasses.replace(layout, name=name, drafts=drafts,
+                             target=dataclasses.replace(layout.target, chips=target_chips))
+
+
+def compiled_table(records) -> str:
+  """The programs an AOT job compiled for a feature-level draft (per chip the compiler's bytes
+  against the usable HBM, host transfers inside the loop, compile seconds) and, per record,
+  the roofline's c of its draft beside T5-small's (`c_table`, stored in the record)."""
+  head = ("slice, mesh (data, outer, inner)", "program",
+          "per chip: arguments / temporaries / total (GiB)", "usable HBM (GiB)", "fits",
+          "host transfers in the loop", "compile (s, 2-core host)",
+          "roofline c: feature draft (+ fusion per iteration) / T5-small")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for rec in records:
+    m = rec["metrics"]
+    drafts = m["roofline"]["drafts"]
+    feature = drafts[m["feature_draft"]]
+    c = (f"{feature['c']:.4f} (+ {feature['fuse_c']:.4f}) / "
+         f"{drafts['t5_1_1_small']['c']:.4f}")
+    for r in m["aot"]:
+      b = r.get("per_chip_bytes") or {}
+      mesh = r["mesh"]
+      lines.append("| " + " | ".join((
+          f"{r['topology']}, ({mesh['data']}, {mesh['model_outer']}, {mesh['model_inner']})",
+          r["program"],
+          " / ".join(f"{b.get(k, 0) / roofline.GiB:.2f}"
+                     for k in ("arguments", "temporaries", "total")),
+          f"{(r.get('hbm_bytes_per_chip') or 0) / roofline.GiB:.2f}",
+          {True: "yes", False: "NO"}.get(r.get("fits"), "-"),
+          str(r.get("host_transfers_in_loop", "-")), f"{r.get('compile_seconds') or 0:.0f}",
+          c)) + " |")
+  return "\n".join(lines)
