@@ -8,6 +8,7 @@ the wrong shard, a pending entry lost when the state is resharded) changes the g
 the acceptance counters. T5 (the draft cross-attends to the target's encoder output) and
 decoder-only, the chained and the parallel scheme, a batch of ragged prompts, data parallel 2.
 """
+import dataclasses
 import functools
 
 import jax
@@ -27,7 +28,6 @@ MESH = sh.MeshConfig(data=2, model_outer=2, model_inner=2)  # target on 4 chips,
 @functools.lru_cache(maxsize=None)
 def _pair(kind):
   """The tiny pair with EOS moved to an id these random models rarely pick (long outputs)."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
   t, tp, d, dp = tiny_feature_pair(kind)
   t = dataclasses.replace(t, config=t.config.replace(eos_id=EOS))
   d = dataclasses.replace(d, config=d.config.replace(eos_id=EOS))
