@@ -39,6 +39,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specdec_jax.models import gqa
+from specdec_jax.models.feature_draft import FeatureDraft
 from specdec_jax.models.model import Model
 
 DATA, OUTER, INNER = "data", "model_outer", "model_inner"
@@ -167,10 +168,31 @@ def _mesh_axes_of(rules: Rules, logical: str):
   return ()
 
 
-def _dims(model: Model) -> list[tuple[str, int]]:
+def is_sharded_model(draft) -> bool:
+  """Whether `draft` has parameters laid out by logical axes (a `Model`, or a feature-level
+  draft: the draft rules, fewer chips), not a model-free draft's tables (replicated)."""
+  return isinstance(draft, (Model, FeatureDraft))
+
+
+def _feature_dims(draft: FeatureDraft) -> list[tuple[str, int]]:
+  """A feature-level draft's shardable sizes: its block's heads, MLP and width, the copied
+  embedding's and head's vocabulary (a restricted head's K columns too: its kernel is [D, K])."""
+  c = draft.config
+  dims = [("heads", c.num_heads), ("mlp", c.mlp_dim), ("vocab", c.vocab_size),
+          ("joined_kv", c.num_heads * c.head_dim), ("embed", c.emb_dim),
+          ("embed", c.target_dim), ("kv", c.head_dim),
+          ("relpos_buckets", c.relative_attention_num_buckets)]
+  if draft.head_ids:
+    dims.append(("vocab", len(draft.head_ids)))
+  return list(dict.fromkeys(dims))
+
+
+def _dims(model) -> list[tuple[str, int]]:
   """Every (logical name, size) a rule may shard. Grouped-query attention adds the key/value
   heads (the cache's `heads` and the k/v kernels' `joined_kv` are kv_heads wide): they split
   over the same model axes as the query heads, so those axes must divide the smaller count."""
+  if isinstance(model, FeatureDraft):
+    return _feature_dims(model)
   c = model.config
   # Order matters for the message: heads before joined_kv (heads | joined_kv).
   dims = [("heads", c.num_heads), ("heads", c.kv_heads), ("mlp", c.mlp_dim),
@@ -201,8 +223,9 @@ def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
     if n > 1 and size % n:
       what = "batch size" if logical == "batch" else f"{name} dimension '{logical}'"
       sizes = " x ".join(f"{a}={mesh.shape[a]}" for a in axes)
-      gqa = (logical in ("heads", "joined_kv") and model.config.kv_heads != model.config.num_heads
-             and size in (model.config.kv_heads, model.config.kv_heads * model.config.head_dim))
+      kv_heads = getattr(model.config, "kv_heads", model.config.num_heads)
+      gqa = (logical in ("heads", "joined_kv") and kv_heads != model.config.num_heads
+             and size in (kv_heads, kv_heads * model.config.head_dim))
       raise ValueError(
           f"mesh axis {axes[0] if len(axes) == 1 else axes} of size {n} ({sizes}) does not divide "
           f"the {what} = {size}"
@@ -211,7 +234,8 @@ def validate(mesh: Mesh, model: Model, rules: Rules, *, name: str = "model",
 
 
 # ---- placement ------------------------------------------------------------------------------------
-def with_rules(model: Model, rules: Rules) -> Model:
+def with_rules(model, rules: Rules):
+  """`model` (a `Model` or a `FeatureDraft`) with `rules` attached as its `axis_rules`."""
   return dataclasses.replace(model, axis_rules=rules_to_hashable(rules))
 
 
@@ -260,7 +284,10 @@ def kv_replication(mesh: Mesh, model: Model, rules: Rules) -> int:
 def fit_kv_heads(mesh: Mesh, model: Model, params, rules: Rules):
   """(model, params) with its key/value heads replicated where the mesh splits its heads over
   more chips than it has kv heads (Llama-3.1 70B's 8 over 16 chips: each kv head on 2); the
-  same model and params otherwise. Exact: the logits are unchanged (`models.gqa`)."""
+  same model and params otherwise (a feature-level draft's block has no grouped heads). Exact:
+  the logits are unchanged (`models.gqa`)."""
+  if not isinstance(model, Model):
+    return model, params
   r = kv_replication(mesh, model, rules)
   if r == 1:
     return model, params
@@ -315,8 +342,8 @@ def place_models(mesh: Mesh, mesh_config: MeshConfig, target: Model, target_para
                  drafts: dict, *, batch_size: Optional[int] = None):
   """(target, params, drafts) with rules attached and params placed on `mesh`.
 
-  `drafts` maps a key to (Model, params) or to (model-free draft, tables): model drafts get the
-  draft rules (fewer chips); a model-free draft's tables are replicated on every device (with
+  `drafts` maps a key to (Model or FeatureDraft, params) or to (model-free draft, tables): model
+  and feature-level drafts get the draft rules (fewer chips); a model-free draft's tables are replicated on every device (with
   several processes a table on one local device could not feed the global program). Everything
   is validated, on shapes only, before anything is placed: a bad mesh fails before any transfer
   or compile. `params` may be host (numpy) or device arrays; with several processes each must
@@ -324,17 +351,17 @@ def place_models(mesh: Mesh, mesh_config: MeshConfig, target: Model, target_para
   """
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
   target, target_params = fit_kv_heads(mesh, target, target_params, t_rules)
-  drafts = {k: fit_kv_heads(mesh, d, dp, d_rules) if isinstance(d, Model) else (d, dp)
+  drafts = {k: fit_kv_heads(mesh, d, dp, d_rules) if is_sharded_model(d) else (d, dp)
             for k, (d, dp) in drafts.items()}
   validate(mesh, target, t_rules, name="target", batch_size=batch_size)
   for k, (d, _) in drafts.items():
-    if isinstance(d, Model):
+    if is_sharded_model(d):
       validate(mesh, d, d_rules, name=f"draft {k}", batch_size=batch_size)
   target, target_params = shard_model(target, target_params, mesh, t_rules, name="target")
   replicated = NamedSharding(mesh, P())
   out = {}
   for k, (d, dp) in drafts.items():
-    if isinstance(d, Model):
+    if is_sharded_model(d):
       out[k] = shard_model(d, dp, mesh, d_rules, name="draft")
     else:
       out[k] = (d, place(dp, jax.tree.map(lambda _: replicated, dp)))

@@ -13,6 +13,7 @@ model loader that reads no weight. Parameters take the dtype the runner casts th
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -21,9 +22,17 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specdec_jax import sharding as sh
+from specdec_jax.checkpoints import feature_draft as feature_ckpt
 from specdec_jax.checkpoints import loader
 from specdec_jax.models.config import PRESETS, ModelConfig
+from specdec_jax.models.feature_draft import FeatureDraftConfig
 from specdec_jax.models.model import Model
+
+# The preset a gin macro pair gives a feature-level draft's checkpoint that cannot be read here
+# (`*_FEATURE_CHECKPOINT` / `*_FEATURE_PRESET = 'feature_draft'`): the draft
+# `FeatureDraftConfig.for_target` shapes for the run's target (EAGLE-3's one decoder layer of the
+# target's width, heads and MLP, reading its low / middle / high states).
+FEATURE_PRESET = "feature_draft"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +63,31 @@ def resolve_config(spec: str, *, presets: Mapping[str, str] = (), dtype: Optiona
         f"beside its *_CHECKPOINT macro in gin, or pass a preset name ({', '.join(sorted(PRESETS))})")
   return ResolvedModel(loader.preset_config(preset, dtype=dtype),
                        f"preset {preset} (for {spec}, not read)", preset)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedFeature:
+  """A feature-level draft's config and where it came from."""
+  config: FeatureDraftConfig
+  source: str
+
+
+def resolve_feature(spec: str, target: ModelConfig, *, presets: Mapping[str, str] = (),
+                    dtype: Optional[str] = None) -> Optional[ResolvedFeature]:
+  """The feature-level draft `spec` names, without reading weights: a local export's
+  `feature_draft_config.json`, or `FEATURE_PRESET` bound to an unreadable checkpoint (shaped for
+  `target`); None when `spec` is no feature draft. `dtype`: the run's compute dtype."""
+  path = loader.local_path(spec)
+  if path is not None and feature_ckpt.is_feature_draft(path):
+    with open(os.path.join(path, feature_ckpt.CONFIG_FILE), encoding="utf-8") as f:
+      config = FeatureDraftConfig.from_json(f.read())
+    source = f"{feature_ckpt.CONFIG_FILE} of {spec}"
+  elif dict(presets).get(spec) == FEATURE_PRESET:
+    config = FeatureDraftConfig.for_target(target)
+    source = f"FeatureDraftConfig.for_target(the target) (for {spec}, not read)"
+  else:
+    return None
+  return ResolvedFeature(config.replace(dtype=dtype) if dtype else config, source)
 
 
 def _preset_in_path(spec: str) -> Optional[str]:

@@ -46,7 +46,8 @@ flags.DEFINE_list("only", [], "Compile only programs of these kinds (spec_prefil
                   "--only=spec_prefill,target_step,verify,draft_step for the roofline alone; "
                   "a program whose state comes from a prefill brings that prefill along.")
 
-_MACRO = re.compile(r"^([A-Z0-9_]+)_(CHECKPOINT|PRESET)\s*=\s*'([^']*)'\s*$", re.M)
+# gin's config_str wraps a long binding after `= \` onto the next line: the value may follow there.
+_MACRO = re.compile(r"^([A-Z0-9_]+)_(CHECKPOINT|PRESET)\s*=\s*(?:\\\n\s*)?'([^']*)'\s*$", re.M)
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),

@@ -90,6 +90,11 @@ def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
   if cfg.runs_speculative:
     specs = draft_specs(cfg)
     for spec in specs:
+      feature = _feature_draft(spec, target.config, presets, cfg.dtype)
+      if feature is not None:
+        draft_cfgs[feature[0]] = feature[1].config
+        models[f"draft {feature[0]}"] = feature[1].source
+        continue
       if spec.kind != MODEL_DRAFT:
         draft_cfgs[spec.kind] = spec.kind
         continue
@@ -111,6 +116,20 @@ def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
     extra = steps_lib.step_programs(setup, model_drafts, gamma=max(roofline_tokens - 1, 1),
                                     max_tokens=roofline_tokens, mesh=mesh)
   return progs, extra
+
+
+def _feature_draft(spec, target_config, presets, dtype):
+  """(name, `abstract.ResolvedFeature`) when `spec` is a feature-level draft (a local export, or
+  a checkpoint the gin macros pair with `abstract.FEATURE_PRESET`), else None. Named as the
+  runner names one (`DraftSpec` of kind 'feature': a trainer's `D/export` is D)."""
+  from specdec_jax.runner.config import CHECKPOINT_DRAFTS, FEATURE_DRAFT, DraftSpec  # pylint: disable=import-outside-toplevel
+  if spec.kind not in CHECKPOINT_DRAFTS:
+    return None
+  resolved = abstract.resolve_feature(spec.checkpoint, target_config, presets=presets,
+                                      dtype=dtype)
+  if resolved is None:
+    return None
+  return DraftSpec(FEATURE_DRAFT, spec.checkpoint, spec.label).name, resolved
 
 
 def select(progs: Sequence[programs_lib.Program], kinds: Sequence[str]) -> list:

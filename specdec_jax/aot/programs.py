@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 from specdec_jax import sharding as sh
 from specdec_jax.aot import abstract
 from specdec_jax.models import gqa
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 
 SPEC_PREFILL, SPEC_LOOP, AR_PREFILL, AR_LOOP, TRAIN_STEP = (
@@ -64,6 +65,7 @@ class DecodeSetup:
   rule: str
   runs_autoregressive: bool
   runs_speculative: bool
+  feature_parallel: bool = False  # a feature draft decodes with ParallelFeatureChain
 
 
 def gammas_to_compile(gammas, gamma_max: int) -> int:
@@ -107,8 +109,9 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
                  ) -> DecodeSetup:
   """Models with their rules, validated against the mesh, and their abstract params.
 
-  draft_cfgs: draft name -> ModelConfig for model drafts, or the kind ('unigram', 'bigram',
-  'prompt_lookup') for model-free ones.
+  draft_cfgs: draft name -> ModelConfig for model drafts, FeatureDraftConfig for feature-level
+  drafts (the draft rules, as `sharding.place_models` lays one out), or the kind ('unigram',
+  'bigram', 'prompt_lookup') for model-free ones.
   """
   from specdec_jax.data import ngram_tables  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
@@ -124,6 +127,10 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
       tables = ({} if dcfg == "prompt_lookup"
                 else ngram_tables.build_ngram_tables([], target.vocab_size))
       drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
+    elif isinstance(dcfg, FeatureDraftConfig):
+      draft = sh.with_rules(FeatureDraft(dcfg), d_rules)
+      sh.validate(mesh, draft, d_rules, name=f"feature draft {name}", batch_size=batch)
+      drafts[name] = (draft, abstract.abstract_params(draft, mesh, cfg.dtype))
     else:
       draft = _fitted(mesh, sh.with_rules(Model(dcfg), d_rules), d_rules)
       sh.validate(mesh, draft, d_rules, name=f"draft {name}", batch_size=batch)
@@ -135,16 +142,19 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
       batch=batch, prompt_len=cfg.max_input_length, max_decode_len=cfg.max_decode_length,
       gammas={name: gamma for name in drafts}, trees=trees, samplings=distinct_samplings(cfg),
       rule=cfg.rule, runs_autoregressive=cfg.runs_autoregressive or (gamma == 0 and not trees),
-      runs_speculative=cfg.runs_speculative and (gamma > 0 or bool(trees)))
+      runs_speculative=cfg.runs_speculative and (gamma > 0 or bool(trees)),
+      feature_parallel=cfg.feature_parallel)
 
 
 def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
   """Prefill and loop programs of every draft (and the autoregressive baseline): the runner's
-  `Decoder` on the mesh (`decoder.prefill_program`, then `decoder.loop_program`)."""
+  `Decoder` on the mesh (`decoder.prefill_program`, then `decoder.loop_program`); a chain's
+  scheme is `draft_schemes.chain_for`'s, as the runner's (`FeatureChain` or its parallel
+  variant for a feature-level draft)."""
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import decoder as decoder_lib, start
   from specdec_jax.decoding.autoregressive import Autoregressive
-  from specdec_jax.decoding.speculative import Chain
+  from specdec_jax.decoding.draft_schemes import chain_for
   s = setup
   inputs = abstract.abstract_batch((s.batch, s.prompt_len), np.int32, mesh, s.target.axis_rules)
   rng = abstract.abstract_key(mesh)
@@ -155,7 +165,7 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
       if gamma > 0:
         runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
                      f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
-                     draft, dparams, Chain(gamma)))
+                     draft, dparams, chain_for(draft, gamma, parallel=s.feature_parallel)))
       runs += [_tree_run(dname, draft, dparams, tree) for tree in s.trees
                if isinstance(draft, Model)]  # model-free drafts score no masked block
   if s.runs_autoregressive:

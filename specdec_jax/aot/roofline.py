@@ -92,6 +92,13 @@ class Placement:
   prompt_len: int = 0    # encoder positions the cross-attention cache holds (T5 only)
   cache_len: int = 1     # self-attention slots
   chips: int = 1
+  # Weights a step reads beyond `weight_params_read(config)`: a feature-level draft's input
+  # projection (`aot.feature_roofline`); 0 for a token model.
+  extra_params: int = 0
+
+  @property
+  def params_read(self) -> int:
+    return weight_params_read(self.config) + self.extra_params
 
   @property
   def act_bytes(self) -> int:
@@ -133,10 +140,10 @@ def step_cost(p: Placement, tokens: int, sampling: bool = True) -> Cost:
   inner = cfg.num_heads * cfg.head_dim
   kv = cfg.kv_heads * cfg.head_dim
   per_token = p.batch * (2 * kv * cfg.num_decoder_layers + cfg.emb_dim) * p.act_bytes
-  shared = weight_params_read(cfg) * p.act_bytes + cache_bytes(p) + tokens * per_token
+  shared = p.params_read * p.act_bytes + cache_bytes(p) + tokens * per_token
   sample = tokens * p.batch * SAMPLING_PASSES * cfg.vocab_size * LOGITS_BYTES if sampling else 0
   attention = 4 * cfg.num_decoder_layers * inner * (p.cache_len + p.cross_len)
-  flops = tokens * p.batch * (2 * weight_params_read(cfg) + attention)
+  flops = tokens * p.batch * (2 * p.params_read + attention)
   return Cost(bytes=shared / p.chips + sample, flops=flops / p.chips)
 
 
@@ -145,13 +152,13 @@ def argument_bytes(p: Placement) -> int:
   and the caches (compare with `memory_analysis`'s arguments)."""
   cfg = p.config
   embedding = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.emb_dim  # tied: the head itself
-  weights = (weight_params_read(cfg) + embedding) * p.act_bytes
+  weights = (p.params_read + embedding) * p.act_bytes
   return (weights + cache_bytes(p)) // p.chips
 
 
 def resident_bytes(p: Placement) -> int:
   """Per chip, the model's whole weights (encoder included) and its caches: what stays on HBM."""
-  return (p.config.num_params() * p.act_bytes + cache_bytes(p)) // p.chips
+  return ((p.config.num_params() + p.extra_params) * p.act_bytes + cache_bytes(p)) // p.chips
 
 
 @dataclasses.dataclass(frozen=True)

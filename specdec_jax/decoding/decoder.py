@@ -49,6 +49,8 @@ class Scheme(Protocol):
   gamma: draft tokens per iteration at most: sizes the buffer slack and the per-position
     counters (0 without a draft). needs_draft: whether the decoder must have a draft.
   init_stats(batch): the scheme's own on-device statistics, carried in `DecodeState.stats`.
+  stats_batched (optional, default False): every leaf of those statistics is per example
+    ([B, ...], the feature chain's pending entries), so on a mesh they are batch-sharded too.
   iteration(decoder, params, state): one target call's worth of decoding.
   """
 
@@ -156,7 +158,8 @@ class Decoder:
 
   def _constrain(self, state: st.DecodeState) -> st.DecodeState:
     """On a mesh, the token buffer and per-example arrays (counters too) batch-sharded by the
-    target's rules; the caches carry their own constraints from `prefill` / `extend`. Prefill
+    target's rules (a scheme's per-example statistics too: `stats_batched`); the caches carry
+    their own constraints from `prefill` / `extend`. Prefill
     and loop body use the same constraints, so the donated state and the loop's output have
     equal shardings, which is what lets XLA alias them. The identity on one device."""
     if self.mesh is None:
@@ -168,10 +171,13 @@ class Decoder:
       c = state.counters
       counters = c.replace(**{f.name: b(getattr(c, f.name)) for f in dataclasses.fields(c)
                               if "_B" in f.name})
+      stats = state.stats
+      if getattr(self.scheme, "stats_batched", False):
+        stats = jax.tree.map(b, stats)
       return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B),
                            counters=counters, done_B=b(state.done_B), base_B=b(state.base_B),
                            draft_pending_B=b(state.draft_pending_B),
-                           bonus_p_BxV=b(state.bonus_p_BxV))
+                           bonus_p_BxV=b(state.bonus_p_BxV), stats=stats)
 
 
 # ---- the programs ----------------------------------------------------------------------------------

@@ -117,6 +117,7 @@ class FeatureChain:
   width: int = 0
 
   needs_draft = True
+  stats_batched = True  # FeatureCarry is per example: batch-sharded on a mesh (`Decoder`)
 
   def __post_init__(self):
     if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specdec_jax.aot import roofline, tree_roofline
+from specdec_jax.aot import feature_roofline, roofline, tree_roofline
 from specdec_jax.metrics import compare
 from specdec_jax.metrics import findings
 
@@ -160,6 +160,7 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
     "roofline_trees": tree_roofline.trees_table,  # one layout's Table-2 rows, trees beside chains
     "aot_trees": tree_roofline.compiled_trees_table,  # the tree programs an AOT job compiled
+    "aot_feature": feature_roofline.compiled_table,  # a feature draft's programs and its c
 }
 
 

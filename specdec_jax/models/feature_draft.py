@@ -22,6 +22,7 @@ cache is a `kv_cache.DecodeCache` with one layer: rollback is the usual index mo
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import Any, Optional
@@ -35,6 +36,7 @@ from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.layers import (Dense, Embed, LayerNorm, RelativePositionBiases,
                                        scatter_logits)
+from specdec_jax.models.model import constrain_cache
 from specdec_jax.models.transformer import DecoderLayer, block_biases
 
 Params = Any
@@ -210,10 +212,20 @@ class FeatureDraft:
   `extend` refuses, since a draft call without the target's features has nothing to draft from.
   Which scheme decodes it (chained, or parallel with mask entries of token `mask_id`) is the
   caller's choice (`decoding.draft_schemes.chain_for`), not the model's.
+
+  `axis_rules` (optional, as `Model.axis_rules`; `specdec_jax.sharding` attaches the draft's):
+  the logical-axis rules its parameters, activations and cache are laid out by on a mesh. Its
+  own, because inside one program the target resolves the same names over more chips.
   """
 
   config: FeatureDraftConfig
   head_ids: Optional[tuple[int, ...]] = None
+  axis_rules: Optional[tuple] = None
+
+  def _rules(self):
+    if self.axis_rules is None:
+      return contextlib.nullcontext()
+    return nn.logical_axis_rules(self.axis_rules)
 
   @property
   def module(self) -> FeatureDraftModule:
@@ -255,13 +267,23 @@ class FeatureDraft:
 
   def init(self, rng: jax.Array) -> Params:
     """Random float32 parameters (the shared pieces too: `with_target_pieces` copies them)."""
+    return jax.jit(lambda r: nn.unbox(self._init_boxed(r)))(rng)
+
+  def _init_boxed(self, rng: jax.Array):
     cfg, e = self.config, 4
     enc = jnp.zeros((1, e, cfg.source_dim), jnp.float32) if cfg.kind == "t5" else None
     hidden = jnp.zeros((1, 4, len(cfg.feature_layers), cfg.target_dim), jnp.float32)
-    init = lambda r: self.module.init(r, jnp.ones((1, e), jnp.int32),  # noqa: E731
-                                      jnp.ones((1, 4), jnp.int32), hidden, enc,
-                                      method=FeatureDraftModule.init_all)["params"]
-    return jax.jit(lambda r: nn.unbox(init(r)))(rng)
+    return self.module.init(rng, jnp.ones((1, e), jnp.int32), jnp.ones((1, 4), jnp.int32),
+                            hidden, enc, method=FeatureDraftModule.init_all)["params"]
+
+  def logical_axes(self) -> Params:
+    """PartitionSpec tree of logical axis names, the structure of `init`'s output (what
+    `sharding.param_shardings` lays its params out by: the block's kernels by heads / mlp, the
+    copied embedding and head by vocab, the fusion and input projections replicated)."""
+    return nn.get_partition_spec(jax.eval_shape(self._init_boxed, jax.random.key(0)))
+
+  def param_shapes(self) -> Params:
+    return jax.eval_shape(self.init, jax.random.key(0))
 
   def frozen_names(self) -> tuple[str, ...]:
     """Top-level parameter names copied from the target and never trained."""
@@ -288,28 +310,36 @@ class FeatureDraft:
     its cross K/V of the target's `encoded`. Decoder-only: the prompt's entries are not filled
     (the target's prompt states are not passed to prefills yet): the draft starts without them."""
     batch = inputs_BxP.shape[0]
-    if self.config.kind == "t5":
-      if encoded is None:
-        raise ValueError("a T5 feature draft cross-attends to its target's encoder output: pass "
-                         "the target's `encode` output as `encoded`")
-      return self.module.apply({"params": params}, batch, cache_len, encoded.states_BxExD,
-                               encoded.mask_BxE, method=FeatureDraftModule.empty_cache)
-    cache = self.module.apply({"params": params}, batch, cache_len,
-                              method=FeatureDraftModule.empty_cache)
+    if self.config.kind == "t5" and encoded is None:
+      raise ValueError("a T5 feature draft cross-attends to its target's encoder output: pass "
+                       "the target's `encode` output as `encoded`")
+    with self._rules():
+      if self.config.kind == "t5":
+        return constrain_cache(self.module.apply(
+            {"params": params}, batch, cache_len, encoded.states_BxExD, encoded.mask_BxE,
+            method=FeatureDraftModule.empty_cache))
+      cache = constrain_cache(self.module.apply({"params": params}, batch, cache_len,
+                                                method=FeatureDraftModule.empty_cache))
     lengths_B = jnp.sum(inputs_BxP != self.config.pad_id, axis=1).astype(jnp.int32)
     return cache.rollback(jnp.maximum(lengths_B - 1, 0))
 
   def fuse(self, params: Params, hidden_BxTxnxD: jax.Array) -> jax.Array:
     """The target's states [B, T, n, target_dim] -> features g [B, T, emb_dim]."""
-    return self.module.apply({"params": params}, hidden_BxTxnxD,
-                             method=FeatureDraftModule.fuse_features)
+    with self._rules():
+      return self.module.apply({"params": params}, hidden_BxTxnxD,
+                               method=FeatureDraftModule.fuse_features)
 
   def extend_features(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
                       g_BxTxD: jax.Array) -> tuple[jax.Array, jax.Array, DecodeCache]:
     """Feeds T entries (g_t, token_t) per example at `cache.index_B`: (float32 logits [B, T, V]
-    predicting the token after each entry's token, output features [B, T, emb_dim], cache)."""
-    return self.module.apply({"params": params}, cache, tokens_BxT, g_BxTxD,
-                             method=FeatureDraftModule.extend)
+    predicting the token after each entry's token, output features [B, T, emb_dim], cache).
+    On a mesh the logits come back with the vocabulary gathered and the cache pinned to its
+    batch / heads layout, as `Model.extend` leaves a token draft's."""
+    with self._rules():
+      logits_BxTxV, out_BxTxD, cache = self.module.apply(
+          {"params": params}, cache, tokens_BxT, g_BxTxD, method=FeatureDraftModule.extend)
+      logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+      return logits_BxTxV, out_BxTxD, constrain_cache(cache)
 
   def extend(self, params, cache, tokens_BxT):
     raise TypeError("a feature-level draft drafts from the target's features: drive it with "
@@ -323,5 +353,6 @@ class FeatureDraft:
     states = None if encoded is None else encoded.states_BxExD
     if self.config.kind == "t5" and states is None:
       raise ValueError("a T5 feature draft needs its target's `encoded` source")
-    return self.module.apply({"params": params}, inputs_BxP, tokens_BxT, g_BxTxD, states,
-                             offsets, visible)
+    with self._rules():
+      return self.module.apply({"params": params}, inputs_BxP, tokens_BxT, g_BxTxD, states,
+                               offsets, visible)

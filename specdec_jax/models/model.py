@@ -136,10 +136,10 @@ class Model:
           states = m.encode(inputs) if states is None else states
           return m.empty_cache(batch, cache_len, states, inputs != self.config.pad_id)
         states = None if encoded is None else encoded.states_BxExD
-        return _constrain_cache(mod.apply({"params": params}, inputs_BxP, states,
+        return constrain_cache(mod.apply({"params": params}, inputs_BxP, states,
                                           method=_prefill))
       cache = mod.apply({"params": params}, batch, cache_len, method=Transformer.empty_cache)
-      cache = _constrain_cache(cache)
+      cache = constrain_cache(cache)
       if plen > 1:
         _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
       return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP, self.config.pad_id) - 1, 0))
@@ -155,7 +155,7 @@ class Model:
       logits_BxTxV, cache = self.module.apply({"params": params}, cache, tokens_BxT,
                                               method=Transformer.extend)
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
-      return logits_BxTxV, _constrain_cache(cache)
+      return logits_BxTxV, constrain_cache(cache)
 
   def extend_with_hidden(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
                          layers: tuple[int, ...]
@@ -172,7 +172,7 @@ class Model:
           {"params": params}, cache, tokens_BxT, tuple(layers),
           method=Transformer.extend_with_hidden)
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
-      return logits_BxTxV, hidden, _constrain_cache(cache)
+      return logits_BxTxV, hidden, constrain_cache(cache)
 
   def extend_with_mask(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
                        offsets: jax.Array, visible: jax.Array) -> tuple[jax.Array, DecodeCache]:
@@ -189,7 +189,7 @@ class Model:
       logits_BxTxV, cache = self.module.apply({"params": params}, cache, tokens_BxT, offsets,
                                               visible, method=Transformer.extend)
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
-      return logits_BxTxV, _constrain_cache(cache)
+      return logits_BxTxV, constrain_cache(cache)
 
   def forward(self, params: Params, inputs_BxP: jax.Array, decoder_tokens_BxT: jax.Array, *,
               encoded: Optional[Encoded] = None) -> jax.Array:
@@ -218,15 +218,16 @@ class Model:
 
 
 # Logical axes of the cache's leaves (one layer; layers stacked under scan add a leading 'layers'):
-# what `_constrain_cache` pins, and what `aot.steps.abstract_cache` lays an abstract cache out by.
+# what `constrain_cache` pins, and what `aot.steps.abstract_cache` lays an abstract cache out by.
 CACHE_AXES = {"k_BxHxKxS": ("batch", "heads", "kv", "length"),
               "v_BxHxSxK": ("batch", "heads", "length", "kv"),
               "index_B": ("batch",), "encoder_mask_BxE": ("batch", None)}
 
 
-def _constrain_cache(cache: DecodeCache) -> DecodeCache:
+def constrain_cache(cache: DecodeCache) -> DecodeCache:
   """Batch/heads sharding of the cache (a no-op without rules and a mesh), so the decode loops'
-  carries keep one layout across iterations instead of being resharded each time."""
+  carries keep one layout across iterations instead of being resharded each time. The
+  feature-level draft's one-layer cache (`models.feature_draft`) is pinned by the same axes."""
   def c(x, axes):  # one layer, or [L, ...] for layers stacked under scan
     return nn.with_logical_constraint(x, ("layers",) * (x.ndim - 4) + axes)
 

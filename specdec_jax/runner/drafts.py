@@ -163,9 +163,10 @@ def _check_feature_shapes(target, draft) -> None:
                      f"{cfg.emb_dim} wide")
 
 
-def check_feature_run(cfg: RunConfig, specs, mesh=None) -> None:
+def check_feature_run(cfg: RunConfig, specs) -> None:
   """Refuses what a feature-level draft does not run yet, before anything is loaded: the
-  adaptive and tree schemes (token drafts only) and a mesh (the feature chain is unsharded)."""
+  adaptive and tree schemes (token drafts only). A mesh is fine: the draft is placed on the
+  draft rules like a token draft (`sharding.place_models`), its pending features batch-sharded."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
   if cfg.feature_parallel and not feature:
     raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
@@ -176,9 +177,6 @@ def check_feature_run(cfg: RunConfig, specs, mesh=None) -> None:
   if words:
     raise ValueError(f"GAMMA={words[0]!r} is not built for a feature-level draft ({feature[0]}): "
                      "use an int or 'auto' (the feature chain)")
-  if mesh is not None or cfg.mesh is not None:
-    raise ValueError(f"a feature-level draft ({feature[0]}) decodes on one device only: the "
-                     "feature chain is not sharded yet (leave RunConfig.mesh unset)")
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:

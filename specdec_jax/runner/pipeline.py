@@ -72,7 +72,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   """The prompts, the target and every draft of the run, placed on `mesh` (a sharded run) with
   the target and draft rules of `cfg.mesh`."""
   if cfg.runs_speculative:
-    drafts_lib.check_feature_run(cfg, draft_specs(cfg), mesh)
+    drafts_lib.check_feature_run(cfg, draft_specs(cfg))
   data = tasks.load(cfg.task, cfg.split, None, vocabulary=run_vocabulary(cfg),
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,

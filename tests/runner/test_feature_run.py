@@ -153,3 +153,43 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
     pair.decoder("adaptive")
   with pytest.raises(ValueError, match="parallel"):
     sd.load("t5_test_target", "t5_test_draft", vocabulary=False).decoder(2, parallel=True)
+
+
+def test_a_mesh_places_the_feature_draft_on_the_draft_axes(tmp_path):
+  """The runner's placement (`sharding.place_models`, called by `pipeline.load`): the feature
+  draft gets the draft rules (its block split over model_inner only, its fusion replicated),
+  not the replicated tables of a model-free draft; a mesh is no longer refused."""
+  from specdec_jax import sharding as sh  # pylint: disable=import-outside-toplevel
+  path = _save_feature_draft(tmp_path / "fd")
+  cfg = rc.RunConfig(draft_checkpoint=path, mesh=sh.MeshConfig(data=2, model_outer=2,
+                                                               model_inner=2))
+  drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
+  target, tp = loader.load_model("t5_test_target", seed=0)
+  draft, dp = drafts_lib.load_draft(rc.DraftSpec(rc.FEATURE_DRAFT, path), target, tp,
+                                    drafts_lib.DraftSettings())
+  mesh = sh.make_mesh(cfg.mesh)
+  _, _, placed = sh.place_models(mesh, cfg.mesh, target, tp, {"fd": (draft, dp)}, batch_size=4)
+  d, params = placed["fd"]
+  assert d.axis_rules == cfg.mesh.rules_for("draft")
+  wo = params["layer"]["mlp"]["wo"]["kernel"]
+  assert wo.sharding.spec[0] == "model_inner" and len(wo.sharding.device_set) == 8
+  assert wo.addressable_shards[0].data.shape == (wo.shape[0] // 2, wo.shape[1])
+  fuse = params["fuse"]["kernel"]
+  assert fuse.addressable_shards[0].data.shape == fuse.shape
+
+
+@pytest.mark.slow  # ~40 s of CPU on 2 cores: the smoke run twice, on one device and on 8
+def test_sharded_run_with_a_feature_draft_equals_the_unsharded_run(tmp_path):
+  """`python -m specdec_jax.run` with a feature draft on smoke_sharded.gin's mesh (data 2,
+  target over 4 devices, the draft over 2): the same greedy tokens and acceptance as on one
+  device, and the greedy output is the target's own."""
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  common = [f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = 2", "NUM_EXAMPLES = 4", "BATCH_SIZE = 4",
+            "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1"]
+  (plain,) = run.run(["configs/local/smoke.gin"], str(tmp_path / "plain"), common)
+  (sharded,) = run.run(["configs/local/smoke_sharded.gin"], str(tmp_path / "sharded"), common)
+  assert sharded["draft_kind"] == "feature" and sharded["greedy_match_rate"] == 1.0
+  for key in ("alpha", "acceptance_rate", "tokens_per_target_call", "num_examples"):
+    assert sharded[key] == plain[key], key
+  read = lambda d: (tmp_path / d / "predictions.jsonl").read_text()  # noqa: E731
+  assert read("sharded") == read("plain")
