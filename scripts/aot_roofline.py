@@ -75,7 +75,7 @@ def main(argv=None) -> int:
   ap.add_argument("--layout", default="", help="the layout's name in the tables")
   ap.add_argument("--name", default="", help="write docs/results/NAME.json")
   ap.add_argument("--command", default="", help="the aot command(s) that wrote the files")
-  ap.add_argument("--commit", default="", help="the commit the jobs ran at (default: HEAD)")
+  ap.add_argument("--commit", default=None, help="the commit the jobs ran at (default: HEAD)")
   ap.add_argument("--load", default="", help="1,5,15-minute load average while they ran")
   ap.add_argument("--programs", action="store_true",
                   help="record every program of the files (decode programs), not the steps")
