@@ -130,3 +130,36 @@ def test_zoo_card_tables_from_figures():
   assert "| summarize (source not in train) | 315 | ROUGE-1/2/L 30.0 / 10.0 / 24.0 |" in md
   assert "| summarize | 0 | 0.250 +- 0.010 |" in md
   assert "| summarize | 1 | - |" in md
+
+
+def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly():
+  """The shipped feature-level draft (EAGLE-3 style, issue 28): stored as its own bfloat16
+  weights only (the target's embedding, final norm and head come from the target at load), paired
+  with the zoo target (another target's weights are refused), and greedy speculative decoding
+  with it equals the target's own, with a trained draft's agreement."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from specdec_jax.checkpoints import feature_draft as fd_ckpt  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.feature_chain import FeatureChain  # pylint: disable=import-outside-toplevel
+  path = os.path.join(ZOO, "t5_feature_draft")
+  with ocp.PyTreeCheckpointer() as ckptr:
+    raw = ckptr.restore(os.path.join(path, fd_ckpt.PARAMS_DIR))
+  assert {np.asarray(x).dtype for x in jax.tree_util.tree_leaves(raw)} == {np.dtype(jnp.bfloat16)}
+  config, tp = load_checkpoint(os.path.join(ZOO, "t5_target"), dtype=jnp.float32)
+  draft, dp = fd_ckpt.load(path, tp)
+  assert not set(draft.frozen_names()) & set(raw)
+  fd_ckpt.check_target(path, "t5_target", tp)
+  with pytest.raises(ValueError, match="other weights"):
+    fd_ckpt.check_target(path, "x", dict(tp, encoder=jax.tree.map(lambda x: x * 1.01,
+                                                                  tp["encoder"])))
+  target = Model(config)
+  examples = local_tasks.load_examples("translate_en_de", "valid", 4)
+  ids = local_tasks.tokenize_examples(examples, default_vocabulary(), 48, truncate=True)
+  inputs = jnp.asarray(local_tasks.batch_inputs(ids, pad_to=48))
+  greedy = SamplingConfig(temperature=0.0)
+  ar = Decoder(target, sampling=greedy, max_decode_len=24).generate(Params(tp), inputs)
+  spec = Decoder(target, draft, FeatureChain.for_draft(draft, 4), greedy,
+                 max_decode_len=24).generate(Params(tp, jax.device_put(dp)), inputs)
+  np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
+  c = spec.counters
+  assert float(np.asarray(c.beta_sum_B).sum()) > 0.3 * int(np.asarray(c.beta_count_B).sum())
