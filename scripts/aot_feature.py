@@ -63,7 +63,7 @@ def main(argv=None) -> int:
   ap.add_argument("--dtype", default="bfloat16", help="the run's compute dtype")
   ap.add_argument("--name", default="", help="write docs/results/NAME.json")
   ap.add_argument("--command", default="", help="the aot command that wrote the file")
-  ap.add_argument("--commit", default="", help="the commit the job ran at (default: HEAD)")
+  ap.add_argument("--commit", default=None, help="the commit the job ran at (default: HEAD)")
   ap.add_argument("--load", default="", help="1,5,15-minute load average while it ran")
   args = ap.parse_args(argv)
   with open(args.aot_json, encoding="utf-8") as f:

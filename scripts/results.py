@@ -68,7 +68,7 @@ def main(argv=None) -> int:
   r.add_argument("--command", required=True, help="the command that produced the run")
   r.add_argument("--row", default="", help="the run key of the row, for a sweep")
   r.add_argument("--load", default="", help="1,5,15-minute load average while it ran")
-  r.add_argument("--commit", default="", help="the commit the run ran at (default: HEAD)")
+  r.add_argument("--commit", default=None, help="the commit the run ran at (default: HEAD)")
   t = sub.add_parser("tables", help="regenerate the docs' tables from docs/results")
   t.add_argument("--check", action="store_true", help="only check; exit 1 if any differs")
   args = ap.parse_args(argv)

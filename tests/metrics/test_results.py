@@ -76,3 +76,11 @@ def test_save_record_fills_in_where_and_when(tmp_path):
   results.save_record(str(repo), "b_row", {}, command="python y")
   rec = results.load_records(str(repo))["b_row"]
   assert rec["commit"] == head and len(rec["load_average"]) == 3
+
+
+def test_every_committed_record_names_its_commit():
+  """A record without its commit cannot be traced to the code that produced it; the scripts'
+  --commit flags once defaulted to '' instead of HEAD and wrote four such records."""
+  records = results.load_records(os.path.join(ROOT, "docs", "results"))
+  empty = sorted(name for name, rec in records.items() if len(str(rec.get("commit") or "")) < 7)
+  assert not empty, empty
