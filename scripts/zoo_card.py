@@ -134,7 +134,8 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   merged = acceptance.merge(totals)
   s = acceptance.summarize(merged)
   return {"alpha": s["alpha"] or 0.0, "positions": merged["beta_count"],
-          "acceptance_rate": s["acceptance_rate"] or 0.0}
+          "acceptance_rate": s["acceptance_rate"] or 0.0,
+          "tokens_per_call": merged["emitted"] / max(merged["target_calls"], 1)}
 
 
 def main(argv=None) -> int:
@@ -159,6 +160,10 @@ def main(argv=None) -> int:
                   help="restrict the T5 drafts' heads to this many tokens of their checkpoints' "
                        "head_ranking.json (checkpoints/head_ranking.py; filed as DRAFT@headK); "
                        "0: full")
+  ap.add_argument("--tasks", default=",".join(T5_TASKS),
+                  help="comma-separated T5 tasks for --parts=alpha")
+  ap.add_argument("--temperatures", default="0,1",
+                  help="comma-separated temperatures for --parts=alpha")
   ap.add_argument("--train_root", default=None,
                   help="print the training table from RUN/*/train_summary.json and exit")
   args = ap.parse_args(argv)
@@ -183,7 +188,11 @@ def main(argv=None) -> int:
     print(json.dumps({k: v for k, v in out["quality"][task].items() if k != "samples"}),
           flush=True)
   t5_drafts = [d for d in args.t5_drafts.split(",") if d]
-  pairs = [("t5_target", d, task, spec, False) for d in t5_drafts for task, spec in T5_TASKS.items()]
+  tasks = [t for t in args.tasks.split(",") if t]
+  unknown = sorted(set(tasks) - set(T5_TASKS))
+  if unknown:
+    raise SystemExit(f"error: unknown --tasks {unknown}; known: {sorted(T5_TASKS)}")
+  pairs = [("t5_target", d, task, T5_TASKS[task], False) for d in t5_drafts for task in tasks]
   if args.code:
     code_target, code_draft = args.code_pair.split(",")
     pairs += [(code_target, code_draft, CODE["task"], CODE, True)]
@@ -208,11 +217,12 @@ def main(argv=None) -> int:
                                                            task)
       draft_pair = (draft, dparams)
       label = f"{dname}@head{args.head_vocab}"
-    for temperature in (0.0, 1.0):
+    for temperature in [float(t) for t in args.temperatures.split(",")]:
       r = alpha(*models[tname], *draft_pair, vocab, task, spec, args.alpha_examples,
                 args.batch_size, temperature, decoder_only=decoder_only)
       out["alpha"][f"{label}|{task}|{temperature:g}"] = r
-      print(f"{label:24s} {task:16s} T={temperature:g}: alpha {r['alpha']:.3f}", flush=True)
+      print(f"{label:24s} {task:16s} T={temperature:g}: alpha {r['alpha']:.3f}, "
+            f"{r['tokens_per_call']:.3f} tokens per target call", flush=True)
   with open(args.output, "w") as f:
     json.dump(out, f, indent=1)
   print(markdown(out))
