@@ -80,6 +80,7 @@ def run_module(*args, timeout=900):
                         capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@pytest.mark.slow  # ~27 s: a whole smoke run in a subprocess; the filter itself is tested above
 def test_smoke_run_prints_no_library_lines(tmp_path):
   """The smoke run with its models loaded from Orbax checkpoints (Orbax logs ~15 INFO lines
   per restore) and a head restriction its converted draft has no ranking for (one warning)."""

@@ -67,6 +67,7 @@ def test_adaptive_row_carries_its_mean_gamma_and_costs():
   assert m["speedup_predicted"] is None  # the fixed-gamma formula does not predict it
 
 
+@pytest.mark.slow  # ~16 s: two smoke runs; the table's format is tested above without a run
 def test_run_prints_a_compact_table_and_a_rerun_measures_nothing(tmp_path, capsys, monkeypatch):
   monkeypatch.chdir(tmp_path)  # a relative --output_dir, as the README's commands give
   out = "runs/smoke"
