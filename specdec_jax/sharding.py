@@ -343,9 +343,9 @@ def place_models(mesh: Mesh, mesh_config: MeshConfig, target: Model, target_para
   """(target, params, drafts) with rules attached and params placed on `mesh`.
 
   `drafts` maps a key to (Model or FeatureDraft, params) or to (model-free draft, tables): model
-  and feature-level drafts get the draft rules (fewer chips); a model-free draft's tables are replicated on every device (with
-  several processes a table on one local device could not feed the global program). Everything
-  is validated, on shapes only, before anything is placed: a bad mesh fails before any transfer
+  and feature-level drafts get the draft rules (fewer chips); a model-free draft's tables are
+  replicated on every device (with several processes a table on one local device could not
+  feed the global program). Everything is validated, on shapes only, before anything is placed: a bad mesh fails before any transfer
   or compile. `params` may be host (numpy) or device arrays; with several processes each must
   pass the same.
   """
