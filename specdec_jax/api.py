@@ -42,7 +42,7 @@ from specdec_jax.data import humaneval as humaneval_lib, local_tasks, ngram_tabl
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
 from specdec_jax.decoding.feature_chain import is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
@@ -215,9 +215,11 @@ class Pair:
     if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
       raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
                        f"'tree', got {gamma!r}")
-    if gamma in ("adaptive", "tree") and is_feature_draft(self.draft):
-      raise ValueError(f"gamma={gamma!r} is not built for a feature-level draft: give an int")
-    scheme = (AdaptiveConfig() if gamma == "adaptive" else _tree_scheme(tree) if gamma == "tree"
+    if gamma == "adaptive" and is_feature_draft(self.draft):
+      raise ValueError("gamma='adaptive' is not built for a feature-level draft: give an int "
+                       "or 'tree'")
+    scheme = (AdaptiveConfig() if gamma == "adaptive"
+              else scheme_for(self.draft, _tree_scheme(tree)) if gamma == "tree"
               else chain_for(self.draft, int(gamma), parallel=parallel) if gamma
               else Autoregressive())
     if parallel and not is_feature_draft(self.draft):

@@ -33,9 +33,10 @@ Optional capabilities (not in the Protocol: a scheme that needs one checks for i
   scheme (`decoding.tree.scheme`) scores a draft tree in one call and gathers the kept path into
   consecutive slots. `models.model.Model` has both; `Delegate` forwards the first only where the
   wrapper does not change `extend` (else the wrapper would silently not apply to trees).
-- `extend_with_hidden(params, cache, tokens_BxT, layers) -> (logits_BxTxV, hidden_BxTxnxD,
-  cache)`: the same call as `extend` (equal logits) that also returns the residual stream at
-  chosen layers, for a feature-level draft (`decoding.feature_chain`). `Delegate` does not
+- `extend_with_hidden(params, cache, tokens_BxT, layers, offsets=None, visible=None) ->
+  (logits_BxTxV, hidden_BxTxnxD, cache)`: the same call as `extend` (equal logits; with offsets /
+  visible, as `extend_with_mask`) that also returns the residual stream at chosen layers, for a
+  feature-level draft (`decoding.feature_chain`, `decoding.tree.feature`). `Delegate` does not
   forward it (a wrapper that changes `extend` would not change it).
 """
 from __future__ import annotations

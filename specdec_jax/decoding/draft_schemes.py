@@ -1,4 +1,5 @@
-"""Which chain scheme a draft decodes with: `chain_for(draft, gamma, parallel=...)`.
+"""Which scheme a draft decodes with: `chain_for(draft, gamma, parallel=...)` for a chain,
+`scheme_for(draft, scheme)` for a tree.
 
 Why one function in a module of its own: the run's decode, its calibration decode, the timed
 loops ('auto') and the API must all build the program the draft needs (a `Chain` over a feature
@@ -10,6 +11,8 @@ from __future__ import annotations
 from specdec_jax.decoding.feature_chain import FeatureChain, is_feature_draft
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.decoding.tree.scheme import TreeScheme
 
 
 def chain_for(draft, gamma: int, *, parallel: bool = False):
@@ -22,3 +25,18 @@ def chain_for(draft, gamma: int, *, parallel: bool = False):
   if parallel:
     return ParallelFeatureChain.for_draft(draft, gamma)
   return FeatureChain.for_draft(draft, gamma)
+
+
+def scheme_for(draft, scheme):
+  """`scheme` as `draft` decodes it: a static `TreeScheme` becomes `tree.feature.
+  FeatureTreeScheme` for a feature-level draft (the same tree and verifier, drafted from the
+  target's states); any scheme of a token draft, or a feature draft's own chain, as given.
+  Refused by name: another tree or the adaptive scheme with a feature-level draft (they draft
+  from tokens only)."""
+  if not is_feature_draft(draft) or isinstance(scheme, (FeatureChain, ParallelFeatureChain,
+                                                        FeatureTreeScheme)):
+    return scheme
+  if isinstance(scheme, TreeScheme):
+    return FeatureTreeScheme.for_draft(draft, scheme)
+  raise ValueError(f"{type(scheme).__name__} drafts from tokens; a feature-level draft decodes "
+                   "with a chain (an int gamma) or a static tree (TreeScheme)")

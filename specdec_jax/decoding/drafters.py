@@ -31,6 +31,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.decoding.sampling import argmax
+
 NEG = -1e9  # "impossible" logit; finite so that an all-impossible row cannot produce NaN
 
 
@@ -218,7 +220,7 @@ def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, ma
   (`match_scores`)."""
   score, seq_BxL, _ = match_scores(context_BxC, tokens_BxS, pos_BxT, max_ngram, min_ngram)
   nxt_tok_BxL = seq_BxL[:, jnp.minimum(jnp.arange(seq_BxL.shape[1]) + 1, seq_BxL.shape[1] - 1)]
-  best_BxT = jnp.argmax(score, axis=-1)
+  best_BxT = argmax(score)
   found_BxT = jnp.max(score, axis=-1) >= 0
   proposal_BxT = jnp.take_along_axis(nxt_tok_BxL, best_BxT, axis=1)
   return found_BxT, jnp.where(found_BxT, proposal_BxT, 0)

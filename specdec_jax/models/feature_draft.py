@@ -131,25 +131,28 @@ class FeatureDraftConfig:
 
 class FeatureDraftModule(nn.Module):
   """The block and its input fusion and head (see the module docstring). `head_ids`: a
-  restricted head's token ids (`FeatureDraft.restrict_head`), None for the full vocabulary."""
+  restricted head's token ids (`FeatureDraft.restrict_head`), None for the full vocabulary.
+  `matmul`: the projections' layout and product (`layers.Dense`; `models.packed` packs them for
+  the CPU kernel, as a token draft's)."""
 
   config: FeatureDraftConfig
   head_ids: Optional[tuple[int, ...]] = None
+  matmul: str = "xla"
 
   def setup(self):
-    cfg = self.config
+    cfg, mm = self.config, self.matmul
     blk, dt = cfg.block_config(), jnp.dtype(cfg.dtype)
     self.token_embedder = Embed(blk.replace(emb_dim=cfg.target_dim))
-    self.fuse = Dense(cfg.emb_dim, ("features", "embed"), dt)
-    self.input_projection = Dense(cfg.emb_dim, ("features", "embed"), dt)
+    self.fuse = Dense(cfg.emb_dim, ("features", "embed"), dt, matmul=mm)
+    self.input_projection = Dense(cfg.emb_dim, ("features", "embed"), dt, matmul=mm)
     self.relpos_bias = RelativePositionBiases(blk, bidirectional=False)
-    self.layer = DecoderLayer(blk)
+    self.layer = DecoderLayer(blk, matmul=mm)
     head_dim = cfg.target_dim if cfg.head == "target" else cfg.emb_dim
     if head_dim != cfg.emb_dim:
-      self.head_projection = Dense(head_dim, ("embed", "target_embed"), dt)
+      self.head_projection = Dense(head_dim, ("embed", "target_embed"), dt, matmul=mm)
     self.decoder_norm = LayerNorm(cfg.layer_norm_epsilon, dt)
     self.logits_dense = Dense(len(self.head_ids) if self.head_ids else cfg.vocab_size,
-                              ("embed", "vocab"), jnp.float32)
+                              ("embed", "vocab"), jnp.float32, matmul=mm)
 
   def fuse_features(self, hidden_BxTxnxD: jax.Array) -> jax.Array:
     """The target's states at the feature layers -> the block's feature g [B, T, emb_dim]."""
@@ -216,11 +219,16 @@ class FeatureDraft:
   `axis_rules` (optional, as `Model.axis_rules`; `specdec_jax.sharding` attaches the draft's):
   the logical-axis rules its parameters, activations and cache are laid out by on a mesh. Its
   own, because inside one program the target resolves the same names over more chips.
+
+  `matmul` ('xla', or 'hybrid' / 'kernel' for params packed by `models.packed.pack`): the
+  projections' layout and product, as `models.packed.PackedModel`'s. Checkpoints, training and
+  sharding see 'xla' trees only.
   """
 
   config: FeatureDraftConfig
   head_ids: Optional[tuple[int, ...]] = None
   axis_rules: Optional[tuple] = None
+  matmul: str = "xla"
 
   def _rules(self):
     if self.axis_rules is None:
@@ -229,7 +237,7 @@ class FeatureDraft:
 
   @property
   def module(self) -> FeatureDraftModule:
-    return FeatureDraftModule(self.config, self.head_ids)
+    return FeatureDraftModule(self.config, self.head_ids, self.matmul)
 
   def restrict_head(self, params: Params, head_ids) -> tuple["FeatureDraft", Params]:
     """(draft, params) whose head computes the `head_ids` columns only (logit -inf elsewhere):
@@ -239,6 +247,8 @@ class FeatureDraft:
     never see a restricted head."""
     ids = tuple(int(t) for t in head_ids)
     v = self.vocab_size
+    if self.matmul != "xla":
+      raise ValueError("restrict the head before packing (models.packed.for_backend)")
     if self.head_ids is not None:
       raise ValueError("this feature draft's head is already restricted")
     if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= v:
@@ -280,6 +290,9 @@ class FeatureDraft:
     """PartitionSpec tree of logical axis names, the structure of `init`'s output (what
     `sharding.param_shardings` lays its params out by: the block's kernels by heads / mlp, the
     copied embedding and head by vocab, the fusion and input projections replicated)."""
+    if self.matmul != "xla":
+      raise ValueError("packed params are a single-device CPU compute layout with no sharding; "
+                       "shard the unpacked draft (specdec_jax.models.packed.unpack) instead")
     return nn.get_partition_spec(jax.eval_shape(self._init_boxed, jax.random.key(0)))
 
   def param_shapes(self) -> Params:
@@ -330,14 +343,19 @@ class FeatureDraft:
                                method=FeatureDraftModule.fuse_features)
 
   def extend_features(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
-                      g_BxTxD: jax.Array) -> tuple[jax.Array, jax.Array, DecodeCache]:
+                      g_BxTxD: jax.Array, *, offsets: Optional[jax.Array] = None,
+                      visible: Optional[jax.Array] = None
+                      ) -> tuple[jax.Array, jax.Array, DecodeCache]:
     """Feeds T entries (g_t, token_t) per example at `cache.index_B`: (float32 logits [B, T, V]
     predicting the token after each entry's token, output features [B, T, emb_dim], cache).
     On a mesh the logits come back with the vocabulary gathered and the cache pinned to its
-    batch / heads layout, as `Model.extend` leaves a token draft's."""
+    batch / heads layout, as `Model.extend` leaves a token draft's. `offsets` / `visible`: a
+    block that is not a chain (`transformer.masked_block`, a window included: a draft tree's
+    level, `decoding.tree.feature`)."""
     with self._rules():
       logits_BxTxV, out_BxTxD, cache = self.module.apply(
-          {"params": params}, cache, tokens_BxT, g_BxTxD, method=FeatureDraftModule.extend)
+          {"params": params}, cache, tokens_BxT, g_BxTxD, offsets, visible,
+          method=FeatureDraftModule.extend)
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, out_BxTxD, constrain_cache(cache)
 

@@ -158,7 +158,8 @@ class Model:
       return logits_BxTxV, constrain_cache(cache)
 
   def extend_with_hidden(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array,
-                         layers: tuple[int, ...]
+                         layers: tuple[int, ...], offsets: Optional[jax.Array] = None,
+                         visible: Optional[jax.Array] = None
                          ) -> tuple[jax.Array, jax.Array, DecodeCache]:
     """`extend` that also returns the decoder's residual stream at `layers` (a static tuple):
     (float32 logits [B, T, V], float32 hidden [B, T, n, D], cache). Index i is the input of
@@ -166,10 +167,11 @@ class Model:
     before the final norm. Why: a feature-level draft drafts from the target's own low, middle
     and high states of the verified tokens; they come out of the verify call itself (same
     logits as `extend`, no second target call, nothing sent to the host). An optional seam
-    member: the loops that do not need it keep `extend`'s two-tuple."""
+    member: the loops that do not need it keep `extend`'s two-tuple. `offsets` / `visible`: a
+    block that is not a chain, as `extend_with_mask`'s (a feature draft's tree)."""
     with self._rules():
       logits_BxTxV, hidden, cache = self.module.apply(
-          {"params": params}, cache, tokens_BxT, tuple(layers),
+          {"params": params}, cache, tokens_BxT, tuple(layers), offsets, visible,
           method=Transformer.extend_with_hidden)
       logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
       return logits_BxTxV, hidden, constrain_cache(cache)

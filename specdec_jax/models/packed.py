@@ -14,6 +14,8 @@ kernel streams each weight once for any number of rows, but it needs the weights
   row of a small matrix); the decode projections then take twice their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
   position tables, the encoder, the cross-attention keys/values) is the same array, not a copy.
 - `unpack(packed_model, packed_params)` gives the T5X-layout tree back.
+- A feature-level draft (`models.feature_draft.FeatureDraft`) packs the same way: the same
+  draft with `matmul` set, its block, fusion, input projection and head in panels.
 - Checkpoints, training and sharding see only unpacked trees: a packed tree has no logical-axis
   metadata (`PackedModel.logical_axes` raises) and the kernel has no gradient.
 - `for_backend(model, params, matmul)` is what a runner calls after loading: 'auto' packs
@@ -32,6 +34,7 @@ from absl import logging
 
 from specdec_jax.kernels import build
 from specdec_jax.kernels import matmul as kmatmul
+from specdec_jax.models.feature_draft import FeatureDraft
 from specdec_jax.models.model import Model
 from specdec_jax.models.transformer import Transformer
 
@@ -72,7 +75,8 @@ def _model_fields(model: Model) -> dict:
 
 
 def is_packed(model) -> bool:
-  return isinstance(model, PackedModel)
+  return isinstance(model, PackedModel) or (isinstance(model, FeatureDraft)
+                                            and model.matmul != "xla")
 
 
 def _packed_shapes(model: PackedModel) -> Params:
@@ -99,10 +103,16 @@ def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
 
 
 def pack(model: Model, params: Params, matmul: str = "hybrid") -> tuple[PackedModel, Params]:
-  """(PackedModel, packed params) from a model and its T5X-layout params (float32 panels)."""
+  """(PackedModel, packed params) from a model and its T5X-layout params (float32 panels); a
+  `FeatureDraft` gives the same draft with `matmul` set."""
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
-  packed_model = PackedModel(**_model_fields(model), matmul=matmul)
+  if isinstance(model, FeatureDraft):
+    if matmul not in PACKED_MATMULS:
+      raise ValueError(f"pack: matmul must be one of {PACKED_MATMULS}, got {matmul!r}")
+    packed_model = dataclasses.replace(model, matmul=matmul)
+  else:
+    packed_model = PackedModel(**_model_fields(model), matmul=matmul)
   template = _packed_shapes(packed_model)
 
   def convert(tree, name, shape, here):
@@ -125,7 +135,8 @@ def unpack(model: PackedModel, params: Params) -> tuple[Model, Params]:
   """The inverse of `pack`: the T5X-layout model and params."""
   if not is_packed(model):
     raise ValueError("unpack: the model is not a PackedModel")
-  base = model.unpacked()
+  base = (dataclasses.replace(model, matmul="xla") if isinstance(model, FeatureDraft)
+          else model.unpacked())
   template = base.param_shapes()
 
   def convert(tree, name, shape, here):
@@ -163,12 +174,13 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
                 mesh: Optional[jax.sharding.Mesh] = None) -> tuple[Model, Params]:
   """(model, params) to decode with: packed for the kernel, or unchanged for XLA's dot.
 
-  Anything that is not a `Model` (the n-gram and prompt-lookup drafts) comes back unchanged.
+  A `FeatureDraft` packs like a model; anything else that is not a `Model` (the n-gram and
+  prompt-lookup drafts) comes back unchanged.
 
   Call once after loading (packing reads every projection once: 0.8-2.5 s for the zoo target on
   the 2-core machine, the first call compiling the packing).
   """
-  if is_packed(model) or not isinstance(model, Model):  # model-free drafts have no projections
+  if is_packed(model) or not isinstance(model, (Model, FeatureDraft)):  # model-free drafts
     return model, params
   chosen = resolve_matmul(matmul, mesh)
   if chosen in PACKED_MATMULS:

@@ -345,11 +345,12 @@ class Transformer(nn.Module):
     return self.decoder(self.token_embedder(tokens_BxT), cache, offsets, visible, table)
 
   def extend_with_hidden(self, cache: DecodeCache, tokens_BxT: jax.Array,
-                         hidden_layers: tuple[int, ...]):
+                         hidden_layers: tuple[int, ...], offsets: Optional[jax.Array] = None,
+                         visible: Optional[jax.Array] = None):
     """`extend` that also returns the decoder's residual stream at `hidden_layers`."""
     table = self.token_embedder.table() if self.config.tie_embeddings else None
     return self.decoder.with_hidden(self.token_embedder(tokens_BxT), cache, hidden_layers,
-                                    table_VxD=table)
+                                    offsets, visible, table_VxD=table)
 
   def forward_with_hidden(self, inputs_BxE: jax.Array, decoder_tokens_BxT: jax.Array,
                           hidden_layers: tuple[int, ...],

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
 from specdec_jax.decoding.feature_chain import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
@@ -121,8 +121,11 @@ def loop_order(key) -> tuple:
 def scheme_of(program, draft=None, *, parallel: bool = False):
   """The scheme a timed program decodes with: the draft's chain at a gamma
   (`draft_schemes.chain_for`: `Chain(gamma)`, or `FeatureChain` / with `parallel`
-  `ParallelFeatureChain` for a feature-level draft), or the TreeScheme itself."""
-  return chain_for(draft, program, parallel=parallel) if isinstance(program, int) else program
+  `ParallelFeatureChain` for a feature-level draft), or the tree scheme as the draft decodes it
+  (`draft_schemes.scheme_for`: a feature draft's static tree is its `FeatureTreeScheme`)."""
+  if isinstance(program, int):
+    return chain_for(draft, program, parallel=parallel)
+  return program if draft is None else scheme_for(draft, program)
 
 
 def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:

@@ -23,8 +23,9 @@ from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
-from specdec_jax.runner.config import (ADAPTIVE, FEATURE_DRAFT, MODEL_DRAFT, TREE, DraftSpec,
-                                      RunConfig, as_list)
+from specdec_jax.decoding.tree.scheme import TreeScheme
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, MODEL_DRAFT, TREE,
+                                      DraftSpec, RunConfig, as_list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,18 +166,25 @@ def _check_feature_shapes(target, draft) -> None:
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
   """Refuses what a feature-level draft does not run yet, before anything is loaded: the
-  adaptive and tree schemes (token drafts only). A mesh is fine: the draft is placed on the
-  draft rules like a token draft (`sharding.place_models`), its pending features batch-sharded."""
+  adaptive scheme and dynamic trees (token drafts only; a static tree is drafted from the
+  target's states, `decoding.tree.feature`). A mesh is fine for its chains: the draft is placed
+  on the draft rules like a token draft (`sharding.place_models`), its pending features
+  batch-sharded."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
   if cfg.feature_parallel and not feature:
     raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
                      "chain: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
   if not feature:
     return
-  words = [g for g in as_list(cfg.gamma) if g in (ADAPTIVE, TREE)]
-  if words:
-    raise ValueError(f"GAMMA={words[0]!r} is not built for a feature-level draft ({feature[0]}): "
-                     "use an int or 'auto' (the feature chain)")
+  if ADAPTIVE in as_list(cfg.gamma):
+    raise ValueError(f"GAMMA={ADAPTIVE!r} is not built for a feature-level draft ({feature[0]}): "
+                     "use an int, 'tree' or 'auto'")
+  trees = ([cfg.tree_scheme()] if TREE in as_list(cfg.gamma) else []) + list(
+      cfg.tree_candidate_schemes() if AUTO in as_list(cfg.gamma) else [])
+  dynamic = [t for t in trees if not isinstance(t, TreeScheme)]
+  if dynamic:
+    raise ValueError(f"{type(dynamic[0]).__name__} drafts from tokens; a feature-level draft "
+                     f"({feature[0]}) drafts static trees only (TreeScheme)")
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:

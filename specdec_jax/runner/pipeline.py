@@ -26,7 +26,7 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.data import hf_tokenizer, ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
@@ -309,8 +309,9 @@ def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
 def decoder_for(cfg: RunConfig, loaded: Loaded, temperature: float, spec: DraftSpec | None = None,
                 scheme=Autoregressive()) -> tuple[Decoder, Params]:
   """The run's Decoder for a draft (None: the autoregressive baseline) and scheme, with its
-  params; on the run's mesh when it has one."""
+  params; on the run's mesh when it has one. A static tree of a feature-level draft is its
+  `FeatureTreeScheme` (`draft_schemes.scheme_for`)."""
   draft, dparams = loaded.drafts[spec] if spec is not None else (None, None)
-  decoder = Decoder(loaded.target, draft, scheme, sampling_of(cfg, temperature), rule=cfg.rule,
+  decoder = Decoder(loaded.target, draft, scheme_for(draft, scheme), sampling_of(cfg, temperature), rule=cfg.rule,
                     max_decode_len=cfg.max_decode_length, mesh=loaded.mesh)
   return decoder, Params(loaded.target_params, dparams)

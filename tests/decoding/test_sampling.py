@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
 
 
 def _gumbel(key, probs):
@@ -58,3 +58,22 @@ def test_greedy_path_takes_the_argmax_without_random_bits(cfg):
   assert "random_bits" in str(gumbel_branch) or "threefry" in str(gumbel_branch)
   single = jnp.all(jnp.sum(probs > 0, axis=-1) == 1)
   assert bool(single), "the rows were meant to be one-hot"
+
+
+def test_argmax_is_jnp_argmax_bit_for_bit():
+  """`sampling.argmax` (two plain reductions, the CPU's fast form) answers what `jnp.argmax`
+  answers: the first maximal entry on ties, the first NaN in a row holding one, the first entry
+  of an all -inf row; integer scores too (prompt lookup's match lengths)."""
+  rng = np.random.default_rng(0)
+  x = rng.integers(-3, 4, size=(64, 3, 50)).astype(np.float32)  # many ties
+  x[0, 0, 7] = np.nan
+  x[0, 1, [2, 9]] = np.nan
+  x[1, 0] = -np.inf
+  x[1, 1, [4, 30]] = np.inf
+  x[2, 2] = rng.normal(size=50).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(argmax(jnp.asarray(x))),
+                                np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))
+  assert argmax(jnp.asarray(x)).dtype == jnp.int32
+  xi = rng.integers(-2, 3, size=(32, 17)).astype(np.int32)
+  np.testing.assert_array_equal(np.asarray(argmax(jnp.asarray(xi))),
+                                np.asarray(jnp.argmax(jnp.asarray(xi), axis=-1)))

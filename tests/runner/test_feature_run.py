@@ -15,10 +15,13 @@ from specdec_jax import run
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
-from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
 from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
+from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner import config as rc
 from specdec_jax.runner import drafts as drafts_lib
@@ -45,10 +48,17 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   draft, _ = fd_ckpt.load(path, loader.load_model("t5_test_target", seed=0)[1])
   assert chain_for(draft, 3) == FeatureChain(3, draft.width)
   assert chain_for(loader.load_model("t5_test_draft")[0], 3) == Chain(3)
-  for gamma in ("adaptive", "tree"):
-    with pytest.raises(ValueError, match="not built for a feature-level draft"):
-      drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma=gamma),
-                                   [feature])
+  with pytest.raises(ValueError, match="not built for a feature-level draft"):
+    drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"),
+                                 [feature])
+  # A static tree is drafted from the target's states (tree.feature); a dynamic one is refused.
+  drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="tree"), [feature])
+  assert scheme_for(draft, TreeScheme((2, 1))) == FeatureTreeScheme((2, 1), width=draft.width)
+  for cfg in (rc.RunConfig(draft_checkpoint=path, gamma="tree", tree=DynamicTreeScheme()),
+              rc.RunConfig(draft_checkpoint=path, gamma="auto",
+                           tree_candidates=((2, 1), DynamicTreeScheme()))):
+    with pytest.raises(ValueError, match="static trees only"):
+      drafts_lib.check_feature_run(cfg, [feature])
 
 
 def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):

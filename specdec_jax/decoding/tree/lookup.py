@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding.drafters import HistoryCache, lookup, match_scores
+from specdec_jax.decoding.sampling import argmax
 from specdec_jax.decoding.tree.shape import Tree
 
 
@@ -73,7 +74,7 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
   first_BxL = seq_BxL[:, jnp.minimum(jnp.arange(total) + 1, total - 1)]
   ends, found = [], []
   for _ in range(branches):  # K is small and static
-    best_B = jnp.argmax(score_BxL, axis=1).astype(jnp.int32)
+    best_B = argmax(score_BxL)
     found.append(jnp.max(score_BxL, axis=1) >= 0)
     ends.append(best_B)
     first_B = jnp.take_along_axis(first_BxL, best_B[:, None], axis=1)

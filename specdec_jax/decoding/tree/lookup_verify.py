@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
-from specdec_jax.decoding.sampling import sample
+from specdec_jax.decoding.sampling import argmax, sample
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.shape import Tree
 
@@ -59,7 +59,7 @@ def greedy_offered_sibling(u_B, x_B, p_node_BxV, p_cur_BxV, offered_BxV):
   """Temperature 0: keep an offered x exactly when it is the target's argmax at the node."""
   del u_B
   valid_B = _at(offered_BxV, x_B) > 0.0
-  accept_B = valid_B & (x_B == jnp.argmax(p_node_BxV, axis=-1).astype(x_B.dtype))
+  accept_B = valid_B & (x_B == argmax(p_node_BxV).astype(x_B.dtype))
   return accept_B, valid_B, p_cur_BxV, offered_BxV
 
 
@@ -79,7 +79,7 @@ def greedy(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array, offered_BxNxV
   del key
   verdict, final_BxV = verify.descend(None, tree, node_tokens_BxN, offered_BxNxV,
                                       target_probs_BxNxV, greedy_offered_sibling)
-  return verdict.replace(next_token_B=jnp.argmax(final_BxV, axis=-1).astype(jnp.int32))
+  return verdict.replace(next_token_B=argmax(final_BxV))
 
 
 LOOKUP_VERIFIERS = {"greedy": greedy, "point_mass": point_mass}

@@ -69,14 +69,14 @@ class PathDrafted(NamedTuple):
   fed_B: jax.Array
 
 
-def _levels(tree: Tree) -> tuple[tuple[int, int], ...]:
+def level_ranges(tree: Tree) -> tuple[tuple[int, int], ...]:
   """[start, end) node range of each depth 0..D (the tree is level-ordered)."""
   depths = tree.depths_N
   return tuple((int(np.searchsorted(depths, d)), int(np.searchsorted(depths, d, "right")))
                for d in range(tree.max_depth + 1))
 
 
-def _child_plan(tree: Tree, start: int, end: int):
+def child_plan(tree: Tree, start: int, end: int):
   """For the nodes of one level [start, end): every child's (node id, parent's place in the
   level, rank), as static index arrays."""
   kids = tree.children_NxK[start:end]
@@ -101,7 +101,7 @@ def draft_tree(draft, draft_params, state: st.DecodeState, key: jax.Array, tree:
   """Drafts the tree: (node tokens [B, N], q per node [B, N, V] (rows of leaves 0), the processed
   q at the previous iteration's bonus position [B, V], the draft cache holding the root at its
   slot and node n (every depth < D) at root + n)."""
-  levels, depths = _levels(tree), tree.depths_N
+  levels, depths = level_ranges(tree), tree.depths_N
   logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
   batch, vocab = logits_BxV.shape
   tokens_BxN = jnp.zeros((batch, tree.num_nodes), jnp.int32).at[:, 0].set(st.last_tokens(state))
@@ -115,7 +115,7 @@ def draft_tree(draft, draft_params, state: st.DecodeState, key: jax.Array, tree:
           jnp.asarray(tree.ancestor_mask_NxN[start:end, 1:end]))
     q_BxLxV = process_logits(logits_BxLxV, sampling)
     q_BxNxV = q_BxNxV.at[:, start:end].set(q_BxLxV)
-    child_C, pos_C, rank_C = _child_plan(tree, start, end)
+    child_C, pos_C, rank_C = child_plan(tree, start, end)
     kids_BxLxK = draw_children(keys[d], logits_BxLxV, q_BxLxV, int(rank_C.max()) + 1, sampling)
     tokens_BxN = tokens_BxN.at[:, child_C].set(kids_BxLxK[:, pos_C, rank_C])
   return tokens_BxN, q_BxNxV, process_logits(bonus_logits_BxV, sampling), cache

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
-from specdec_jax.decoding.sampling import sample
+from specdec_jax.decoding.sampling import argmax, sample
 from specdec_jax.decoding.tree.shape import Tree
 
 
@@ -134,7 +134,7 @@ def rejection_sibling(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
 def argmax_sibling(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
   """Greedy: keep x exactly when it is the target's argmax at the node; nothing else changes."""
   del u_B
-  accept_B = x_B == jnp.argmax(p_node_BxV, axis=-1).astype(x_B.dtype)
+  accept_B = x_B == argmax(p_node_BxV).astype(x_B.dtype)
   return accept_B, jnp.ones_like(accept_B), p_cur_BxV, q_left_BxV
 
 
@@ -240,7 +240,7 @@ def greedy(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array, draft_probs_B
   del key, draft_probs_BxNxV
   p = target_probs_BxNxV.astype(jnp.float32)
   verdict, final_BxV = descend(None, tree, node_tokens_BxN, p, p, argmax_sibling)
-  return verdict.replace(next_token_B=jnp.argmax(final_BxV, axis=-1).astype(jnp.int32))
+  return verdict.replace(next_token_B=argmax(final_BxV))
 
 
 def sample_without_replacement(key: jax.Array, probs_BxV: jax.Array, k: int) -> jax.Array:

@@ -1,0 +1,133 @@
+"""The feature tree scheme (`decoding/tree/feature.py`): a static tree drafted by a feature-level
+draft from the target's states, verified in one target call that returns the nodes' states.
+
+Why each test:
+- greedy tree decoding equals greedy autoregressive decoding (T5 and decoder-only, two tree
+  shapes, batch 4 with ragged prompts): any slip in the masked verify-with-states call, the path
+  commit in the target's cache or the draft's rollback changes a token;
+- a one-branch tree (1, 1, 1) drafts exactly what the feature chain drafts at gamma 3: the same
+  accepted counts per row. Greedy equality alone cannot see the draft's inputs (any proposal is
+  verified away); this catches a parent's feature, a level's positions or the pending entries
+  (the kept path's target states) going to the wrong place, which only lowers acceptance;
+- the chi-square test at T > 0 (and top-k / top-p in the slow suite): the sampled law of every
+  3-token continuation equals the target's, and the faulty verifier that tests the next sibling
+  against p instead of the residual fails at the same size;
+- refusals by name: a token draft, a dynamic tree with a feature draft, no width.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.draft_schemes import scheme_for
+from specdec_jax.decoding.feature_chain import FeatureChain
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.tree import Tree, TreeScheme
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
+from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.models.config import get_preset
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.model import Model
+from specdec_jax.testing import (faulty_tree_verifier, law_pvalue, sibling_residual_from_p,
+                                 tiny_feature_pair)
+
+GREEDY = SamplingConfig(temperature=0.0)
+INPUTS = {
+    "t5": np.array([[5, 6, 7, 1, 0], [3, 4, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
+    "decoder": np.array([[5, 6, 7, 2, 0], [3, 4, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
+}
+
+
+def _tree(draft, branching):
+  return scheme_for(draft, TreeScheme.from_branching(branching))
+
+
+@pytest.mark.parametrize("kind,vocab", [("t5", 64), ("decoder", 8)])
+def test_greedy_feature_tree_equals_autoregressive(kind, vocab):
+  target, tp, draft, dp = tiny_feature_pair(kind, vocab)
+  inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
+  ar = Decoder(target, sampling=GREEDY, max_decode_len=12).generate(Params(tp), inputs)
+  for branching in ((2, 1, 1), (3, 2)):
+    scheme = _tree(draft, branching)
+    assert isinstance(scheme, FeatureTreeScheme)
+    spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=12).generate(
+        Params(tp, dp), inputs)
+    np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+    np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
+    assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(ar.lengths_B))
+    if vocab == 8:  # a random draft over 8 tokens is kept now and then, siblings included
+      assert int(np.sum(spec.counters.accepted_B)) > 0
+
+
+@pytest.mark.parametrize("kind,vocab", [("t5", 8), ("decoder", 8)])
+def test_one_branch_tree_drafts_what_the_feature_chain_drafts(kind, vocab):
+  target, tp, draft, dp = tiny_feature_pair(kind, vocab)
+  inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
+  params = Params(tp, dp)
+  chain = Decoder(target, draft, FeatureChain.for_draft(draft, 3), GREEDY,
+                  max_decode_len=16).generate(params, inputs)
+  tree = Decoder(target, draft, _tree(draft, (1, 1, 1)), GREEDY,
+                 max_decode_len=16).generate(params, inputs)
+  np.testing.assert_array_equal(np.asarray(tree.tokens_BxN), np.asarray(chain.tokens_BxN))
+  for name in ("accepted_B", "target_calls_B", "emitted_B"):
+    np.testing.assert_array_equal(np.asarray(getattr(tree.counters, name)),
+                                  np.asarray(getattr(chain.counters, name)), err_msg=name)
+  assert int(np.sum(chain.counters.accepted_B)) > 0  # the comparison saw kept drafts
+
+
+# ---- exactness at temperature > 0 ---------------------------------------------------------------
+V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 100_000
+PROMPT = np.array([3, 5, 2], np.int32)
+CASES = {
+    "t1_3x2": (SamplingConfig(temperature=1.0), (3, 2)),
+    "t0.7_topk3_4x2": (SamplingConfig(temperature=0.7, top_k=3), (4, 2)),
+    "topp0.8_2x1x1": (SamplingConfig(temperature=1.0, top_p=0.8), (2, 1, 1)),
+}
+
+
+@pytest.fixture(scope="module")
+def sharp_feature_pair():
+  """A sharp 2-layer decoder-only target over 6 tokens (no EOS) and a sharp feature draft."""
+  cfg = get_preset("decoder_test_draft", vocab_size=V, emb_dim=16, num_decoder_layers=2,
+                   eos_id=-1)
+  target = Model(cfg)
+  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32, eos_id=-1, head="own"))
+  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
+                                                                tp))
+  return target, tp, draft, dp
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "t1_3x2" else pytest.mark.slow)
+                                  for n in CASES])
+def test_feature_tree_matches_exact_target_distribution(sharp_feature_pair, name):
+  sampling, branching = CASES[name]
+  scheme = _tree(sharp_feature_pair[2], branching)
+  pvalue, out = law_pvalue(sharp_feature_pair, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES)
+  assert pvalue > 1e-3, f"{name}: p={pvalue:.2e}"
+  kept = np.asarray(out.stats.tree.kept_rank_DxK)
+  assert kept[0, 1:].sum() > 0  # later siblings were kept: the sibling logic was exercised
+
+
+def test_feature_tree_sibling_residual_from_p_is_detected(sharp_feature_pair):
+  sampling, branching = CASES["t1_3x2"]
+  faulty = FeatureTreeScheme(Tree.from_branching(branching),
+                             faulty_tree_verifier(sibling_residual_from_p),
+                             width=sharp_feature_pair[2].width)
+  pvalue, _ = law_pvalue(sharp_feature_pair, sampling, faulty, PROMPT, NUM_TOKENS, NUM_SAMPLES)
+  assert pvalue < 1e-6, f"p={pvalue:.2e}"
+
+
+# ---- refusals -----------------------------------------------------------------------------------
+def test_refusals_name_the_problem():
+  target, tp, draft, dp = tiny_feature_pair("decoder", 8)
+  with pytest.raises(ValueError, match="for_draft"):
+    FeatureTreeScheme((2, 1))
+  with pytest.raises(ValueError, match="static trees|TreeScheme"):
+    scheme_for(draft, DynamicTreeScheme(depth=2, width=2, branch=2, nodes=4))
+  token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
+  assert scheme_for(token_draft, TreeScheme((2, 1))) == TreeScheme((2, 1))  # token drafts: as is
+  with pytest.raises(TypeError, match="feature-level draft"):
+    Decoder(target, token_draft, FeatureTreeScheme((2, 1), width=16), GREEDY, max_decode_len=4)
