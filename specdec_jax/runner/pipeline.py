@@ -31,8 +31,8 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
 from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets, tree_choice
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, GAMMA_WORDS, MODEL_DRAFT, TREE, DraftSpec,
-                                      RunConfig, as_list, draft_specs, points)
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
+                                      TREE, DraftSpec, RunConfig, as_list, draft_specs, points)
 from specdec_jax.runner.store import ResultStore
 
 
@@ -143,13 +143,15 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   costs = measure_costs(cfg, loaded, log)
   acceptance_of = _calibration_acceptances(cfg, loaded, store)
   trees = cfg.tree_candidate_schemes()
-  # Trees are chosen from timed loops only (one device) and drafted by model drafts only.
+  # Trees are chosen from timed loops only (one device) and drafted by model drafts (token or
+  # feature-level: `draft_schemes.scheme_for`), not by the model-free drafters.
   tree_acceptance_of = (_tree_acceptances(cfg, loaded, store, trees)
                         if trees and loaded.mesh is None else None)
   pts = points(cfg)
   plans = {}
   for p in (p for p in pts if p.gamma == AUTO):
-    tree_fn = (None if tree_acceptance_of is None or p.draft.kind != MODEL_DRAFT
+    tree_fn = (None if tree_acceptance_of is None
+               or p.draft.kind not in (MODEL_DRAFT, FEATURE_DRAFT)
                else lambda p=p: tree_acceptance_of(p))
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, lambda p=p: acceptance_of(p),
                                    gamma_max=cfg.gamma_max, min_speedup=cfg.auto_min_speedup,

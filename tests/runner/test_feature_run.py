@@ -114,6 +114,26 @@ def test_run_with_a_feature_draft_matches_greedy_autoregressive(tmp_path):
   assert m["c"] > 0 and m["tokens_per_target_call"] >= 1.0
 
 
+@pytest.mark.slow  # ~40 s of CPU on 2 cores: the tree decode, its probe and its timed loop
+def test_run_with_a_feature_draft_tree_fixed_and_among_auto_candidates(tmp_path):
+  """GAMMA='tree' and 'auto' with a static tree candidate, T = 0, with a feature draft: the tree
+  point decodes the target's own tokens with a FeatureTreeScheme (the row carries the tree), and
+  'auto' probes and times the feature tree beside the chains (its memo names the probe tree)."""
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  metrics = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
+      f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = ['tree', 'auto']", "NUM_EXAMPLES = 4",
+      "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
+      "RunConfig.gamma_max = 2", "RunConfig.tree = @TreeScheme()", "TreeScheme.tree = (2, 1)",
+      "RunConfig.tree_candidates = [(2, 1)]", "RunConfig.auto_min_speedup = 0.0"])
+  by_gamma = {m["run"].split(",")[1]: m for m in metrics}
+  tree = by_gamma["gamma=tree"]
+  assert tree["draft_kind"] == "feature" and tree["greedy_match_rate"] == 1.0
+  assert tree["tokens_per_target_call"] >= 1.0
+  auto = by_gamma["gamma=auto"]
+  assert auto["greedy_match_rate"] == 1.0 and auto["gamma_auto"]
+  assert "tree(2,1)" in auto["auto_predicted_speedup"]  # the feature tree's loop was timed
+
+
 @pytest.mark.slow  # ~40 s of CPU on 2 cores: two temperatures, two drafts, 'auto' planned
 def test_auto_and_sampling_beside_a_token_draft(tmp_path):
   """Both drafts in one run at T = 0 and 1: the fixed gamma decodes (its loop timed for the
@@ -159,6 +179,9 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   assert isinstance(pair.decoder(2, parallel=True).scheme, ParallelFeatureChain)
   assert pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2,
                        parallel=True).ids == spec.ids
+  assert isinstance(pair.decoder("tree", tree=(2, 1)).scheme, FeatureTreeScheme)
+  assert pair.generate(prompts, gamma="tree", tree=(2, 1), max_new_tokens=8,
+                       batch_size=2).ids == spec.ids
   with pytest.raises(ValueError, match="adaptive"):
     pair.decoder("adaptive")
   with pytest.raises(ValueError, match="parallel"):
