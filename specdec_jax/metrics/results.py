@@ -101,6 +101,16 @@ def load_records(directory: str) -> dict[str, dict[str, Any]]:
   return out
 
 
+def _speedup_cell(m: dict) -> str:
+  """The speedup and its interval, or why a row has none (a gamma-0 row decoded autoregressively;
+  a speculative-mode run timed no baseline)."""
+  if m.get("speedup") is not None:
+    return f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}"
+  if m.get("mode") == "speculative":
+    return "- (speculative mode: no baseline timed)"
+  return "- (gamma 0: nothing speculative to time)"
+
+
 def _f(x, spec: str = ".2f") -> str:
   return "-" if x is None else format(x, spec)
 
@@ -122,8 +132,7 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
         r["name"], str(m["task"]), _f(m["temperature"], "g"), str(m["gamma"]),
         str(m["num_examples"]), f"{_f(m['alpha'], '.3f')} {_interval(m.get('alpha_interval95'), '.3f')}",
         _f(m.get("tokens_per_target_call")),
-        ("- (gamma 0: nothing speculative to time)" if m.get("speedup") is None else
-         f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}"),
+        _speedup_cell(m),
         _f(m.get("speedup_predicted")), _f(m.get("speedup_predicted_in_sample")),
         {True: "yes", False: "no"}.get(cal.get("held_out"), "-"),
         _f(r["load_average"][0], ".1f"), r["commit"][:7])) + " |")

@@ -124,7 +124,7 @@ def test_run_with_a_feature_draft_tree_fixed_and_among_auto_candidates(tmp_path)
       f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = ['tree', 'auto']", "NUM_EXAMPLES = 4",
       "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
       "RunConfig.gamma_max = 2", "RunConfig.tree = @TreeScheme()", "TreeScheme.tree = (2, 1)",
-      "RunConfig.tree_candidates = [(2, 1)]", "RunConfig.auto_min_speedup = 0.0"])
+      "RunConfig.tree_candidates = [(2, 1)]", "RunConfig.auto_min_speedup = 0.01"])
   by_gamma = {m["run"].split(",")[1]: m for m in metrics}
   tree = by_gamma["gamma=tree"]
   assert tree["draft_kind"] == "feature" and tree["greedy_match_rate"] == 1.0
