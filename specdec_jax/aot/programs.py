@@ -150,11 +150,12 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
   """Prefill and loop programs of every draft (and the autoregressive baseline): the runner's
   `Decoder` on the mesh (`decoder.prefill_program`, then `decoder.loop_program`); a chain's
   scheme is `draft_schemes.chain_for`'s, as the runner's (`FeatureChain` or its parallel
-  variant for a feature-level draft)."""
+  variant for a feature-level draft), a tree's `draft_schemes.scheme_for`'s (a feature-level
+  draft's static tree: `FeatureTreeScheme`)."""
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import decoder as decoder_lib, start
   from specdec_jax.decoding.autoregressive import Autoregressive
-  from specdec_jax.decoding.draft_schemes import chain_for
+  from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
   s = setup
   inputs = abstract.abstract_batch((s.batch, s.prompt_len), np.int32, mesh, s.target.axis_rules)
   rng = abstract.abstract_key(mesh)
@@ -166,8 +167,8 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
         runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
                      f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
                      draft, dparams, chain_for(draft, gamma, parallel=s.feature_parallel)))
-      runs += [_tree_run(dname, draft, dparams, tree) for tree in s.trees
-               if isinstance(draft, Model)]  # model-free drafts score no masked block
+      runs += [_tree_run(dname, draft, dparams, scheme_for(draft, tree)) for tree in s.trees
+               if isinstance(draft, (Model, FeatureDraft))]  # model-free: no masked block
   if s.runs_autoregressive:
     runs.append((AR_PREFILL, AR_PREFILL, AR_LOOP, "", {}, None, None, Autoregressive()))
   programs = []

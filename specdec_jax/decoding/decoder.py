@@ -51,6 +51,9 @@ class Scheme(Protocol):
   init_stats(batch): the scheme's own on-device statistics, carried in `DecodeState.stats`.
   stats_batched (optional, default False): every leaf of those statistics is per example
     ([B, ...], the feature chain's pending entries), so on a mesh they are batch-sharded too.
+  constrain_stats(stats, constrain) (optional, in place of stats_batched): the statistics with
+    `constrain` (batch-sharding one array) applied to their per-example leaves only (the
+    feature tree's pending entries beside its summed tree counters).
   iteration(decoder, params, state): one target call's worth of decoding.
   """
 
@@ -172,7 +175,9 @@ class Decoder:
       counters = c.replace(**{f.name: b(getattr(c, f.name)) for f in dataclasses.fields(c)
                               if "_B" in f.name})
       stats = state.stats
-      if getattr(self.scheme, "stats_batched", False):
+      if hasattr(self.scheme, "constrain_stats"):
+        stats = self.scheme.constrain_stats(stats, b)
+      elif getattr(self.scheme, "stats_batched", False):
         stats = jax.tree.map(b, stats)
       return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B),
                            counters=counters, done_B=b(state.done_B), base_B=b(state.base_B),

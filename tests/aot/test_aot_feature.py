@@ -66,3 +66,27 @@ def test_feature_draft_programs_compile_on_a_mesh(parallel, scheme):
   assert [r.error for r in results] == [None, None]
   loop = results[1]
   assert loop.host_transfers == [] and loop.per_chip_bytes["aliased"] > 0  # donated state
+
+
+def test_feature_draft_tree_programs_compile_on_a_mesh():
+  """GAMMA='tree' with a feature-level draft: the builder's tree run is the draft's
+  `FeatureTreeScheme` (`draft_schemes.scheme_for`), compiled with the state donated (the
+  pending entries batch-sharded, `FeatureTreeScheme.constrain_stats`) and no host transfer."""
+  from specdec_jax.decoding.tree.feature import FeatureTreeScheme  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
+  mesh_config = sh.MeshConfig(data=2, model_outer=2, model_inner=2)
+  mesh = sh.make_mesh(mesh_config)
+  target_cfg = get_preset("t5_test_target")
+  fcfg = FeatureDraftConfig.for_target(target_cfg, emb_dim=16, num_heads=2, mlp_dim=32)
+  cfg = RunConfig(batch_size=2, max_input_length=8, max_decode_length=8, gamma="tree",
+                  tree=TreeScheme((2, 2)), temperature=1.0)
+  setup = programs.decode_setup(cfg, mesh, mesh_config, target_cfg, {"feat": fcfg})
+  progs = job.select(programs.decode_programs(setup, mesh), ["spec_loop"])
+  assert [p.kind for p in progs] == ["spec_prefill", "spec_loop"]
+  scheme = progs[0].call({})[1][0].scheme
+  assert isinstance(scheme, FeatureTreeScheme) and scheme.tree.num_nodes == 7
+  with jax.set_mesh(mesh):
+    results = job._compile_all(progs, None, lambda _: None)  # pylint: disable=protected-access
+  assert [r.error for r in results] == [None, None]
+  loop = results[1]
+  assert loop.host_transfers == [] and loop.per_chip_bytes["aliased"] > 0  # donated state

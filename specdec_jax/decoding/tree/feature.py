@@ -152,6 +152,11 @@ class FeatureTreeScheme:
                          jnp.zeros((batch,), jnp.int32))
     return FeatureTreeStats(carry, TreeStats.zeros(self.tree))
 
+  def constrain_stats(self, stats: FeatureTreeStats, constrain) -> FeatureTreeStats:
+    """On a mesh (`Decoder._constrain`): the pending entries are per example (batch-sharded),
+    the tree counters are sums over rows (left as they are)."""
+    return stats.replace(carry=jax.tree.map(constrain, stats.carry))
+
   def check(self, decoder) -> None:
     """A feature-level draft and a target that returns its states (`start.check_decoder`)."""
     if not feature_chain.is_feature_draft(decoder.draft):
