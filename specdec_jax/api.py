@@ -196,8 +196,9 @@ class Pair:
       gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
         alone (the baseline); 'adaptive': a per-example draft length up to 8
         (`decoding.adaptive`); 'tree': a static draft tree per target call, `tree`
-        (`decoding.tree`; model drafts only; a feature-level draft drafts it from the target's
-        states, `decoding.tree.feature`, static trees only); None: 4 with a draft, else 0.
+        (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
+        dynamic, from the target's states, `decoding.tree.feature`); None: 4 with a draft,
+        else 0.
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target

@@ -11,7 +11,8 @@ from __future__ import annotations
 from specdec_jax.decoding.feature_chain import FeatureChain, is_feature_draft
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
+from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 
 
@@ -28,15 +29,17 @@ def chain_for(draft, gamma: int, *, parallel: bool = False):
 
 
 def scheme_for(draft, scheme):
-  """`scheme` as `draft` decodes it: a static `TreeScheme` becomes `tree.feature.
-  FeatureTreeScheme` for a feature-level draft (the same tree and verifier, drafted from the
-  target's states); any scheme of a token draft, or a feature draft's own chain, as given.
-  Refused by name: another tree or the adaptive scheme with a feature-level draft (they draft
-  from tokens only)."""
+  """`scheme` as `draft` decodes it: for a feature-level draft a static `TreeScheme` becomes
+  `tree.feature.FeatureTreeScheme` and a `DynamicTreeScheme` `FeatureDynamicTreeScheme` (the
+  same tree or budget and verifier, drafted from the target's states); any scheme of a token
+  draft, or a feature draft's own chain, as given. Refused by name: the adaptive scheme and the
+  prompt-lookup tree with a feature-level draft (they draft from tokens only)."""
   if not is_feature_draft(draft) or isinstance(scheme, (FeatureChain, ParallelFeatureChain,
                                                         FeatureTreeScheme)):
     return scheme
   if isinstance(scheme, TreeScheme):
     return FeatureTreeScheme.for_draft(draft, scheme)
+  if isinstance(scheme, DynamicTreeScheme):
+    return FeatureDynamicTreeScheme.for_draft(draft, scheme)
   raise ValueError(f"{type(scheme).__name__} drafts from tokens; a feature-level draft decodes "
-                   "with a chain (an int gamma) or a static tree (TreeScheme)")
+                   "with a chain (an int gamma) or a tree (TreeScheme, DynamicTreeScheme)")

@@ -47,8 +47,8 @@ class RunConfig:
   tree_candidates: trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
     each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree`, a TreeScheme or a
     DynamicTreeScheme (`gin/decoding/auto_dynamic_tree.gin`); the cost model picks a chain's
-    gamma, a tree or 0 (runner/calibrate.py). Model drafts only (a feature-level draft: static
-    trees, drafted from the target's states, `decoding.tree.feature`).
+    gamma, a tree or 0 (runner/calibrate.py). Model drafts only (a feature-level draft drafts
+    them from the target's states, `decoding.tree.feature`).
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
     draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
     its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`, or with

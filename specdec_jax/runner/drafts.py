@@ -23,6 +23,7 @@ from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, MODEL_DRAFT, TREE,
                                       DraftSpec, RunConfig, as_list)
@@ -166,10 +167,9 @@ def _check_feature_shapes(target, draft) -> None:
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
   """Refuses what a feature-level draft does not run yet, before anything is loaded: the
-  adaptive scheme and dynamic trees (token drafts only; a static tree is drafted from the
-  target's states, `decoding.tree.feature`). A mesh is fine for its chains: the draft is placed
-  on the draft rules like a token draft (`sharding.place_models`), its pending features
-  batch-sharded."""
+  adaptive scheme (token drafts only; trees, static and dynamic, are drafted from the target's
+  states, `decoding.tree.feature`). A mesh is fine: the draft is placed on the draft rules like
+  a token draft (`sharding.place_models`), its pending features batch-sharded."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
   if cfg.feature_parallel and not feature:
     raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
@@ -181,10 +181,10 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
                      "use an int, 'tree' or 'auto'")
   trees = ([cfg.tree_scheme()] if TREE in as_list(cfg.gamma) else []) + list(
       cfg.tree_candidate_schemes() if AUTO in as_list(cfg.gamma) else [])
-  dynamic = [t for t in trees if not isinstance(t, TreeScheme)]
-  if dynamic:
-    raise ValueError(f"{type(dynamic[0]).__name__} drafts from tokens; a feature-level draft "
-                     f"({feature[0]}) drafts static trees only (TreeScheme)")
+  other = [t for t in trees if not isinstance(t, (TreeScheme, DynamicTreeScheme))]
+  if other:
+    raise ValueError(f"{type(other[0]).__name__} drafts from tokens; a feature-level draft "
+                     f"({feature[0]}) drafts static or dynamic model trees only")
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:

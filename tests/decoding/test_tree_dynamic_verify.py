@@ -46,7 +46,7 @@ def _tables(seed, sampling):
 
 
 def _expand(key, q_BxLxV, k):
-  """Children without replacement and their clipped log q (`dynamic._expand` at T > 0)."""
+  """Children without replacement and their clipped log q (`dynamic.expand` at T > 0)."""
   b, l, v = q_BxLxV.shape
   kids_BxLxK = tv.sample_without_replacement(key, q_BxLxV.reshape(b * l, v), k).reshape(b, l, k)
   return kids_BxLxK, jnp.minimum(jnp.take_along_axis(jnp.log(q_BxLxV), kids_BxLxK, axis=-1), 0.0)

@@ -12,7 +12,10 @@ Why each test:
 - the chi-square test at T > 0 (and top-k / top-p in the slow suite): the sampled law of every
   3-token continuation equals the target's, and the faulty verifier that tests the next sibling
   against p instead of the residual fails at the same size;
-- refusals by name: a token draft, a dynamic tree with a feature draft, no width.
+- the dynamic tree (`FeatureDynamicTreeScheme`, EAGLE-2's expansion): greedy equality, the
+  chi-square law with kept pruned children exercised (walks that end on one: the case a verifier
+  skipping pruned siblings gets wrong);
+- refusals by name: a token draft, the prompt-lookup tree with a feature draft, no width.
 """
 import jax
 import jax.numpy as jnp
@@ -25,7 +28,8 @@ from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree import Tree, TreeScheme
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
+from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
@@ -48,8 +52,9 @@ def test_greedy_feature_tree_equals_autoregressive(kind, vocab):
   target, tp, draft, dp = tiny_feature_pair(kind, vocab)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=12).generate(Params(tp), inputs)
-  for branching in ((2, 1, 1), (3, 2)):
-    scheme = _tree(draft, branching)
+  for branching in ((2, 1, 1), (3, 2), DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8)):
+    scheme = (scheme_for(draft, branching) if isinstance(branching, DynamicTreeScheme)
+              else _tree(draft, branching))
     assert isinstance(scheme, FeatureTreeScheme)
     spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=12).generate(
         Params(tp, dp), inputs)
@@ -120,13 +125,30 @@ def test_feature_tree_sibling_residual_from_p_is_detected(sharp_feature_pair):
   assert pvalue < 1e-6, f"p={pvalue:.2e}"
 
 
+def test_feature_dynamic_tree_matches_exact_target_distribution(sharp_feature_pair):
+  """T = 1, depth 2, beam 2, branch 3, 5 nodes (tests/decoding/test_tree_dynamic_distribution.py's
+  budget): pruned children are drawn and some walks end on one."""
+  scheme = scheme_for(sharp_feature_pair[2], DynamicTreeScheme(depth=2, width=2, branch=3,
+                                                                nodes=5))
+  assert isinstance(scheme, FeatureDynamicTreeScheme)
+  pvalue, out = law_pvalue(sharp_feature_pair, SamplingConfig(temperature=1.0), scheme, PROMPT,
+                           NUM_TOKENS, NUM_SAMPLES)
+  assert pvalue > 1e-3, f"p={pvalue:.2e}"
+  c = out.counters
+  # walks that ended on a kept pruned child (accepted, no bonus): emitted = accepted in a call
+  gap = np.asarray(c.target_calls_B) - (np.asarray(c.emitted_B) - np.asarray(c.accepted_B))
+  assert gap.sum() > 0.01 * np.sum(c.target_calls_B)
+
+
 # ---- refusals -----------------------------------------------------------------------------------
 def test_refusals_name_the_problem():
   target, tp, draft, dp = tiny_feature_pair("decoder", 8)
   with pytest.raises(ValueError, match="for_draft"):
     FeatureTreeScheme((2, 1))
-  with pytest.raises(ValueError, match="static trees|TreeScheme"):
-    scheme_for(draft, DynamicTreeScheme(depth=2, width=2, branch=2, nodes=4))
+  with pytest.raises(ValueError, match="drafts from tokens"):
+    scheme_for(draft, LookupTreeScheme(branches=2, length=2))
+  with pytest.raises(TypeError, match="DynamicTree"):
+    FeatureDynamicTreeScheme((2, 1), width=16)
   token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
   assert scheme_for(token_draft, TreeScheme((2, 1))) == TreeScheme((2, 1))  # token drafts: as is
   with pytest.raises(TypeError, match="feature-level draft"):

@@ -20,7 +20,8 @@ from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme
+from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
+from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner import config as rc
@@ -51,14 +52,17 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   with pytest.raises(ValueError, match="not built for a feature-level draft"):
     drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"),
                                  [feature])
-  # A static tree is drafted from the target's states (tree.feature); a dynamic one is refused.
+  # Static and dynamic trees are drafted from the target's states (tree.feature); the
+  # prompt-lookup tree (tokens of the history) is refused.
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="tree"), [feature])
+  drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="auto",
+                                            tree_candidates=((2, 1), DynamicTreeScheme())),
+                               [feature])
   assert scheme_for(draft, TreeScheme((2, 1))) == FeatureTreeScheme((2, 1), width=draft.width)
-  for cfg in (rc.RunConfig(draft_checkpoint=path, gamma="tree", tree=DynamicTreeScheme()),
-              rc.RunConfig(draft_checkpoint=path, gamma="auto",
-                           tree_candidates=((2, 1), DynamicTreeScheme()))):
-    with pytest.raises(ValueError, match="static trees only"):
-      drafts_lib.check_feature_run(cfg, [feature])
+  assert isinstance(scheme_for(draft, DynamicTreeScheme()), FeatureDynamicTreeScheme)
+  with pytest.raises(ValueError, match="drafts from tokens"):
+    drafts_lib.check_feature_run(
+        rc.RunConfig(draft_checkpoint=path, gamma="tree", tree=LookupTreeScheme()), [feature])
 
 
 def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from specdec_jax import sharding as sh
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
+from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.testing import tiny_feature_pair
@@ -57,7 +58,8 @@ CASES = [("t5", False, 0.0), ("decoder", True, 0.0), ("decoder", False, 1.0),
 
 TREE_CASES = [("decoder", "tree", 1.0), ("t5", "tree", 0.0),
               pytest.param("decoder", "tree", 0.0, marks=SLOW),
-              pytest.param("t5", "tree", 1.0, marks=SLOW)]
+              pytest.param("t5", "tree", 1.0, marks=SLOW),
+              ("decoder", "dynamic", 1.0), pytest.param("t5", "dynamic", 0.0, marks=SLOW)]
 
 
 @pytest.mark.parametrize("kind,parallel,temperature", CASES + TREE_CASES)
@@ -66,10 +68,11 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   rows); sampling: the acceptance counters too, with every row accepting some drafts. 'tree':
   the feature draft's (2, 2) tree (`FeatureTreeScheme`: the masked verify with states, the path
   gathered in the target's sharded cache, the pending entries batch-sharded beside the summed
-  tree counters)."""
+  tree counters); 'dynamic': its dynamic tree (per-row layouts and feature gathers)."""
   t, tp, d, dp = _pair(kind)
   scheme = (scheme_for(d, TreeScheme((2, 2))) if parallel == "tree"
-            else chain_for(d, GAMMA, parallel=parallel))
+            else scheme_for(d, DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8))
+            if parallel == "dynamic" else chain_for(d, GAMMA, parallel=parallel))
   ref = _decode(t, d, scheme, Params(tp, dp), temperature)
   if temperature > 0:
     assert ref.counters.accepted_B.min() > 0  # the counters below compare something

@@ -72,7 +72,7 @@ class Drafted(NamedTuple):
   q_BxExV: jax.Array
 
 
-def _expand(key: jax.Array, logits_BxLxV: jax.Array, k: int, sampling: SamplingConfig):
+def expand(key: jax.Array, logits_BxLxV: jax.Array, k: int, sampling: SamplingConfig):
   """q at L expanded nodes, their k children (`scheme.draw_children`) and each child's log q,
   the score increment: log_softmax of the raw logits at T = 0 (q is one-hot there), else the
   processed q's log (-inf for a filler child of zero mass). Clipped at 0, so a child never
@@ -85,7 +85,7 @@ def _expand(key: jax.Array, logits_BxLxV: jax.Array, k: int, sampling: SamplingC
   return q_BxLxV, kids_BxLxK, logq_BxLxK
 
 
-def _beam_visible(prev_BxWxU: jax.Array | None, parent_BxW: jax.Array, width: int
+def beam_visible(prev_BxWxU: jax.Array | None, parent_BxW: jax.Array, width: int
                   ) -> jax.Array:
   """The beam's window mask [B, W, U + W]: each node sees its parent's ancestors among the
   earlier beam levels (parent_BxW: its parent's place in the previous beam) and itself."""
@@ -105,17 +105,17 @@ def draft_dynamic(draft, draft_params, state: st.DecodeState, key: jax.Array, sp
   logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
   batch = logits_BxV.shape[0]
   keys = jax.random.split(key, spec.depth)
-  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = _expand(keys[0], logits_BxV[:, None], k, sampling)
+  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = expand(keys[0], logits_BxV[:, None], k, sampling)
   level_tokens, level_scores = kids_Bx1xK.reshape(batch, k), logq_Bx1xK.reshape(batch, k)
   tokens, scores, qs = [level_tokens], [level_scores], [q_Bx1xV]
   expanders, visible, level_start = [jnp.full((batch, 1), -1, jnp.int32)], None, 0
   for d in range(1, spec.depth):  # the beam of depth d, fed in one call
     top_BxW = jax.lax.top_k(level_scores, width)[1].astype(jnp.int32)  # ties: lower id first
-    visible = _beam_visible(visible, top_BxW // k, width)
+    visible = beam_visible(visible, top_BxW // k, width)
     logits_BxWxV, cache = draft.extend_with_mask(
         draft_params, cache, jnp.take_along_axis(level_tokens, top_BxW, axis=1),
         jnp.asarray(np.repeat(np.arange(d, dtype=np.int32), width)), visible)
-    q_BxWxV, kids_BxWxK, logq_BxWxK = _expand(keys[d], logits_BxWxV, k, sampling)
+    q_BxWxV, kids_BxWxK, logq_BxWxK = expand(keys[d], logits_BxWxV, k, sampling)
     beam_scores_BxW = jnp.take_along_axis(level_scores, top_BxW, axis=1)
     expanders.append(level_start + top_BxW)
     level_start = k * (1 + (d - 1) * width)  # the first candidate of depth d + 1

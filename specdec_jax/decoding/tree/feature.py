@@ -27,9 +27,12 @@ chain's pending entries (`feature_chain`) with the token tree's levels, verifier
    and the kept path's nodes (written tokens: count = n + 1) become the pending entries.
 Static shapes throughout; every row keeps its own path (batch > 1, ragged acceptance).
 
-Why only static trees: a dynamic tree (`tree.dynamic`) ranks candidates by the draft's
-cumulative confidence and reorders its nodes per row; its draft state would be a per-row gather
-of output features besides the cache, which is the next step, not this one.
+The dynamic tree (`FeatureDynamicTreeScheme`, EAGLE-2's expansion over EAGLE-3's draft) is the
+token draft's `tree.dynamic` with the same two changes: each beam level is one `extend_features`
+call whose entries are fed their expander's output feature (a per-row gather from the previous
+level's outputs), and the verify call returns the nodes' states. The rerank, the walk tables
+(pruned children still tried: its exactness argument) and the path commit are `tree.dynamic`'s;
+the draft's cache only rolls back, as above.
 """
 from __future__ import annotations
 
@@ -46,11 +49,12 @@ from specdec_jax.decoding import feature_chain
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.feature_chain import FeatureCarry
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
+from specdec_jax.decoding.tree import dynamic
 from specdec_jax.decoding.tree.commit import commit_path
 from specdec_jax.decoding.tree.scheme import (TreeScheme, TreeStats, child_plan,
                                               level_ranges, commit_tree, draw_children, tree_stats,
                                               tree_verifier)
-from specdec_jax.decoding.tree.shape import Tree
+from specdec_jax.decoding.tree.shape import DynamicTree, Tree
 
 
 @flax.struct.dataclass
@@ -172,27 +176,120 @@ class FeatureTreeScheme:
     """Draft the tree -> verify with states -> keep a path -> commit -> pending entries."""
     tree, sampling, draft = self.tree, decoder.sampling, decoder.draft
     rng, k_draft, k_verify = jax.random.split(state.rng, 3)
-    carry = state.stats.carry
     root_B = state.target_cache.index_B
-    tokens_BxN, q_BxNxV, draft_cache = draft_tree(draft, params.draft, state, carry, k_draft,
-                                                  tree, sampling)
+    tokens_BxN, q_BxNxV, draft_cache = draft_tree(draft, params.draft, state, state.stats.carry,
+                                                  k_draft, tree, sampling)
     p_BxNxV, hidden, target_cache = verify_tree_with_hidden(
         decoder.target, params.target, state.target_cache, tokens_BxN, tree,
         draft.feature_layers, sampling)
     verdict = self.verify_fn(sampling)(k_verify, tree, tokens_BxN, q_BxNxV, p_BxNxV)
     target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
-    state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
+    return self._commit(decoder, params, state.replace(rng=rng, target_cache=target_cache,
+                                                       draft_cache=draft_cache),
+                        state, verdict, p_BxNxV, q_BxNxV, hidden)
+
+  def _commit(self, decoder, params, state: st.DecodeState, before: st.DecodeState, verdict,
+              p_BxNxV: jax.Array, q_BxNxV: jax.Array, hidden) -> st.DecodeState:
+    """`commit_tree` on `state` (the target's path gathered, both caches after this iteration's
+    calls), then the pending entries (the fused target states at the root and the kept path)
+    and the draft's cache rolled back to before the tree. `before`: the iteration's input."""
     # The draft is never pending: its kept positions are fed again with the target's states.
     never_B = jnp.zeros_like(state.done_B)
     new = commit_tree(state, verdict, p_BxNxV, q_BxNxV, jnp.zeros_like(q_BxNxV[:, 0]),
                       decoder.target.eos_id, decoder.max_decode_len, pending_B=never_B)
-    active_B = ~state.done_B
-    written_B = new.num_B - state.num_B
-    g_BxD1xD = draft.fuse(params.draft, path_hidden(hidden, verdict.path_BxD)).astype(jnp.float32)
-    carry = FeatureCarry(jnp.where(active_B[:, None, None], g_BxD1xD, carry.g_BxG1xD),
+    carry, active_B = before.stats.carry, ~before.done_B
+    written_B = new.num_B - before.num_B
+    g_BxD1xD = decoder.draft.fuse(params.draft, path_hidden(hidden, verdict.path_BxD))
+    carry = FeatureCarry(jnp.where(active_B[:, None, None], g_BxD1xD.astype(jnp.float32),
+                                   carry.g_BxG1xD),
                          jnp.where(active_B, written_B, carry.count_B))
-    kept_B = new.counters.accepted_B - state.counters.accepted_B
-    stats = FeatureTreeStats(carry, tree_stats(state.stats.tree, verdict, active_B, kept_B))
+    kept_B = new.counters.accepted_B - before.counters.accepted_B
+    stats = FeatureTreeStats(carry, tree_stats(before.stats.tree, verdict, active_B, kept_B))
     return new.replace(stats=stats,
-                       draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+                       draft_cache=state.draft_cache.rollback(before.base_B + before.num_B - 1))
 
+
+# ---- dynamic trees (EAGLE-2's expansion, EAGLE-3's draft) -----------------------------------------
+def draft_dynamic(draft, draft_params, state: st.DecodeState, carry: FeatureCarry,
+                  key: jax.Array, spec: DynamicTree, sampling: SamplingConfig):
+  """`tree.dynamic.draft_dynamic` for a feature-level draft: the pending entries' call gives the
+  root's children and output feature; beam level d (the W best candidates of depth d by
+  cumulative log q) is one `extend_features` call, each entry fed its expander's output feature.
+  Returns (`dynamic.Drafted`, the draft's cache)."""
+  k, width = spec.branch, spec.width
+  logits_BxV, out_BxD, cache = feature_chain.first_draft_call(draft, draft_params, state, carry)
+  batch = logits_BxV.shape[0]
+  keys = jax.random.split(key, spec.depth)
+  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = dynamic.expand(keys[0], logits_BxV[:, None], k, sampling)
+  level_tokens, level_scores = kids_Bx1xK.reshape(batch, k), logq_Bx1xK.reshape(batch, k)
+  out_BxLxD = out_BxD[:, None].astype(jnp.float32)  # the output features of the level's expanders
+  tokens, scores, qs = [level_tokens], [level_scores], [q_Bx1xV]
+  expanders, visible, level_start = [jnp.full((batch, 1), -1, jnp.int32)], None, 0
+  for d in range(1, spec.depth):  # the beam of depth d, fed in one call
+    top_BxW = jax.lax.top_k(level_scores, width)[1].astype(jnp.int32)  # ties: lower id first
+    parent_BxW = top_BxW // k  # each beam node's expander: its place in the previous level
+    visible = dynamic.beam_visible(visible, parent_BxW, width)
+    g_BxWxD = jnp.take_along_axis(out_BxLxD, parent_BxW[:, :, None], axis=1)
+    logits_BxWxV, level_out_BxWxD, cache = draft.extend_features(
+        draft_params, cache, jnp.take_along_axis(level_tokens, top_BxW, axis=1), g_BxWxD,
+        offsets=jnp.asarray(np.repeat(np.arange(d, dtype=np.int32), width)), visible=visible)
+    out_BxLxD = level_out_BxWxD.astype(jnp.float32)
+    q_BxWxV, kids_BxWxK, logq_BxWxK = dynamic.expand(keys[d], logits_BxWxV, k, sampling)
+    beam_scores_BxW = jnp.take_along_axis(level_scores, top_BxW, axis=1)
+    expanders.append(level_start + top_BxW)
+    level_start = k * (1 + (d - 1) * width)  # the first candidate of depth d + 1
+    level_tokens = kids_BxWxK.reshape(batch, width * k)
+    level_scores = (beam_scores_BxW[:, :, None] + logq_BxWxK).reshape(batch, width * k)
+    tokens, scores, qs = tokens + [level_tokens], scores + [level_scores], qs + [q_BxWxV]
+  drafted = dynamic.Drafted(jnp.concatenate(tokens, axis=1), jnp.concatenate(scores, axis=1),
+                            jnp.concatenate(expanders, axis=1), jnp.concatenate(qs, axis=1))
+  return drafted, cache
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDynamicTreeScheme(FeatureTreeScheme):
+  """A dynamic tree (EAGLE-2 style) drafted by a feature-level draft of output width `width`.
+
+  `tree` is a `shape.DynamicTree` budget (depth, beam width, branch, nodes), as a
+  `tree.dynamic.DynamicTreeScheme`'s; `for_draft(draft, DynamicTreeScheme(...))` makes one
+  (`draft_schemes.scheme_for`). Stats, pending entries and the target's path commit are the
+  static feature tree's.
+  """
+
+  def __post_init__(self):
+    if not isinstance(self.tree, DynamicTree):
+      raise TypeError(f"FeatureDynamicTreeScheme.tree must be a decoding.tree.shape.DynamicTree, "
+                      f"got {type(self.tree).__name__}")
+    dynamic.DynamicTreeScheme(self.tree.depth, self.tree.width, self.tree.branch,
+                              self.tree.nodes, self.verifier)  # the same checks
+    if self.width < 1:
+      raise ValueError(f"width (the feature draft's width) must be >= 1, got {self.width}; use "
+                       "FeatureDynamicTreeScheme.for_draft(draft, dynamic_tree_scheme)")
+
+  @classmethod
+  def for_draft(cls, draft, scheme: dynamic.DynamicTreeScheme) -> "FeatureDynamicTreeScheme":
+    return cls(scheme.tree, scheme.verifier, draft.width)
+
+  @property
+  def gamma(self) -> int:
+    """As `DynamicTreeScheme.gamma`: the verify call writes N slots, the draft (D - 1) W."""
+    t = self.tree
+    return max(t.nodes - 1, (t.depth - 1) * t.width, t.depth)
+
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    """Expand -> rerank -> verify with states -> keep a path -> commit -> pending entries."""
+    sampling, draft = decoder.sampling, decoder.draft
+    rng, k_draft, k_verify = jax.random.split(state.rng, 3)
+    root_B = state.target_cache.index_B
+    drafted, draft_cache = draft_dynamic(draft, params.draft, state, state.stats.carry, k_draft,
+                                         self.tree, sampling)
+    lay = dynamic.layout(self.tree, drafted, st.last_tokens(state))
+    logits_BxNxV, hidden, target_cache = decoder.target.extend_with_hidden(
+        params.target, state.target_cache, lay.tokens_BxN, draft.feature_layers,
+        offsets=lay.depths_BxN, visible=lay.visible_BxNxN)
+    p_BxNxV = process_logits(logits_BxNxV, sampling)
+    verdict = self.verify_fn(sampling)(k_verify, lay.walk, lay.tokens_BxN, lay.q_BxNxV, p_BxNxV)
+    target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
+    return self._commit(decoder, params, state.replace(rng=rng, target_cache=target_cache,
+                                                       draft_cache=draft_cache),
+                        state, verdict, p_BxNxV, lay.q_BxNxV, hidden)
