@@ -96,24 +96,30 @@ def beam_visible(prev_BxWxU: jax.Array | None, parent_BxW: jax.Array, width: int
   return jnp.concatenate([inherited_BxWxU, eye_BxWxW], axis=2)
 
 
-def draft_dynamic(draft, draft_params, state: st.DecodeState, key: jax.Array, spec: DynamicTree,
-                  sampling: SamplingConfig) -> tuple[Drafted, jax.Array, seam.Cache]:
-  """Expands the beam level by level (D draft calls): the candidates, the processed q at the
-  previous bonus position [B, V], and the draft cache holding the root at its slot and beam
-  expander e at root + e."""
+def expand_beam(first_logits_BxV: jax.Array, carry, level_call, key: jax.Array,
+                spec: DynamicTree, sampling: SamplingConfig) -> tuple[Drafted, Any]:
+  """The expansion every dynamic tree shares (the draft's calls left to `level_call`): the
+  root's k children from `first_logits_BxV`, then for depth d = 1..D-1 the beam (the W best
+  candidates of depth d by cumulative log q) fed in one call, each beam node drawing k children.
+
+  level_call(carry, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU) -> (logits_BxWxV, carry):
+  one draft call over the beam's W tokens in the window layout (offsets: depth - 1 of the U
+  window entries, the beam levels so far; visible: each node's ancestors among them and itself);
+  parent_BxW is each node's expander's place in the previous level (0 at depth 1: the root).
+  Returns the candidates and the final carry (a token draft's cache; a feature draft's cache and
+  its beam's output features)."""
   k, width = spec.branch, spec.width
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
-  batch = logits_BxV.shape[0]
+  batch = first_logits_BxV.shape[0]
   keys = jax.random.split(key, spec.depth)
-  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = expand(keys[0], logits_BxV[:, None], k, sampling)
+  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = expand(keys[0], first_logits_BxV[:, None], k, sampling)
   level_tokens, level_scores = kids_Bx1xK.reshape(batch, k), logq_Bx1xK.reshape(batch, k)
   tokens, scores, qs = [level_tokens], [level_scores], [q_Bx1xV]
   expanders, visible, level_start = [jnp.full((batch, 1), -1, jnp.int32)], None, 0
   for d in range(1, spec.depth):  # the beam of depth d, fed in one call
     top_BxW = jax.lax.top_k(level_scores, width)[1].astype(jnp.int32)  # ties: lower id first
     visible = beam_visible(visible, top_BxW // k, width)
-    logits_BxWxV, cache = draft.extend_with_mask(
-        draft_params, cache, jnp.take_along_axis(level_tokens, top_BxW, axis=1),
+    logits_BxWxV, carry = level_call(
+        carry, jnp.take_along_axis(level_tokens, top_BxW, axis=1), top_BxW // k,
         jnp.asarray(np.repeat(np.arange(d, dtype=np.int32), width)), visible)
     q_BxWxV, kids_BxWxK, logq_BxWxK = expand(keys[d], logits_BxWxV, k, sampling)
     beam_scores_BxW = jnp.take_along_axis(level_scores, top_BxW, axis=1)
@@ -124,6 +130,21 @@ def draft_dynamic(draft, draft_params, state: st.DecodeState, key: jax.Array, sp
     tokens, scores, qs = tokens + [level_tokens], scores + [level_scores], qs + [q_BxWxV]
   drafted = Drafted(jnp.concatenate(tokens, axis=1), jnp.concatenate(scores, axis=1),
                     jnp.concatenate(expanders, axis=1), jnp.concatenate(qs, axis=1))
+  return drafted, carry
+
+
+def draft_dynamic(draft, draft_params, state: st.DecodeState, key: jax.Array, spec: DynamicTree,
+                  sampling: SamplingConfig) -> tuple[Drafted, jax.Array, seam.Cache]:
+  """Expands the beam level by level (D draft calls, `expand_beam`): the candidates, the
+  processed q at the previous bonus position [B, V], and the draft cache holding the root at its
+  slot and beam expander e at root + e."""
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
+
+  def level(cache, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU):
+    del parent_BxW  # a token draft reads tokens only
+    return draft.extend_with_mask(draft_params, cache, tokens_BxW, offsets_U, visible_BxWxU)
+
+  drafted, cache = expand_beam(logits_BxV, cache, level, key, spec, sampling)
   return drafted, process_logits(bonus_logits_BxV, sampling), cache
 
 

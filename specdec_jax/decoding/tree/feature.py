@@ -212,37 +212,21 @@ class FeatureTreeScheme:
 # ---- dynamic trees (EAGLE-2's expansion, EAGLE-3's draft) -----------------------------------------
 def draft_dynamic(draft, draft_params, state: st.DecodeState, carry: FeatureCarry,
                   key: jax.Array, spec: DynamicTree, sampling: SamplingConfig):
-  """`tree.dynamic.draft_dynamic` for a feature-level draft: the pending entries' call gives the
-  root's children and output feature; beam level d (the W best candidates of depth d by
-  cumulative log q) is one `extend_features` call, each entry fed its expander's output feature.
-  Returns (`dynamic.Drafted`, the draft's cache)."""
-  k, width = spec.branch, spec.width
+  """`tree.dynamic.expand_beam` with a feature-level draft: the pending entries' call gives the
+  root's children and output feature; each beam level's entries are fed their expander's output
+  feature (a per-row gather from the previous level's outputs). Returns (`dynamic.Drafted`, the
+  draft's cache)."""
   logits_BxV, out_BxD, cache = feature_chain.first_draft_call(draft, draft_params, state, carry)
-  batch = logits_BxV.shape[0]
-  keys = jax.random.split(key, spec.depth)
-  q_Bx1xV, kids_Bx1xK, logq_Bx1xK = dynamic.expand(keys[0], logits_BxV[:, None], k, sampling)
-  level_tokens, level_scores = kids_Bx1xK.reshape(batch, k), logq_Bx1xK.reshape(batch, k)
-  out_BxLxD = out_BxD[:, None].astype(jnp.float32)  # the output features of the level's expanders
-  tokens, scores, qs = [level_tokens], [level_scores], [q_Bx1xV]
-  expanders, visible, level_start = [jnp.full((batch, 1), -1, jnp.int32)], None, 0
-  for d in range(1, spec.depth):  # the beam of depth d, fed in one call
-    top_BxW = jax.lax.top_k(level_scores, width)[1].astype(jnp.int32)  # ties: lower id first
-    parent_BxW = top_BxW // k  # each beam node's expander: its place in the previous level
-    visible = dynamic.beam_visible(visible, parent_BxW, width)
+
+  def level(c, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU):
+    cache, out_BxLxD = c  # the previous level's output features (depth 1: the root's)
     g_BxWxD = jnp.take_along_axis(out_BxLxD, parent_BxW[:, :, None], axis=1)
-    logits_BxWxV, level_out_BxWxD, cache = draft.extend_features(
-        draft_params, cache, jnp.take_along_axis(level_tokens, top_BxW, axis=1), g_BxWxD,
-        offsets=jnp.asarray(np.repeat(np.arange(d, dtype=np.int32), width)), visible=visible)
-    out_BxLxD = level_out_BxWxD.astype(jnp.float32)
-    q_BxWxV, kids_BxWxK, logq_BxWxK = dynamic.expand(keys[d], logits_BxWxV, k, sampling)
-    beam_scores_BxW = jnp.take_along_axis(level_scores, top_BxW, axis=1)
-    expanders.append(level_start + top_BxW)
-    level_start = k * (1 + (d - 1) * width)  # the first candidate of depth d + 1
-    level_tokens = kids_BxWxK.reshape(batch, width * k)
-    level_scores = (beam_scores_BxW[:, :, None] + logq_BxWxK).reshape(batch, width * k)
-    tokens, scores, qs = tokens + [level_tokens], scores + [level_scores], qs + [q_BxWxV]
-  drafted = dynamic.Drafted(jnp.concatenate(tokens, axis=1), jnp.concatenate(scores, axis=1),
-                            jnp.concatenate(expanders, axis=1), jnp.concatenate(qs, axis=1))
+    logits_BxWxV, out_BxWxD, cache = draft.extend_features(
+        draft_params, cache, tokens_BxW, g_BxWxD, offsets=offsets_U, visible=visible_BxWxU)
+    return logits_BxWxV, (cache, out_BxWxD.astype(jnp.float32))
+
+  drafted, (cache, _) = dynamic.expand_beam(
+      logits_BxV, (cache, out_BxD[:, None].astype(jnp.float32)), level, key, spec, sampling)
   return drafted, cache
 
 
