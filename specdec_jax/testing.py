@@ -167,6 +167,19 @@ def sharp_tiny_pair(vocab_size: int = 6):
   return target, tp, draft, draft.init(jax.random.key(12))
 
 
+# The static trees' chi-square cases (tests/decoding/test_tree_scheme_distribution.py, and the
+# feature draft's trees in test_tree_feature.py): vocabulary 6, the law of every 3-token
+# continuation of this prompt, 100k samples; (sampling, branching per depth). The (3, 2) tree
+# at T = 1 runs in the fast suite, top-k and top-p with the slow one.
+TREE_LAW_VOCAB, TREE_LAW_TOKENS, TREE_LAW_SAMPLES = 6, 3, 100_000
+TREE_LAW_PROMPT = np.array([3, 5, 2], np.int32)
+TREE_LAW_CASES = {
+    "t1_3x2": (SamplingConfig(temperature=1.0), (3, 2)),
+    "t0.7_topk3_4x2": (SamplingConfig(temperature=0.7, top_k=3), (4, 2)),
+    "topp0.8_2x1x1": (SamplingConfig(temperature=1.0, top_p=0.8), (2, 1, 1)),
+}
+
+
 def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, num_tokens: int,
                num_samples: int, seed: int = 0):
   """(chi-square p-value of `num_samples` decodes of `num_tokens` tokens after `prompt_P` by a

@@ -33,8 +33,9 @@ from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureT
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
-from specdec_jax.testing import (faulty_tree_verifier, law_pvalue, sibling_residual_from_p,
-                                 tiny_feature_pair)
+from specdec_jax.testing import (TREE_LAW_CASES, TREE_LAW_PROMPT, TREE_LAW_SAMPLES,
+                                 TREE_LAW_TOKENS, TREE_LAW_VOCAB, faulty_tree_verifier,
+                                 law_pvalue, sibling_residual_from_p, tiny_feature_pair)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -82,13 +83,9 @@ def test_one_branch_tree_drafts_what_the_feature_chain_drafts(kind, vocab):
 
 
 # ---- exactness at temperature > 0 ---------------------------------------------------------------
-V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 100_000
-PROMPT = np.array([3, 5, 2], np.int32)
-CASES = {
-    "t1_3x2": (SamplingConfig(temperature=1.0), (3, 2)),
-    "t0.7_topk3_4x2": (SamplingConfig(temperature=0.7, top_k=3), (4, 2)),
-    "topp0.8_2x1x1": (SamplingConfig(temperature=1.0, top_p=0.8), (2, 1, 1)),
-}
+# The token tree's cases (`testing.TREE_LAW_CASES`, test_tree_scheme_distribution.py's).
+V, NUM_TOKENS, NUM_SAMPLES = TREE_LAW_VOCAB, TREE_LAW_TOKENS, TREE_LAW_SAMPLES
+PROMPT, CASES = TREE_LAW_PROMPT, TREE_LAW_CASES
 
 
 @pytest.fixture(scope="module")

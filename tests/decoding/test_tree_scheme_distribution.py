@@ -14,20 +14,13 @@ running residual) must fail at the same size.
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree import Tree, TreeScheme
-from specdec_jax.testing import (faulty_tree_verifier, law_pvalue, sharp_tiny_pair,
-                                 sibling_residual_from_p)
+from specdec_jax.testing import (TREE_LAW_CASES, TREE_LAW_PROMPT, TREE_LAW_SAMPLES,
+                                 TREE_LAW_TOKENS, TREE_LAW_VOCAB, faulty_tree_verifier,
+                                 law_pvalue, sharp_tiny_pair, sibling_residual_from_p)
 
-V = 6
-NUM_TOKENS = 3
-NUM_SAMPLES = 100_000
-PROMPT = np.array([3, 5, 2], np.int32)
-CASES = {
-    "t1_3x2": (SamplingConfig(temperature=1.0), (3, 2)),
-    "t0.7_topk3_4x2": (SamplingConfig(temperature=0.7, top_k=3), (4, 2)),
-    "topp0.8_2x1x1": (SamplingConfig(temperature=1.0, top_p=0.8), (2, 1, 1)),
-}
+V, NUM_TOKENS, NUM_SAMPLES = TREE_LAW_VOCAB, TREE_LAW_TOKENS, TREE_LAW_SAMPLES
+PROMPT, CASES = TREE_LAW_PROMPT, TREE_LAW_CASES
 
 
 @pytest.fixture(scope="module")

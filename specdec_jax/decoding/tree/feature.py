@@ -1,5 +1,6 @@
-"""A static draft tree from a feature-level draft (EAGLE-3's own setting): the draft expands the
-tree from the target's states, one target call verifies every node and returns their states.
+"""Draft trees, static and dynamic, from a feature-level draft (EAGLE-3's own setting): the draft
+expands the tree from the target's states, one target call verifies every node and returns their
+states.
 
 A `Decoder` scheme, `FeatureTreeScheme(tree, verifier, width)`, made from a static `TreeScheme`
 for a feature-level draft by `for_draft` (`draft_schemes.scheme_for` is where the run, its
