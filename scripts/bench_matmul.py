@@ -4,8 +4,10 @@ Prints (and with --output writes as JSON):
 1. per matrix shape of the target's decode step (its own weights, every matrix of that shape
    multiplied in sequence, as a step streams them): ms per matrix, kernel vs XLA, T = 1..9 rows;
 2. the target's `extend` over T = 1..9 tokens, and v(T) = time(T) / time(1), with XLA's dot, the
-   kernel ("kernel": every row count) and "hybrid" (XLA's dot for one row, the kernel from two;
-   what matmul='auto' chooses on CPU, see specdec_jax/models/packed.py);
+   kernel ("kernel": every row count), "hybrid" (XLA's dot for one row of a large float32
+   matrix, the kernel otherwise; what matmul='auto' chooses on CPU, see
+   specdec_jax/models/packed.py; a checkpoint of bfloat16 values packs into bfloat16 panels) and
+   "hybrid-f32" (the same with float32 panels: the bytes the bfloat16 panels save);
 3. autoregressive ms/token with each (`Decoder.generate`, greedy, batch 1, en-de prompts);
 4. the floor: weight bytes one step reads / measured read bandwidth (a jitted sum over 256 MB and
    the kernel's own T = 1 stream over 128 MB; the larger), and AR ms/token over that floor.
@@ -149,9 +151,9 @@ def bench_extend(variants: dict, inputs_BxP, rounds: int, cache_len: int) -> dic
     ms = [med[(k, t)] for t in TOKENS]
     best = [min(LAST_TIMES[(k, t)]) for t in TOKENS]
     out[k] = {"ms": ms, "v": [m / ms[0] for m in ms], "best_ms": best}
-    print(f"  {k:>6}: extend ms " + " ".join(f"{m:.2f}" for m in ms), flush=True)
-    print(f"  {k:>6}: v(T)      " + " ".join(f"{v:.2f}" for v in out[k]["v"]), flush=True)
-    print(f"  {k:>6}: best ms   " + " ".join(f"{m:.2f}" for m in best), flush=True)
+    print(f"  {k:>10}: extend ms " + " ".join(f"{m:.2f}" for m in ms), flush=True)
+    print(f"  {k:>10}: v(T)      " + " ".join(f"{v:.2f}" for v in out[k]["v"]), flush=True)
+    print(f"  {k:>10}: best ms   " + " ".join(f"{m:.2f}" for m in best), flush=True)
   return out
 
 
@@ -179,7 +181,7 @@ def bench_ar(variants: dict, prompts_NxP: np.ndarray, rounds: int, max_decode_le
   out = {k: {"ms_per_token": med[k] / tokens[k], "best_ms_per_token": min(LAST_TIMES[k]) / tokens[k],
              "tokens": tokens[k]} for k in variants}
   for k, r in out.items():
-    print(f"  {k:>6}: {r['ms_per_token']:.2f} ms/token (best round {r['best_ms_per_token']:.2f}; "
+    print(f"  {k:>10}: {r['ms_per_token']:.2f} ms/token (best round {r['best_ms_per_token']:.2f}; "
           f"{r['tokens']} tokens, {len(prompts_NxP)} prompts)", flush=True)
   return out
 
@@ -227,7 +229,10 @@ def main(argv=None) -> int:
   model, params = load_model(args.target, dtype="float32")
   kmodel, kparams = packed.pack(model, params, "kernel")
   hmodel, hparams = packed.pack(model, params, "hybrid")
-  variants = {"xla": (model, params), "kernel": (kmodel, kparams), "hybrid": (hmodel, hparams)}
+  variants = {"xla": (model, params), "kernel": (kmodel, kparams), "hybrid": (hmodel, hparams),
+              # float32 panels of the same weights (bfloat16 values: the packing above chose
+              # bfloat16 panels, bit-for-bit the same logits from half the bytes)
+              "hybrid-f32": packed.pack(model, params, "hybrid", panels="float32")}
   prompts = en_de_prompts(args.prompts, 48)
   report = {"target": args.target, "device": str(jax.devices()[0]), "rounds": args.rounds}
   if "shapes" not in skip:
@@ -251,7 +256,7 @@ def main(argv=None) -> int:
     for k, r in report["ar"].items():
       r["over_floor"] = r["ms_per_token"] / report["floor"]["floor_ms"]
       r["best_over_floor"] = r["best_ms_per_token"] / report["floor"]["floor_ms"]
-      print(f"  {k:>6}: {r['over_floor']:.2f}x the floor (best round {r['best_over_floor']:.2f}x)",
+      print(f"  {k:>10}: {r['over_floor']:.2f}x the floor (best round {r['best_over_floor']:.2f}x)",
             flush=True)
   if args.output:
     with open(args.output, "w", encoding="utf-8") as f:

@@ -28,6 +28,8 @@ from absl import logging
 SOURCE = "packed_matmul.cc"
 TARGET_NAME = "specdec_packed_matmul"  # the custom call's name in the compiled program
 SYMBOL = "SpecdecPackedMatmul"
+TARGET_NAME_BF16 = "specdec_packed_matmul_bf16"  # the same product over bfloat16 panels
+SYMBOL_BF16 = "SpecdecPackedMatmulBf16"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 BUILD_TIMEOUT_S = 300
 
@@ -109,8 +111,8 @@ def load() -> bool:
     if not os.path.exists(path):
       build(cxx, path)
     lib = ctypes.cdll.LoadLibrary(path)
-    jax.ffi.register_ffi_target(TARGET_NAME, jax.ffi.pycapsule(getattr(lib, SYMBOL)),
-                                platform="cpu")
+    for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16)):
+      jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (RuntimeError, OSError, AttributeError) as e:
     logging.warning("specdec_jax kernels off: building or loading %s failed (%s); dense layers "
                     "use XLA's dot", SOURCE, e)

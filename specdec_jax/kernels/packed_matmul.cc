@@ -9,6 +9,11 @@
 // in L2 (D x 64 bytes: 32 KB for D = 512). Panels are shared out to XLA's intra-op thread pool.
 //
 // Panel p holds columns [16p, 16p + 16) of W; columns past F are zero padding (never stored).
+//
+// Weights come as float32 or as bfloat16 panels (two handlers, one template). bfloat16 -> float32
+// is exact (the 16 bits become the high half of the float), and the products and their order are
+// the same, so bfloat16 panels of weights that are bfloat16 values (every checkpoint stored in
+// bfloat16: the zoo, T5X's) give bit-for-bit the float32 panels' result from half the bytes.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -46,10 +51,32 @@ constexpr int64_t kClaimFloats = 64 * 1024;  // 256 KB of weights per claim at m
 // (kNextPanel, one line per d: a panel is D lines), so that stream overlaps that arithmetic.
 enum Prefetch { kNone, kAhead, kNextPanel };
 
+// One panel row (16 weights) as two float32 registers / as floats.
+#if SPECDEC_AVX2
+inline void LoadRow(const float* w, __m256& w0, __m256& w1) {
+  w0 = _mm256_loadu_ps(w);
+  w1 = _mm256_loadu_ps(w + 8);
+}
+inline void LoadRow(const uint16_t* w, __m256& w0, __m256& w1) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  w0 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+  w1 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+}
+#endif
+inline float ToFloat(float w) { return w; }
+inline float ToFloat(uint16_t w) {
+  const uint32_t bits = static_cast<uint32_t>(w) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // Rows [0, R) of x (row stride D) times one panel w_Dx16 -> out (row stride ldo), first `cols`
 // columns. R is a template parameter so the accumulators stay in registers.
-template <int R, Prefetch kPrefetch>
-void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int64_t ldo,
+template <typename W, int R, Prefetch kPrefetch>
+void PanelChunk(const float* x, int64_t D, const W* w_Dx16, float* out, int64_t ldo,
                 int64_t cols) {
 #if SPECDEC_AVX2
   // Every loop over r is unrolled, so the accumulators are registers, never a stack array.
@@ -66,8 +93,8 @@ void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int6
     } else if (kPrefetch == kNextPanel) {
       _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (D + d) * kPanel), _MM_HINT_T1);
     }
-    const __m256 w0 = _mm256_loadu_ps(w_Dx16 + d * kPanel);
-    const __m256 w1 = _mm256_loadu_ps(w_Dx16 + d * kPanel + 8);
+    __m256 w0, w1;
+    LoadRow(w_Dx16 + d * kPanel, w0, w1);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 b = _mm256_broadcast_ss(x + r * D + d);
@@ -95,21 +122,23 @@ void PanelChunk(const float* x, int64_t D, const float* w_Dx16, float* out, int6
 #else  // scalar fallback (no AVX2/FMA): same layout, same single pass over the panel
   float acc[R][kPanel] = {};
   for (int64_t d = 0; d < D; ++d) {
-    const float* w = w_Dx16 + d * kPanel;
+    const W* w = w_Dx16 + d * kPanel;
     for (int r = 0; r < R; ++r) {
       const float b = x[r * D + d];
-      for (int c = 0; c < kPanel; ++c) acc[r][c] += b * w[c];
+      for (int c = 0; c < kPanel; ++c) acc[r][c] += b * ToFloat(w[c]);
     }
   }
   for (int r = 0; r < R; ++r) std::memcpy(out + r * ldo, acc[r], cols * sizeof(float));
 #endif
 }
 
-using ChunkFn = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t);
-template <Prefetch kPrefetch>
-constexpr ChunkFn kChunks[kMaxChunkRows + 1] = {
-    nullptr, PanelChunk<1, kPrefetch>, PanelChunk<2, kPrefetch>, PanelChunk<3, kPrefetch>,
-    PanelChunk<4, kPrefetch>, PanelChunk<5, kPrefetch>, PanelChunk<6, kPrefetch>};
+template <typename W>
+using ChunkFn = void (*)(const float*, int64_t, const W*, float*, int64_t, int64_t);
+template <typename W, Prefetch kPrefetch>
+constexpr ChunkFn<W> kChunks[kMaxChunkRows + 1] = {
+    nullptr, PanelChunk<W, 1, kPrefetch>, PanelChunk<W, 2, kPrefetch>,
+    PanelChunk<W, 3, kPrefetch>, PanelChunk<W, 4, kPrefetch>, PanelChunk<W, 5, kPrefetch>,
+    PanelChunk<W, 6, kPrefetch>};
 
 // $SPECDEC_KERNEL_THREADS caps the threads one call uses (read once; unset: XLA's pool size).
 int64_t MaxThreads() {
@@ -121,9 +150,10 @@ int64_t MaxThreads() {
   return cap;
 }
 
+template <typename W>
 struct Job {
   const float* x;
-  const float* w;
+  const W* w;
   float* y;
   int64_t n, d, f, panels, grain;
   std::atomic<int64_t> next{0};  // first panel not yet claimed
@@ -132,17 +162,18 @@ struct Job {
 
 // All N rows for panels [p0, p1): rows in near-equal chunks of at most kMaxChunkRows (9 rows run
 // as 5 + 4, not 6 + 3, so both passes keep their accumulators busy).
-void RunPanels(const Job& job, int64_t p0, int64_t p1) {
+template <typename W>
+void RunPanels(const Job<W>& job, int64_t p0, int64_t p1) {
   const int64_t chunks = (job.n + kMaxChunkRows - 1) / kMaxChunkRows;
   for (int64_t p = p0; p < p1; ++p) {
-    const float* w = job.w + p * job.d * kPanel;
+    const W* w = job.w + p * job.d * kPanel;
     const int64_t cols = std::min(kPanel, job.f - p * kPanel);
     int64_t row = 0;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t rows = (job.n - row) / (chunks - c);  // ceil-balanced remaining split
       const int64_t r = rows + ((job.n - row) % (chunks - c) != 0);
-      const ChunkFn* fns = c == 0 ? kChunks<kAhead>
-                           : c + 1 == chunks ? kChunks<kNextPanel> : kChunks<kNone>;
+      const ChunkFn<W>* fns = c == 0 ? kChunks<W, kAhead>
+                              : c + 1 == chunks ? kChunks<W, kNextPanel> : kChunks<W, kNone>;
       fns[r](job.x + row * job.d, job.d, w, job.y + row * job.f + p * kPanel, job.f, cols);
       row += r;
     }
@@ -152,7 +183,8 @@ void RunPanels(const Job& job, int64_t p0, int64_t p1) {
 // Claims panel blocks until none are left. Every thread that takes part (the caller and any pool
 // tasks that get to run) loops here, so a pool task that starts late finds nothing and returns:
 // the caller never waits for a task that has not started, only for claimed blocks in progress.
-void Claim(Job& job) {
+template <typename W>
+void Claim(Job<W>& job) {
   for (;;) {
     const int64_t p0 = job.next.fetch_add(job.grain, std::memory_order_relaxed);
     if (p0 >= job.panels) return;
@@ -162,8 +194,10 @@ void Claim(Job& job) {
   }
 }
 
+template <ffi::DataType kW>
 ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
-                            ffi::Buffer<ffi::F32> w_PxDx16, ffi::ResultBuffer<ffi::F32> y_NxF) {
+                            ffi::Buffer<kW> w_PxDx16, ffi::ResultBuffer<ffi::F32> y_NxF) {
+  using W = ffi::NativeType<kW>;
   const auto xd = x_NxD.dimensions();
   const auto wd = w_PxDx16.dimensions();
   const auto yd = y_NxF->dimensions();
@@ -187,7 +221,7 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
     std::memset(y_NxF->typed_data(), 0, n * f * sizeof(float));
     return ffi::Error::Success();
   }
-  auto job = std::make_shared<Job>();
+  auto job = std::make_shared<Job<W>>();
   job->x = x_NxD.typed_data();
   job->w = w_PxDx16.typed_data();
   job->y = y_NxF->typed_data();
@@ -197,7 +231,7 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   job->panels = panels;
   const int64_t threads = panels * d * kPanel < kMinParallelFloats
                               ? 1 : std::max<int64_t>(1, std::min(pool.num_threads(), MaxThreads()));
-  // At least eight claims per thread and at most kClaimFloats of weights per claim: even shares
+  // At least eight claims per thread and at most kClaimFloats weights per claim: even shares
   // when one thread is slowed by another process, and little left to wait for at the end (claims
   // of 8 MB left the caller waiting 5 ms of a 20 ms call on a 128 MB matrix).
   job->grain = std::max<int64_t>(
@@ -213,10 +247,18 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmulImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmulImpl<ffi::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // x [N, D]
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w [P, D, 16]
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulBf16, PackedMatmulImpl<ffi::BF16>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // x [N, D]
+                                  .Arg<ffi::Buffer<ffi::BF16>>()  // w [P, D, 16], bfloat16
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // y [N, F]
 );

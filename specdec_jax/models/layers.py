@@ -40,7 +40,10 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # target's 16 MB output head: 0.65 ms against 0.84 at load 2-4; the shared draft's 4 MB head:
 # 0.40 against 0.46 at load 5), a small one slower (the target's 1-2 MB projections: 0.06-0.12
 # ms against 0.055-0.076; per-call overhead dominates there). "hybrid" gives one row to the
-# kernel up to this many weight bytes, to XLA's dot above.
+# kernel up to this many weight bytes, to XLA's dot above. Float32 panels only: bfloat16 panels
+# (`models.packed`) stream half the bytes and beat XLA's float32 product at every size measured
+# (the 16 MB head, weights cold as in a decode step: 0.34 ms against 0.71), so one row of those
+# always goes to the kernel.
 HYBRID_GEMV_MAX_BYTES = 3 << 20
 
 
@@ -54,8 +57,9 @@ class Dense(nn.Module):
     (`specdec_jax.kernels.matmul.packed_matmul`: one pass over the weights for any row count);
   - "hybrid": both parameters; the kernel for 2..HYBRID_MAX_KERNEL_ROWS rows (verification
     blocks, where XLA's dot re-reads the weights) and for one row of a matrix up to
-    HYBRID_GEMV_MAX_BYTES; XLA's dot for one row of a larger matrix (its matrix-vector product
-    streams those faster) and for more rows (a GEMM with arithmetic to amortise).
+    HYBRID_GEMV_MAX_BYTES or in bfloat16 panels; XLA's dot for one row of a larger float32 one
+    (its matrix-vector product streams those faster) and for more rows (a GEMM with arithmetic
+    to amortise).
   """
 
   features: int
@@ -92,7 +96,8 @@ class Dense(nn.Module):
     if self.matmul == "hybrid":
       kernel = self.param("kernel", init, shape, jnp.float32)
       rows = math.prod(x.shape[:-1])
-      big_gemv = rows == 1 and math.prod(shape) * 4 > HYBRID_GEMV_MAX_BYTES
+      big_gemv = (rows == 1 and panels.dtype == jnp.float32
+                  and math.prod(shape) * 4 > HYBRID_GEMV_MAX_BYTES)
       if big_gemv or rows > HYBRID_MAX_KERNEL_ROWS:
         return _xla_dot(x, kernel, self.dtype)
     return kmatmul.packed_matmul(x, panels, self.features).astype(self.dtype)

@@ -13,6 +13,11 @@ kernel streams each weight once for any number of rows, but it needs the weights
   `layers.Dense`) and for GEMMs past 64 rows, the kernel for the rest (verification blocks, one
   row of a small matrix); the decode projections then take twice their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
   position tables, the encoder, the cross-attention keys/values) is the same array, not a copy.
+- Panels are bfloat16 where the weights are bfloat16 values (every checkpoint stored in bfloat16,
+  the zoo's and T5X's, loaded as float32; checked per matrix, `kmatmul.is_bfloat16_exact`), else
+  float32: the kernel widens bfloat16 exactly and multiplies in float32 in the same order, so the
+  logits are bit-for-bit those of float32 panels from half the bytes (on the zoo target a decode
+  step reads 20 MB instead of 40; a step is memory-bound on CPU). `panels='float32'` keeps float32.
 - `unpack(packed_model, packed_params)` gives the T5X-layout tree back.
 - A feature-level draft (`models.feature_draft.FeatureDraft`) packs the same way: the same
   draft with `matmul` set, its block, fusion, input projection and head in panels.
@@ -30,6 +35,7 @@ import dataclasses
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 from absl import logging
 
 from specdec_jax.kernels import build
@@ -42,6 +48,7 @@ Params = Any
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 PACKED_MATMULS = ("kernel", "hybrid")
 PACKED_NAME = "kernel_panels"
+PANELS = ("auto", "float32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +91,7 @@ def _packed_shapes(model: PackedModel) -> Params:
 
 
 # Per leaf, so the leaves that are not packed stay the very same arrays (no copy).
-_pack_jit = jax.jit(kmatmul.pack_panels)
+_pack_jit = jax.jit(kmatmul.pack_panels, static_argnums=1)
 _unpack_jit = jax.jit(kmatmul.unpack_panels, static_argnums=1)
 
 
@@ -102,9 +109,14 @@ def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
   return out
 
 
-def pack(model: Model, params: Params, matmul: str = "hybrid") -> tuple[PackedModel, Params]:
-  """(PackedModel, packed params) from a model and its T5X-layout params (float32 panels); a
-  `FeatureDraft` gives the same draft with `matmul` set."""
+def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "auto"
+         ) -> tuple[PackedModel, Params]:
+  """(PackedModel, packed params) from a model and its T5X-layout params; a `FeatureDraft` gives
+  the same draft with `matmul` set. `panels`: 'auto' packs a matrix whose entries are all
+  bfloat16 values into bfloat16 panels (lossless, half the bytes), others into float32;
+  'float32' packs every matrix into float32 panels."""
+  if panels not in PANELS:
+    raise ValueError(f"pack: panels must be one of {PANELS}, got {panels!r}")
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
   if isinstance(model, FeatureDraft):
@@ -119,11 +131,13 @@ def pack(model: Model, params: Params, matmul: str = "hybrid") -> tuple[PackedMo
     if name == PACKED_NAME:
       if "kernel" not in tree:
         raise ValueError(f"pack: params have no {'/'.join(here[:-1] + ('kernel',))}")
-      panels = _pack_jit(tree["kernel"])
-      if panels.shape != shape.shape:
-        raise ValueError(f"pack: {'/'.join(here)} packs to {panels.shape}, the model expects "
+      kernel = tree["kernel"]
+      exact = panels == "auto" and kmatmul.is_bfloat16_exact(kernel)
+      packed_w = _pack_jit(kernel, jnp.bfloat16 if exact else jnp.float32)
+      if packed_w.shape != shape.shape:
+        raise ValueError(f"pack: {'/'.join(here)} packs to {packed_w.shape}, the model expects "
                          f"{shape.shape}")
-      return panels
+      return packed_w
     if name not in tree:
       raise ValueError(f"pack: params have no {'/'.join(here)}")
     return tree[name]

@@ -110,3 +110,33 @@ def test_runs_inside_jit_and_while_loop_as_a_custom_call_without_host_ops():
   for _ in range(5):
     want = np.tanh(want @ w)
   np.testing.assert_allclose(np.asarray(jax.jit(loop)(x)), want, rtol=1e-5, atol=1e-5)
+
+
+def _bf16_values(a):
+  return np.asarray(jnp.asarray(a, jnp.float32).astype(jnp.bfloat16).astype(jnp.float32))
+
+
+@pytest.mark.parametrize("d,f", SHAPES + [(256, 1030)])
+def test_bfloat16_panels_are_bit_identical_to_float32_panels_of_bfloat16_weights(d, f):
+  """Weights that are bfloat16 values (a bfloat16 checkpoint loaded as float32): bfloat16 panels
+  give bit-for-bit the float32 panels' product (the widening is exact, the order the same) from
+  half the bytes. (256, 1030) runs on the thread pool; rows 1..16 cover every chunking."""
+  rng = np.random.default_rng(d + 7 * f)
+  w = _bf16_values(rng.standard_normal((d, f)))
+  assert km.is_bfloat16_exact(w) and not km.is_bfloat16_exact(w + 1e-4)
+  p32, p16 = km.pack_panels(w), km.pack_panels(w, jnp.bfloat16)
+  assert p16.dtype == jnp.bfloat16 and p16.nbytes * 2 == p32.nbytes
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  for t in range(1, 17):
+    x = rng.standard_normal((t, d)).astype(np.float32)
+    y16 = mm(x, p16, f)
+    np.testing.assert_array_equal(np.asarray(y16), np.asarray(mm(x, p32, f)))
+    _check(y16, x, w)
+  hlo = jax.jit(km.packed_matmul, static_argnums=2).lower(x, p16, f).compile().as_text()
+  assert f'custom_call_target="{build.TARGET_NAME_BF16}"' in hlo
+  np.testing.assert_array_equal(np.asarray(km.unpack_panels(p16, f)), w)
+
+
+def test_pack_panels_refuses_other_dtypes():
+  with pytest.raises(ValueError, match="float32 or bfloat16"):
+    km.pack_panels(np.ones((4, 4), np.float32), jnp.float16)

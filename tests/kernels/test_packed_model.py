@@ -51,6 +51,43 @@ def test_pack_round_trip_and_which_weights_are_packed(kind, matmul):
   _same_tree(back, params)
 
 
+def _rounded_to_bfloat16(params):
+  return jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16).astype(a.dtype), params)
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+def test_bfloat16_valued_weights_pack_into_bfloat16_panels_with_the_same_logits(kind):
+  """A checkpoint stored in bfloat16 (the zoo's, T5X's) packs into bfloat16 panels: half the
+  bytes a decode step streams, and logits bit-for-bit those of float32 panels (`panels=
+  'float32'`), decode blocks of 1 and 4 rows alike; weights that are not bfloat16 values (a
+  random init) keep float32 panels."""
+  model, params, _, _ = tiny_pair(kind)
+  _, pparams = packed.pack(model, params)
+  dtypes = {leaf.dtype for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]
+            if path[-1].key == "kernel_panels"}
+  assert dtypes == {jnp.dtype(jnp.float32)}
+  params = _rounded_to_bfloat16(params)
+  pmodel, p16 = packed.pack(model, params)
+  _, p32 = packed.pack(model, params, panels="float32")
+  panels = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(p16)[0]
+            if path[-1].key == "kernel_panels"]
+  assert panels and all(p.dtype == jnp.bfloat16 for p in panels)
+  _same_tree(packed.unpack(pmodel, p16)[1], params)
+  inputs = jnp.asarray(T5_INPUTS) if kind == "t5" else jnp.asarray([[5, 6, 7, 8, 9]] * 4)
+  prefill = jax.jit(pmodel.prefill, static_argnums=2)
+  extend = jax.jit(pmodel.extend)
+  block = jnp.asarray(np.random.default_rng(0).integers(2, 64, (4, 5)), jnp.int32)
+  got = {}
+  for name, pp in (("bf16", p16), ("f32", p32)):
+    _, cache = extend(pp, prefill(pp, inputs, 24), block[:, :1])
+    got[name] = (np.asarray(extend(pp, cache, block[:, 1:])[0]),
+                 np.asarray(extend(pp, cache, block[:, 1:2])[0]))
+  for a, b in zip(got["bf16"], got["f32"]):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError, match="panels must be one of"):
+    packed.pack(model, params, panels="bfloat16")
+
+
 def test_scanned_layers_pack_and_compute():
   model = Model(get_preset("decoder_test_target", scan_layers=True))
   params = model.init(jax.random.key(0))
@@ -132,12 +169,13 @@ def test_packed_trees_stay_away_from_sharding_and_double_packing():
     packed.pack(model, {"decoder": {}})
 
 
-@pytest.mark.parametrize("rows,features,kernel_expected", [
-    (1, 64, True),          # one row of a small matrix: the kernel
-    (1, 16400, False),      # one row of a matrix over HYBRID_GEMV_MAX_BYTES: XLA's mat-vec
-    (3, 16400, True),       # a verification block: the kernel, whatever the size
-    (65, 64, False)])       # a GEMM past HYBRID_MAX_KERNEL_ROWS: XLA's dot
-def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_expected):
+@pytest.mark.parametrize("rows,features,kernel_expected,bf16", [
+    (1, 64, True, False),          # one row of a small matrix: the kernel
+    (1, 16400, False, False),      # one row of a matrix over HYBRID_GEMV_MAX_BYTES: XLA's mat-vec
+    (1, 16400, True, True),        # ... unless its panels are bfloat16 (half the bytes)
+    (3, 16400, True, False),       # a verification block: the kernel, whatever the size
+    (65, 64, False, False)])       # a GEMM past HYBRID_MAX_KERNEL_ROWS: XLA's dot
+def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_expected, bf16):
   from specdec_jax.kernels import build
   from specdec_jax.models.layers import HYBRID_GEMV_MAX_BYTES, Dense
   assert (64 * 16400 * 4 > HYBRID_GEMV_MAX_BYTES) and (64 * 64 * 4 < HYBRID_GEMV_MAX_BYTES)
@@ -146,9 +184,13 @@ def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_ex
   params = layer.init(jax.random.key(0), x)
   # `init` draws the two layouts independently; `pack` gives them the same weights.
   from specdec_jax.kernels import matmul as kmatmul
-  params["params"]["kernel_panels"] = kmatmul.pack_panels(params["params"]["kernel"])
+  if bf16:
+    params["params"]["kernel"] = _rounded_to_bfloat16(params["params"]["kernel"])
+  params["params"]["kernel_panels"] = kmatmul.pack_panels(
+      params["params"]["kernel"], jnp.bfloat16 if bf16 else jnp.float32)
   hlo = jax.jit(layer.apply).lower(params, x).compile().as_text()
-  assert (f'custom_call_target="{build.TARGET_NAME}"' in hlo) == kernel_expected
+  target = build.TARGET_NAME_BF16 if bf16 else build.TARGET_NAME
+  assert (f'custom_call_target="{target}"' in hlo) == kernel_expected
   want = x @ params["params"]["kernel"]
   np.testing.assert_allclose(np.asarray(layer.apply(params, x)), np.asarray(want), rtol=1e-5,
                              atol=1e-4)
