@@ -117,8 +117,8 @@ def bench_shapes(params, pparams, rounds: int) -> dict:
 
 
 def print_shape(name, row):
-  print(f"  {name:>10} x{row['count']:<2} ({row['mb_each']:.1f} MB each), ms per matrix, "
-        "xla / kernel:", flush=True)
+  print(f"  {name:>10} x{row['count']:<2} ({row['mb_each']:.1f} MB each in float32), ms per "
+        "matrix, xla / kernel (the target's own panels: bfloat16 for bfloat16 values):", flush=True)
   print("    " + "  ".join(f"T{t} {a:.3f}/{b:.3f}" for t, a, b in
                            zip(TOKENS, row["xla"], row["kernel"])), flush=True)
 

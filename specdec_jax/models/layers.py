@@ -40,10 +40,11 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # target's 16 MB output head: 0.65 ms against 0.84 at load 2-4; the shared draft's 4 MB head:
 # 0.40 against 0.46 at load 5), a small one slower (the target's 1-2 MB projections: 0.06-0.12
 # ms against 0.055-0.076; per-call overhead dominates there). "hybrid" gives one row to the
-# kernel up to this many weight bytes, to XLA's dot above. Float32 panels only: bfloat16 panels
-# (`models.packed`) stream half the bytes and beat XLA's float32 product at every size measured
-# (the 16 MB head, weights cold as in a decode step: 0.34 ms against 0.71), so one row of those
-# always goes to the kernel.
+# kernel up to this many weight bytes, to XLA's dot above. Float32 panels only: a matrix this
+# large is cold in a decode step (the step's weights overflow the cache), and there bfloat16
+# panels (`models.packed`) stream half the bytes and beat XLA's float32 product (the 16 MB head:
+# 0.34 ms against 0.71), so one row of those always goes to the kernel. (With weights hot in
+# cache one row is FMA-latency bound in the kernel; DESIGN.md "Machine facts".)
 HYBRID_GEMV_MAX_BYTES = 3 << 20
 
 
