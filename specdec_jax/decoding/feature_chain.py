@@ -15,8 +15,11 @@ predicts y_{j+2}):
   for x_1, and its output feature stands in for the target's state of the next position: the
   gamma - 1 further calls feed (own feature, x_i), one entry each. So the draft costs gamma calls
   per iteration, as the chain's draft does.
-- The first iteration has no target state yet (count 0): the first call feeds (zeros, the start
-  token) and drafts from that; verification keeps the output exact whatever it proposes.
+- The first iteration: a decoder-only target's prefill returns the prompt's states
+  (`prefill_with_hidden`) and `prime_carry` feeds the prompt's entries, the last one pending,
+  so the draft starts from the whole prompt. A T5 request (and a one-token prompt) has no target
+  state yet (count 0): the first call feeds (zeros, the start token) and drafts from that;
+  verification keeps the output exact whatever it proposes.
 alpha here covers the drafted positions only (the chain also scores the bonus position, from an
 extra fed token this scheme has no reason to feed); tokens per target call compare directly.
 
@@ -51,6 +54,36 @@ class FeatureCarry:
 
   g_BxG1xD: jax.Array
   count_B: jax.Array
+
+
+def prime_carry(draft, draft_params, cache, inputs_BxP: jax.Array, hidden_BxTxnxD: jax.Array,
+                carry: FeatureCarry):
+  """Decoder-only: the prompt's entries in the draft's cache, its last one pending: (cache,
+  carry).
+
+  `hidden_BxTxnxD`: the target's states at the prompt's first P - 1 slots (its prefill,
+  `prefill_with_hidden`). Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it;
+  entries 0..len - 3 are fed here in one call, entry len - 2 becomes the one pending entry (its
+  output is q for the first drafted token, the token after the prompt), so the first iteration
+  drafts from the whole prompt, as training saw it (`training.feature_draft`: every entry from
+  position 0), not from a start entry alone. A one-token prompt keeps the start entry (count 0).
+  Rows are right-padded: the entries past a shorter row's prompt sit at or past its index,
+  where nothing reads them before they are overwritten."""
+  plen = inputs_BxP.shape[1]
+  if plen < 2:
+    return cache, carry
+  len_B = jnp.sum(inputs_BxP != draft.pad_id, axis=1).astype(jnp.int32)
+  g_BxTxD = draft.fuse(draft_params, hidden_BxTxnxD).astype(jnp.float32)
+  if plen > 2:
+    index_B = cache.index_B
+    _, _, cache = draft.extend_features(draft_params, cache.rollback(jnp.zeros_like(index_B)),
+                                        inputs_BxP[:, 1:plen - 1], g_BxTxD[:, :plen - 2])
+    cache = cache.rollback(index_B)
+  primed_B = len_B >= 2
+  last_BxD = jnp.take_along_axis(g_BxTxD, jnp.clip(len_B - 2, 0, plen - 2)[:, None, None],
+                                 axis=1)[:, 0]
+  last_BxD = jnp.where(primed_B[:, None], last_BxD, carry.g_BxG1xD[:, 0])
+  return cache, FeatureCarry(carry.g_BxG1xD.at[:, 0].set(last_BxD), primed_B.astype(jnp.int32))
 
 
 def first_draft_call(draft, draft_params, state: st.DecodeState, carry: FeatureCarry):
@@ -134,17 +167,23 @@ class FeatureChain:
     return FeatureCarry(jnp.zeros((batch, self.gamma + 1, self.width), jnp.float32),
                         jnp.zeros((batch,), jnp.int32))
 
+  def prime(self, draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD, carry):
+    """Decoder-only targets: the draft starts from the prompt's target states (`prime_carry`;
+    `start.init_state` calls it with the target's `prefill_with_hidden`)."""
+    return prime_carry(draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD, carry)
+
   def propose(self, draft, draft_params, state, carry, key, sampling):
     """The iteration's draft tokens and their q: gamma chained calls (`draft_step`)."""
     return draft_step(draft, draft_params, state, carry, key, self.gamma, sampling)
+
+  def check(self, decoder) -> None:
+    """A feature-level draft and a target that gives its states (`start.check_decoder`)."""
+    check_feature_pair(decoder, type(self).__name__)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """Draft (pending entries, then own features) -> verify with states -> accept -> commit,
     then the newly written positions' fused target features become the pending entries."""
     draft = decoder.draft
-    if not hasattr(draft, "extend_features") or not hasattr(decoder.target, "extend_with_hidden"):
-      raise TypeError("FeatureChain needs a feature-level draft (extend_features) and a target "
-                      "with extend_with_hidden")
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
     carry = state.stats
     proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
@@ -164,6 +203,20 @@ class FeatureChain:
                          jnp.where(active_B, written_B, carry.count_B))
     return new.replace(stats=carry,
                        draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+
+
+def check_feature_pair(decoder, scheme: str) -> None:
+  """Raises a TypeError naming what a feature scheme misses: a feature-level draft, a target
+  with `extend_with_hidden` and, decoder-only, `prefill_with_hidden` (the prompt's states)."""
+  if not is_feature_draft(decoder.draft):
+    raise TypeError(f"{scheme} drafts with a feature-level draft (extend_features), got "
+                    f"{type(decoder.draft).__name__}")
+  needs = ["extend_with_hidden"] + ([] if seam.is_encoder_decoder(decoder.target)
+                                    else ["prefill_with_hidden"])
+  missing = [m for m in needs if not hasattr(decoder.target, m)]
+  if missing:
+    raise TypeError(f"{scheme} needs a target with {' and '.join(missing)} (the target's "
+                    f"states), {type(decoder.target).__name__} has none")
 
 
 def is_feature_draft(draft) -> bool:

@@ -107,6 +107,14 @@ def front_door(decoder, inputs_BxP, rng=None) -> tuple[Any, jax.Array]:
 
 
 # ---- the initial state ---------------------------------------------------------------------------
+def primes_draft(decoder) -> bool:
+  """Whether the draft starts from the prompt's target states: a scheme that can (`prime`: the
+  feature-level schemes) with a decoder-only target, whose prefill feeds the prompt (a T5
+  decoder's prefill feeds nothing). The target must then give them (`prefill_with_hidden`)."""
+  return (decoder.draft is not None and hasattr(decoder.scheme, "prime")
+          and not seam.is_encoder_decoder(decoder.target))
+
+
 def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.DecodeState:
   """Prefills the target (and the draft) and lays out the buffer: slot 0 = the start token.
 
@@ -122,7 +130,12 @@ def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.Dec
   # A shared-encoder draft decodes on the target's encoder output: encode once, for both.
   encoded = (target.encode(params.target, inputs_BxP)
              if draft is not None and seam.shares_encoder(draft) else None)
-  cache = target.prefill(params.target, inputs_BxP, cache_len(target), encoded=encoded)
+  prime = primes_draft(decoder)
+  if prime:  # a feature draft reads the prompt's target states, from the same prefill call
+    cache, hidden = target.prefill_with_hidden(params.target, inputs_BxP, cache_len(target),
+                                               tuple(draft.feature_layers))
+  else:
+    cache = target.prefill(params.target, inputs_BxP, cache_len(target), encoded=encoded)
   tokens_BxL = jnp.zeros((batch, decoder.max_decode_len + slack(gamma)), jnp.int32)
   tokens_BxL = tokens_BxL.at[:, 0].set(target.start_tokens(inputs_BxP))
   state = st.DecodeState(tokens_BxL=tokens_BxL, num_B=jnp.ones((batch,), jnp.int32),
@@ -132,5 +145,9 @@ def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.Dec
   if draft is None:
     return state
   draft_cache = draft.prefill(params.draft, inputs_BxP, cache_len(draft), encoded=encoded)
+  if prime:
+    draft_cache, stats = decoder.scheme.prime(draft, params.draft, draft_cache, inputs_BxP,
+                                              hidden, state.stats)
+    state = state.replace(stats=stats)
   return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool),
                        bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32))

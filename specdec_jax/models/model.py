@@ -144,6 +144,27 @@ class Model:
         _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
       return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP, self.config.pad_id) - 1, 0))
 
+  def prefill_with_hidden(self, params: Params, inputs_BxP: jax.Array, cache_len: int,
+                          layers: tuple[int, ...]) -> tuple[DecodeCache, jax.Array]:
+    """Decoder-only `prefill` that also returns the residual stream at `layers` of the prompt
+    tokens it feeds: (the same cache, float32 hidden [B, P - 1, n, D]; row b's first
+    len_b - 1 entries are real). Why: a feature-level draft reads the prompt's target states
+    the way it reads verified tokens' (`decoding.feature_chain.prime_carry`), from the one
+    prefill call. An optional seam member, as `extend_with_hidden` is."""
+    if self.config.is_encoder_decoder:
+      raise ValueError("prefill_with_hidden is the decoder-only prefill; a T5 decoder starts "
+                       "from the start token alone (no prompt states to return)")
+    batch, plen = inputs_BxP.shape
+    with self._rules():
+      cache = constrain_cache(self.module.apply({"params": params}, batch, cache_len,
+                                                method=Transformer.empty_cache))
+    if plen > 1:
+      _, hidden, cache = self.extend_with_hidden(params, cache, inputs_BxP[:, :-1], layers)
+    else:
+      hidden = jnp.zeros((batch, 0, len(layers), self.config.emb_dim), jnp.float32)
+    lengths_B = prompt_lengths(inputs_BxP, self.config.pad_id)
+    return cache.rollback(jnp.maximum(lengths_B - 1, 0)), hidden
+
   def extend(self, params: Params, cache: DecodeCache, tokens_BxT: jax.Array
              ) -> tuple[jax.Array, DecodeCache]:
     """Feeds T tokens per example at `cache.index_B`; returns float32 logits and the new cache.

@@ -13,13 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specdec_jax.decoding import feature_chain, start
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
-from specdec_jax.testing import tiny_feature_pair
+from specdec_jax.testing import ragged_prompts, tiny_feature_pair
 from specdec_jax.testing import chi_square_gof
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -62,6 +63,27 @@ def test_scheme_refuses_a_token_draft_and_a_missing_width():
     Decoder(target, d, FeatureChain(2, 16), GREEDY, max_decode_len=4).generate(
         Params(target.init(jax.random.key(0)), d.init(jax.random.key(1))),
         jnp.asarray([[5, 1]], jnp.int32))
+
+
+def test_decoder_only_draft_starts_from_the_prompt_states():
+  """`prime_carry` (via `start.init_state`): the first iteration's q is the draft's
+  teacher-forced over the whole prompt at its last entry (h_{n-2}, t_{n-1}), as training saw
+  it, for ragged rows; a one-token prompt keeps the start entry (zero feature, its token).
+  Fails if the prompt's entries are not fed, are fed one slot off, or the wrong one pends."""
+  target, tp, draft, dp = tiny_feature_pair("decoder", 64)
+  lengths = [5, 2, 4, 1]
+  _, prompts = ragged_prompts(lengths, extra=0)
+  inputs = jnp.asarray(prompts)
+  decoder = Decoder(target, draft, FeatureChain.for_draft(draft, 2), GREEDY, max_decode_len=8)
+  state = start.init_state(decoder, Params(tp, dp), inputs, jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(state.stats.count_B), [1, 1, 1, 0])
+  got_BxV, _, _ = feature_chain.first_draft_call(draft, dp, state, state.stats)
+  _, hidden = target.forward_with_hidden(tp, inputs, inputs, draft.feature_layers)
+  want, _ = draft.forward(dp, inputs, inputs[:, 1:], draft.fuse(dp, hidden[:, :-1]))
+  alone, _ = draft.forward(dp, inputs, inputs[:, :1], jnp.zeros((4, 1, draft.width)))
+  for b, n in enumerate(lengths):
+    ref = want[b, n - 2] if n >= 2 else alone[b, 0]
+    np.testing.assert_allclose(np.asarray(got_BxV[b]), np.asarray(ref), rtol=1e-4, atol=1e-4)
 
 
 # ---- exactness at temperature > 0: the sampled joint equals the target's ---------------------

@@ -78,3 +78,28 @@ def test_layer_out_of_range_is_refused():
   cache = model.prefill(params, jnp.ones((1, 2), jnp.int32), 8)
   with pytest.raises(ValueError, match="out of range"):
     model.extend_with_hidden(params, cache, jnp.ones((1, 1), jnp.int32), (3,))
+
+
+def test_prefill_with_hidden_is_prefill_with_the_prompt_states():
+  """The decoder-only prefill that also gives the prompt's states (a feature draft's start,
+  `feature_chain.prime_carry`): the same cache as `prefill`, and each real prompt slot's states
+  the full forward's."""
+  model, params, _, _ = tiny_pair("decoder")
+  lengths = [5, 2, 4, 1]
+  seqs, prompts = ragged_prompts(lengths, extra=0)
+  inputs = jnp.asarray(prompts)
+  cache, hidden = jax.jit(model.prefill_with_hidden, static_argnums=(2, 3))(
+      params, inputs, 16, LAYERS)
+  plain = jax.jit(model.prefill, static_argnums=2)(params, inputs, 16)
+  np.testing.assert_array_equal(np.asarray(cache.index_B), np.asarray(plain.index_B))
+  for got, want in zip(jax.tree.leaves(cache), jax.tree.leaves(plain)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert hidden.shape == (4, inputs.shape[1] - 1, 3, model.config.emb_dim)
+  want = np.asarray(_reference_hidden(model, params, inputs, inputs))
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(np.asarray(hidden[b, :n - 1]), want[b, :n - 1], atol=1e-5)
+  _, one = model.prefill_with_hidden(params, inputs[:, :1], 16, LAYERS)
+  assert one.shape == (4, 0, 3, model.config.emb_dim)
+  t5, t5_params, _, _ = tiny_pair("t5")
+  with pytest.raises(ValueError, match="decoder-only"):
+    t5.prefill_with_hidden(t5_params, inputs, 16, LAYERS)

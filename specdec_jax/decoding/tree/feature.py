@@ -157,6 +157,13 @@ class FeatureTreeScheme:
                          jnp.zeros((batch,), jnp.int32))
     return FeatureTreeStats(carry, TreeStats.zeros(self.tree))
 
+  def prime(self, draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD, stats):
+    """Decoder-only targets: the draft starts from the prompt's target states, as the chain's
+    (`feature_chain.prime_carry`)."""
+    cache, carry = feature_chain.prime_carry(draft, draft_params, cache, inputs_BxP,
+                                             hidden_BxTxnxD, stats.carry)
+    return cache, stats.replace(carry=carry)
+
   def constrain_stats(self, stats: FeatureTreeStats, constrain) -> FeatureTreeStats:
     """On a mesh (`Decoder._constrain`): the pending entries are per example (batch-sharded),
     the tree counters are sums over rows (left as they are)."""
@@ -167,8 +174,7 @@ class FeatureTreeScheme:
     if not feature_chain.is_feature_draft(decoder.draft):
       raise TypeError("FeatureTreeScheme drafts with a feature-level draft (extend_features); "
                       "a token draft's tree is TreeScheme")
-    if not hasattr(decoder.target, "extend_with_hidden"):
-      raise TypeError("FeatureTreeScheme needs a target with extend_with_hidden")
+    feature_chain.check_feature_pair(decoder, type(self).__name__)
 
   def verify_fn(self, sampling: SamplingConfig):
     return tree_verifier(self.verifier, sampling)
