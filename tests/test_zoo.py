@@ -132,7 +132,11 @@ def test_zoo_card_tables_from_figures():
   assert "| summarize | 1 | - |" in md
 
 
-def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly():
+@pytest.mark.parametrize("name,target_name,task", [
+    ("t5_feature_draft", "t5_target", "translate_en_de"),
+    # decoder-only: starts each request from the prompt's target states (prime_carry)
+    ("lm_feature_draft", "lm_target", "code_complete")])
+def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly(name, target_name, task):
   """The shipped feature-level draft (EAGLE-3 style, issue 28): stored as its own bfloat16
   weights only (the target's embedding, final norm and head come from the target at load), paired
   with the zoo target (another target's weights are refused), and greedy speculative decoding
@@ -140,20 +144,21 @@ def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly():
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   from specdec_jax.checkpoints import feature_draft as fd_ckpt  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding.feature_chain import FeatureChain  # pylint: disable=import-outside-toplevel
-  path = os.path.join(ZOO, "t5_feature_draft")
+  path = os.path.join(ZOO, name)
   with ocp.PyTreeCheckpointer() as ckptr:
     raw = ckptr.restore(os.path.join(path, fd_ckpt.PARAMS_DIR))
   assert {np.asarray(x).dtype for x in jax.tree_util.tree_leaves(raw)} == {np.dtype(jnp.bfloat16)}
-  config, tp = load_checkpoint(os.path.join(ZOO, "t5_target"), dtype=jnp.float32)
+  config, tp = load_checkpoint(os.path.join(ZOO, target_name), dtype=jnp.float32)
   draft, dp = fd_ckpt.load(path, tp)
   assert not set(draft.frozen_names()) & set(raw)
-  fd_ckpt.check_target(path, "t5_target", tp)
+  fd_ckpt.check_target(path, target_name, tp)
   with pytest.raises(ValueError, match="other weights"):
-    fd_ckpt.check_target(path, "x", dict(tp, encoder=jax.tree.map(lambda x: x * 1.01,
-                                                                  tp["encoder"])))
+    fd_ckpt.check_target(path, "x", dict(tp, decoder=jax.tree.map(lambda x: x * 1.01,
+                                                                  tp["decoder"])))
   target = Model(config)
-  examples = local_tasks.load_examples("translate_en_de", "valid", 4)
-  ids = local_tasks.tokenize_examples(examples, default_vocabulary(), 48, truncate=True)
+  examples = local_tasks.load_examples(task, "valid", 4)
+  ids = local_tasks.tokenize_examples(examples, default_vocabulary(), 48, truncate=True,
+                                      add_eos=config.is_encoder_decoder)
   inputs = jnp.asarray(local_tasks.batch_inputs(ids, pad_to=48))
   greedy = SamplingConfig(temperature=0.0)
   ar = Decoder(target, sampling=greedy, max_decode_len=24).generate(Params(tp), inputs)
