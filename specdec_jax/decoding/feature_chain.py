@@ -61,8 +61,8 @@ def prime_carry(draft, draft_params, cache, inputs_BxP: jax.Array, hidden_BxTxnx
   """Decoder-only: the prompt's entries in the draft's cache, its last one pending: (cache,
   carry).
 
-  `hidden_BxTxnxD`: the target's states at the prompt's first P - 1 slots (its prefill,
-  `prefill_with_hidden`). Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it;
+  `cache`: the draft's `prefill` (index = the start token's slot, len - 1); `hidden_BxTxnxD`:
+  the target's states at the prompt's first P - 1 slots (its prefill, `prefill_with_hidden`). Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it;
   entries 0..len - 3 are fed here in one call, entry len - 2 becomes the one pending entry (its
   output is q for the first drafted token, the token after the prompt), so the first iteration
   drafts from the whole prompt, as training saw it (`training.feature_draft`: every entry from
@@ -72,15 +72,14 @@ def prime_carry(draft, draft_params, cache, inputs_BxP: jax.Array, hidden_BxTxnx
   plen = inputs_BxP.shape[1]
   if plen < 2:
     return cache, carry
-  len_B = jnp.sum(inputs_BxP != draft.pad_id, axis=1).astype(jnp.int32)
+  start_B = cache.index_B  # the draft's prefill: the start token's slot, len - 1
   g_BxTxD = draft.fuse(draft_params, hidden_BxTxnxD).astype(jnp.float32)
   if plen > 2:
-    index_B = cache.index_B
-    _, _, cache = draft.extend_features(draft_params, cache.rollback(jnp.zeros_like(index_B)),
+    _, _, cache = draft.extend_features(draft_params, cache.rollback(jnp.zeros_like(start_B)),
                                         inputs_BxP[:, 1:plen - 1], g_BxTxD[:, :plen - 2])
-    cache = cache.rollback(index_B)
-  primed_B = len_B >= 2
-  last_BxD = jnp.take_along_axis(g_BxTxD, jnp.clip(len_B - 2, 0, plen - 2)[:, None, None],
+    cache = cache.rollback(start_B)
+  primed_B = start_B >= 1
+  last_BxD = jnp.take_along_axis(g_BxTxD, jnp.clip(start_B - 1, 0, plen - 2)[:, None, None],
                                  axis=1)[:, 0]
   last_BxD = jnp.where(primed_B[:, None], last_BxD, carry.g_BxG1xD[:, 0])
   return cache, FeatureCarry(carry.g_BxG1xD.at[:, 0].set(last_BxD), primed_B.astype(jnp.int32))
@@ -210,7 +209,8 @@ def check_feature_pair(decoder, scheme: str) -> None:
   with `extend_with_hidden` and, decoder-only, `prefill_with_hidden` (the prompt's states)."""
   if not is_feature_draft(decoder.draft):
     raise TypeError(f"{scheme} drafts with a feature-level draft (extend_features), got "
-                    f"{type(decoder.draft).__name__}")
+                    f"{type(decoder.draft).__name__} (a token draft's schemes: Chain, "
+                    "TreeScheme)")
   needs = ["extend_with_hidden"] + ([] if seam.is_encoder_decoder(decoder.target)
                                     else ["prefill_with_hidden"])
   missing = [m for m in needs if not hasattr(decoder.target, m)]

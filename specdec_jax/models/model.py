@@ -125,7 +125,7 @@ class Model:
     Returns:
       A cache whose `index_B` is the slot of `start_tokens(inputs_BxP)`.
     """
-    batch, plen = inputs_BxP.shape
+    batch = inputs_BxP.shape[0]
     mod = self.module
     with self._rules():
       if self.config.is_encoder_decoder:
@@ -138,11 +138,7 @@ class Model:
         states = None if encoded is None else encoded.states_BxExD
         return constrain_cache(mod.apply({"params": params}, inputs_BxP, states,
                                           method=_prefill))
-      cache = mod.apply({"params": params}, batch, cache_len, method=Transformer.empty_cache)
-      cache = constrain_cache(cache)
-      if plen > 1:
-        _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
-      return cache.rollback(jnp.maximum(prompt_lengths(inputs_BxP, self.config.pad_id) - 1, 0))
+    return self._decoder_prefill(params, inputs_BxP, cache_len, None)[0]
 
   def prefill_with_hidden(self, params: Params, inputs_BxP: jax.Array, cache_len: int,
                           layers: tuple[int, ...]) -> tuple[DecodeCache, jax.Array]:
@@ -154,14 +150,23 @@ class Model:
     if self.config.is_encoder_decoder:
       raise ValueError("prefill_with_hidden is the decoder-only prefill; a T5 decoder starts "
                        "from the start token alone (no prompt states to return)")
+    return self._decoder_prefill(params, inputs_BxP, cache_len, tuple(layers))
+
+  def _decoder_prefill(self, params: Params, inputs_BxP: jax.Array, cache_len: int,
+                       layers: Optional[tuple[int, ...]]
+                       ) -> tuple[DecodeCache, Optional[jax.Array]]:
+    """The prompt but its last token fed into an empty cache, rolled back to the start token's
+    slot; with `layers`, `extend_with_hidden`'s states of those tokens too (else None)."""
     batch, plen = inputs_BxP.shape
     with self._rules():
       cache = constrain_cache(self.module.apply({"params": params}, batch, cache_len,
                                                 method=Transformer.empty_cache))
-    if plen > 1:
+    hidden = (None if layers is None else
+              jnp.zeros((batch, 0, len(layers), self.config.emb_dim), jnp.float32))
+    if plen > 1 and layers is None:
+      _, cache = self.extend(params, cache, inputs_BxP[:, :-1])
+    elif plen > 1:
       _, hidden, cache = self.extend_with_hidden(params, cache, inputs_BxP[:, :-1], layers)
-    else:
-      hidden = jnp.zeros((batch, 0, len(layers), self.config.emb_dim), jnp.float32)
     lengths_B = prompt_lengths(inputs_BxP, self.config.pad_id)
     return cache.rollback(jnp.maximum(lengths_B - 1, 0)), hidden
 

@@ -171,9 +171,6 @@ class FeatureTreeScheme:
 
   def check(self, decoder) -> None:
     """A feature-level draft and a target that returns its states (`start.check_decoder`)."""
-    if not feature_chain.is_feature_draft(decoder.draft):
-      raise TypeError("FeatureTreeScheme drafts with a feature-level draft (extend_features); "
-                      "a token draft's tree is TreeScheme")
     feature_chain.check_feature_pair(decoder, type(self).__name__)
 
   def verify_fn(self, sampling: SamplingConfig):
