@@ -188,7 +188,8 @@ class Pair:
 
   def decoder(self, gamma: Any = None, *, temperature: float = 0.0, top_k: int = 0,
               top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1),
-              parallel: bool = False) -> Decoder:
+              parallel: bool = False, lookup_gamma: int = 0, lookup_ngram: int = 2
+              ) -> Decoder:
     """The `Decoder` `generate` runs (checked when made: `decoding.start.check_decoder`); for
     research code that drives `init`, `iteration` and `run` itself.
 
@@ -211,6 +212,10 @@ class Pair:
       parallel: a feature-level draft proposes the whole block in one call
         (`decoding.feature_parallel`: mask entries, trained by the block loss; the run's
         `RunConfig.feature_parallel`); False: one call per drafted token (`FeatureChain`).
+      lookup_gamma: > 0 with a feature-level draft: prompt lookup drafts this many tokens in
+        the iterations whose last n-gram matches at least `lookup_ngram` tokens, the feature
+        draft `gamma` elsewhere (`decoding.lookup_feature`; the run's
+        `RunConfig.feature_lookup_gamma`).
     """
     if gamma is None:
       gamma = 0 if self.draft is None else 4
@@ -222,8 +227,12 @@ class Pair:
                        "or 'tree'")
     scheme = (AdaptiveConfig() if gamma == "adaptive"
               else scheme_for(self.draft, _tree_scheme(tree)) if gamma == "tree"
-              else chain_for(self.draft, int(gamma), parallel=parallel) if gamma
+              else chain_for(self.draft, int(gamma), parallel=parallel,
+                             lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma
               else Autoregressive())
+    if lookup_gamma and not is_feature_draft(self.draft):
+      raise ValueError("lookup_gamma combines prompt lookup with a feature-level draft; this "
+                       "Pair's draft is not one")
     if parallel and not is_feature_draft(self.draft):
       raise ValueError("parallel=True drafts a block in one call of a feature-level draft; "
                        "this Pair's draft is not one")
@@ -270,8 +279,8 @@ class Pair:
         setting) measures latency; a larger batch raises throughput, and speculation pays less.
       seed: the sampling key (batch k starting at prompt i uses fold_in(key(seed), i), as a run).
       **decoding: how to decode, `decoder`'s keyword arguments: gamma, temperature, top_k,
-        top_p, max_new_tokens, tree, parallel (e.g. `generate(texts, gamma=4,
-        temperature=1.0)`).
+        top_p, max_new_tokens, tree, parallel, lookup_gamma, lookup_ngram (e.g.
+        `generate(texts, gamma=4, temperature=1.0)`).
 
     Returns:
       A `Generation`: texts, ids, the acceptance counters and the wall time.

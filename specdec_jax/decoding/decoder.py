@@ -54,6 +54,9 @@ class Scheme(Protocol):
   constrain_stats(stats, constrain) (optional, in place of stats_batched): the statistics with
     `constrain` (batch-sharding one array) applied to their per-example leaves only (the
     feature tree's pending entries beside its summed tree counters).
+  begin(state, inputs_BxP) (optional): the statistics once the buffer is laid out, from the
+    state and the prompt (`start.init_state`; the lookup-or-feature scheme's feature log and
+    the prompt its lookup searches), in place of `init_stats`'.
   prime(draft, draft_params, draft_cache, inputs_BxP, hidden_BxTxnxD, stats) (optional): with
     a decoder-only target, the draft's cache and the statistics after the prompt's target
     states (`start.init_state`, the target's `prefill_with_hidden`; the feature schemes).

@@ -10,19 +10,29 @@ from __future__ import annotations
 
 from specdec_jax.decoding.feature_chain import FeatureChain, is_feature_draft
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
+from specdec_jax.decoding.lookup_feature import LookupFeatureChain
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 
 
-def chain_for(draft, gamma: int, *, parallel: bool = False):
+def chain_for(draft, gamma: int, *, parallel: bool = False, lookup_gamma: int = 0,
+              lookup_ngram: int = 2):
   """`speculative.Chain` for a token draft; for a feature-level draft `FeatureChain`, or with
-  `parallel` `ParallelFeatureChain` (one draft call per block, the draft's own mask token).
-  `parallel` is the caller's decoding choice (`RunConfig.feature_parallel`, the API's
-  `parallel=`), not a property of the draft: it is ignored for a token draft."""
+  `parallel` `ParallelFeatureChain` (one draft call per block, the draft's own mask token), or
+  with `lookup_gamma` > 0 `LookupFeatureChain` (prompt lookup drafts `lookup_gamma` tokens
+  where its last n-gram matches >= `lookup_ngram` tokens, the feature draft `gamma` elsewhere).
+  These are the caller's decoding choices (`RunConfig.chain_options`, the API's `parallel=` /
+  `lookup_gamma=`), not properties of the draft: ignored for a token draft."""
   if not is_feature_draft(draft):
     return Chain(gamma)
+  if lookup_gamma:
+    if parallel:
+      raise ValueError("lookup_gamma drafts with the feature chain where the lookup does not "
+                       "match; the parallel chain is not combined with it")
+    return LookupFeatureChain.for_draft(draft, gamma, lookup_gamma=lookup_gamma,
+                                        lookup_ngram=lookup_ngram)
   if parallel:
     return ParallelFeatureChain.for_draft(draft, gamma)
   return FeatureChain.for_draft(draft, gamma)
@@ -35,7 +45,7 @@ def scheme_for(draft, scheme):
   draft, or a feature draft's own chain, as given. Refused by name: the adaptive scheme and the
   prompt-lookup tree with a feature-level draft (they draft from tokens only)."""
   if not is_feature_draft(draft) or isinstance(scheme, (FeatureChain, ParallelFeatureChain,
-                                                        FeatureTreeScheme)):
+                                                        FeatureTreeScheme, LookupFeatureChain)):
     return scheme
   if isinstance(scheme, TreeScheme):
     return FeatureTreeScheme.for_draft(draft, scheme)

@@ -218,12 +218,25 @@ def lookup(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array, ma
            min_ngram: int) -> tuple[jax.Array, jax.Array]:
   """(found_BxT, proposal_BxT): the continuation of the best match of the n-gram ending at pos
   (`match_scores`)."""
+  ngram_BxT, proposal_BxT = best_match(context_BxC, tokens_BxS, pos_BxT, max_ngram, min_ngram)
+  return ngram_BxT > 0, proposal_BxT
+
+
+def best_match(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array,
+               max_ngram: int, min_ngram: int) -> tuple[jax.Array, jax.Array]:
+  """(ngram_BxT, proposal_BxT): the length of the best match of the n-gram ending at pos (0:
+  none of at least min_ngram tokens) and its continuation (0 where none). The length is how
+  sure the lookup is: the lookup-or-feature scheme (`lookup_feature.py`) drafts with the lookup
+  only where it is long enough."""
   score, seq_BxL, _ = match_scores(context_BxC, tokens_BxS, pos_BxT, max_ngram, min_ngram)
-  nxt_tok_BxL = seq_BxL[:, jnp.minimum(jnp.arange(seq_BxL.shape[1]) + 1, seq_BxL.shape[1] - 1)]
+  length = seq_BxL.shape[1]
+  nxt_tok_BxL = seq_BxL[:, jnp.minimum(jnp.arange(length) + 1, length - 1)]
   best_BxT = argmax(score)
-  found_BxT = jnp.max(score, axis=-1) >= 0
+  top_BxT = jnp.max(score, axis=-1)
+  found_BxT = top_BxT >= 0
   proposal_BxT = jnp.take_along_axis(nxt_tok_BxL, best_BxT, axis=1)
-  return found_BxT, jnp.where(found_BxT, proposal_BxT, 0)
+  return (jnp.where(found_BxT, top_BxT // length, 0).astype(jnp.int32),
+          jnp.where(found_BxT, proposal_BxT, 0))
 
 
 DRAFT_KINDS = {"unigram": UnigramDraft, "bigram": BigramDraft, "prompt_lookup": PromptLookupDraft}

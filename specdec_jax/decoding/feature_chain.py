@@ -75,8 +75,8 @@ def prime_carry(draft, draft_params, cache, inputs_BxP: jax.Array, hidden_BxTxnx
   start_B = cache.index_B  # the draft's prefill: the start token's slot, len - 1
   g_BxTxD = draft.fuse(draft_params, hidden_BxTxnxD).astype(jnp.float32)
   if plen > 2:
-    _, _, cache = draft.extend_features(draft_params, cache.rollback(jnp.zeros_like(start_B)),
-                                        inputs_BxP[:, 1:plen - 1], g_BxTxD[:, :plen - 2])
+    _, cache = draft.feed_features(draft_params, cache.rollback(jnp.zeros_like(start_B)),
+                                   inputs_BxP[:, 1:plen - 1], g_BxTxD[:, :plen - 2])
     cache = cache.rollback(start_B)
   primed_B = start_B >= 1
   last_BxD = jnp.take_along_axis(g_BxTxD, jnp.clip(start_B - 1, 0, plen - 2)[:, None, None],
@@ -95,18 +95,31 @@ def first_draft_call(draft, draft_params, state: st.DecodeState, carry: FeatureC
   tokens_BxG1 = jnp.take_along_axis(state.tokens_BxL, idx_BxG1, axis=1)
   start_B = state.base_B + state.num_B - 1
   cache = state.draft_cache.rollback(start_B - count_B)
-  logits_BxG1xV, out_BxG1xD, cache = draft.extend_features(draft_params, cache, tokens_BxG1,
-                                                           carry.g_BxG1xD)
-  last_B = (c_B - 1)[:, None, None]
-  logits_BxV = jnp.take_along_axis(logits_BxG1xV, last_B, axis=1)[:, 0]
-  out_BxD = jnp.take_along_axis(out_BxG1xD, last_B, axis=1)[:, 0]
-  return logits_BxV, out_BxD, cache.rollback(start_B)
+  out_BxG1xD, cache = draft.feed_features(draft_params, cache, tokens_BxG1, carry.g_BxG1xD)
+  return (*last_output(draft, draft_params, out_BxG1xD, c_B - 1), cache.rollback(start_B))
+
+
+def last_output(draft, draft_params, out_BxTxD: jax.Array, last_B: jax.Array):
+  """(logits [B, V], output feature [B, D]) at entry last_B of a call's output features: the
+  head applied to that entry alone (`FeatureDraft.logits` after `feed_features`), not to
+  every fed one: on CPU the head is most of a draft step."""
+  out_BxD = jnp.take_along_axis(out_BxTxD, last_B[:, None, None], axis=1)[:, 0]
+  return draft.logits(draft_params, out_BxD[:, None])[:, 0], out_BxD
 
 
 def draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, key: jax.Array,
                gamma: int, sampling: SamplingConfig) -> tuple[Proposal, object]:
   """gamma draft calls: the pending entries, then (own feature, x_i) one at a time."""
   logits_BxV, out_BxD, cache = first_draft_call(draft, draft_params, state, carry)
+  return chain_from(draft, draft_params, logits_BxV, out_BxD, cache, key, gamma, sampling)
+
+
+def chain_from(draft, draft_params, logits_BxV: jax.Array, out_BxD: jax.Array, cache,
+               key: jax.Array, gamma: int, sampling: SamplingConfig) -> tuple[Proposal, object]:
+  """The chain after the draft's first call of an iteration (its logits for x_1 and output
+  feature, the cache rolled back to the last verified slot): x_1 ~ q_1, then gamma - 1 calls
+  fed (own feature, x_i). Shared with the lookup-or-feature scheme (`lookup_feature.py`), whose
+  first call may first catch up on entries prompt lookup's iterations left pending."""
   keys = jax.random.split(key, gamma)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
@@ -122,7 +135,7 @@ def draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, 
   (cache, _, _), (xs_GxB, qs_GxBxV) = jax.lax.scan(one, (cache, x_B, out_BxD), keys[1:])
   tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
   q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
-  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
+  gamma_B = jnp.full(x_B.shape, gamma, jnp.int32)
   # fed_B = gamma + 1: the accepted drafts are always fed next iteration with the target's
   # features, so `commit` never marks the draft pending; no bonus q (see the module docstring).
   return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B + 1,

@@ -142,6 +142,8 @@ def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.Dec
                          done_B=jnp.zeros((batch,), bool), base_B=cache.index_B,
                          target_cache=cache, rng=rng, counters=st.Counters.zeros(batch, gamma),
                          stats=decoder.scheme.init_stats(batch))
+  if hasattr(decoder.scheme, "begin"):  # statistics that need the buffer and the prompt
+    state = state.replace(stats=decoder.scheme.begin(state, inputs_BxP))
   if draft is None:
     return state
   draft_cache = draft.prefill(params.draft, inputs_BxP, cache_len(draft), encoded=encoded)

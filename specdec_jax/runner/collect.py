@@ -72,6 +72,13 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["draft_kind"] = FEATURE_DRAFT
     if cfg.feature_parallel:  # ParallelFeatureChain: one draft call per block
       extra["feature_scheme"] = "parallel"
+    if cfg.feature_lookup_gamma:  # LookupFeatureChain: prompt lookup where it matches
+      calls = sum(r.counters.get("target_calls", 0) for r in spec_records)
+      extra["feature_scheme"] = "lookup"
+      extra["lookup"] = {
+          "gamma": cfg.feature_lookup_gamma, "ngram": cfg.feature_lookup_ngram,
+          "share_of_target_calls": (sum(r.counters.get("lookup_iterations", 0)
+                                        for r in spec_records) / calls) if calls else None}
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label

@@ -120,9 +120,21 @@ class RunConfig:
   # the whole block from mask entries; a draft trained with FeatureTrainConfig.block_size, its
   # own mask token) instead of `FeatureChain` (gamma draft calls). Refused without one.
   feature_parallel: bool = False
+  # Feature-level drafts: > 0 drafts with prompt lookup (this many tokens) in the iterations
+  # whose last n-gram matches at least `feature_lookup_ngram` tokens (every active row), with
+  # the feature draft (GAMMA tokens) elsewhere (`decoding.lookup_feature`); 0: the feature draft
+  # alone. Fixed int GAMMAs only. Token drafts in the same run ignore it.
+  feature_lookup_gamma: int = 0
+  feature_lookup_ngram: int = 2
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0
+
+  @property
+  def chain_options(self) -> dict:
+    """How a feature-level draft's chain is built (`draft_schemes.chain_for`'s options)."""
+    return {"parallel": self.feature_parallel, "lookup_gamma": self.feature_lookup_gamma,
+            "lookup_ngram": self.feature_lookup_ngram}
 
   def __post_init__(self):
     if self.mode not in MODES:

@@ -118,13 +118,14 @@ def loop_order(key) -> tuple:
   return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
 
 
-def scheme_of(program, draft=None, *, parallel: bool = False):
+def scheme_of(program, draft=None, **chain_options):
   """The scheme a timed program decodes with: the draft's chain at a gamma
-  (`draft_schemes.chain_for`: `Chain(gamma)`, or `FeatureChain` / with `parallel`
-  `ParallelFeatureChain` for a feature-level draft), or the tree scheme as the draft decodes it
-  (`draft_schemes.scheme_for`: a feature draft's static tree is its `FeatureTreeScheme`)."""
+  (`draft_schemes.chain_for`: `Chain(gamma)`, or for a feature-level draft `FeatureChain`, or
+  by `chain_options` the parallel or lookup-or-feature chain), or the tree scheme as the draft
+  decodes it (`draft_schemes.scheme_for`: a feature draft's static tree is its
+  `FeatureTreeScheme`)."""
   if isinstance(program, int):
-    return chain_for(draft, program, parallel=parallel)
+    return chain_for(draft, program, **chain_options)
   return program if draft is None else scheme_for(draft, program)
 
 
@@ -159,14 +160,15 @@ def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]
 def measure_loops(template: Decoder, target_params,
                   drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
                   batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS,
-                  tick=None, parallel: bool = False) -> dict[Any, LoopCosts]:
+                  tick=None, chain_options: Mapping[str, Any] | None = None
+                  ) -> dict[Any, LoopCosts]:
   """{key: LoopCosts} for drafts {key: (draft, params, programs)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
   autoregressive loop in one `timing.interleaved` call (see the module docstring). `template`:
   the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
   the same Decoder with the draft and its scheme per gamma >= 1 or tree (`scheme_of`; filed
-  under `loop_key`; `parallel`: a feature draft's chains are the parallel ones, as the run
-  decodes them). `tick(done, total)`: progress (every compile and sample of
+  under `loop_key`; `chain_options`: how a feature draft's chains are built, as the run
+  decodes them, `RunConfig.chain_options`). `tick(done, total)`: progress (every compile and sample of
   `timing.interleaved`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
@@ -181,8 +183,8 @@ def measure_loops(template: Decoder, target_params,
               ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
-      spec = dataclasses.replace(template, draft=draft, scheme=scheme_of(g, draft,
-                                                                      parallel=parallel))
+      spec = dataclasses.replace(template, draft=draft,
+                                 scheme=scheme_of(g, draft, **(chain_options or {})))
       programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
       programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
   results, seconds = timing.interleaved(programs, repeats, tick=tick)

@@ -39,11 +39,12 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     if p.gamma > 0:
       programs[p.key] = program(p.draft, p.tree or p.adaptive
                                 or chain_for(loaded.drafts[p.draft][0], p.gamma,
-                                             parallel=cfg.feature_parallel))
+                                             **cfg.chain_options))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
-  counters = {k: acceptance.counters_to_dict(r.counters, rows) for k, r in results.items()}
+  counters = {k: acceptance.counters_to_dict(r.counters, rows, r.stats)
+              for k, r in results.items()}
   record = BatchRecord(
       group=keys.group(temperature), indices=tuple(ex.index for ex in examples),
       points={p.key: ProgramRecord(seconds[k], counters[k], gamma=p.gamma)

@@ -25,8 +25,8 @@ from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, MODEL_DRAFT, TREE,
-                                      DraftSpec, RunConfig, as_list)
+from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
+                                      TREE, DraftSpec, RunConfig, as_list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +174,20 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
   if cfg.feature_parallel and not feature:
     raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
                      "chain: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
+  if cfg.feature_lookup_gamma and not feature:
+    raise ValueError("RunConfig.feature_lookup_gamma combines prompt lookup with a feature-level "
+                     "draft: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
   if not feature:
     return
+  if cfg.feature_lookup_gamma:
+    if cfg.feature_parallel:
+      raise ValueError("RunConfig.feature_lookup_gamma drafts with the feature chain where the "
+                       "lookup does not match; it is not combined with feature_parallel")
+    words = [g for g in as_list(cfg.gamma) if g in GAMMA_WORDS]
+    if words:
+      raise ValueError(f"RunConfig.feature_lookup_gamma decodes at fixed int GAMMAs only, got "
+                       f"{words[0]!r}: 'auto' predicts a chain's speedup from its acceptance, "
+                       "which a decode that switches drafts per iteration does not follow")
   if ADAPTIVE in as_list(cfg.gamma):
     raise ValueError(f"GAMMA={ADAPTIVE!r} is not built for a feature-level draft ({feature[0]}): "
                      "use an int, 'tree' or 'auto'")

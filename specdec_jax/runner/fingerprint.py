@@ -40,6 +40,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
   if cfg.feature_parallel:
     fingerprint["feature_parallel"] = True
+  if cfg.feature_lookup_gamma:
+    fingerprint["feature_lookup"] = [cfg.feature_lookup_gamma, cfg.feature_lookup_ngram]
   fingerprint["contents"] = _contents(cfg)
   task_digest = tasks.content_digest(cfg.task, cfg.split)
   if task_digest is not None:

@@ -179,7 +179,7 @@ def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
 
   class Cfg:
     seed = 0
-    feature_parallel = False
+    chain_options = {}
 
   got = pipeline.measure_loops(Cfg(), Loaded(), {Point(SPEC, "auto", 0.0): [2],
                                                 Point(other, "auto", 0.0): [2]}, print)

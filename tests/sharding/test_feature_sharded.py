@@ -60,19 +60,24 @@ TREE_CASES = [("decoder", "tree", 1.0), ("t5", "tree", 0.0),
               pytest.param("decoder", "tree", 0.0, marks=SLOW),
               pytest.param("t5", "tree", 1.0, marks=SLOW),
               ("decoder", "dynamic", 1.0), pytest.param("t5", "dynamic", 0.0, marks=SLOW)]
+LOOKUP_CASES = [("decoder", "lookup", 0.0), pytest.param("t5", "lookup", 1.0, marks=SLOW)]
 
 
-@pytest.mark.parametrize("kind,parallel,temperature", CASES + TREE_CASES)
+@pytest.mark.parametrize("kind,parallel,temperature", CASES + TREE_CASES + LOOKUP_CASES)
 def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   """Greedy: the tokens (the random tiny draft is rarely accepted, the decoder-only one on some
   rows); sampling: the acceptance counters too, with every row accepting some drafts. 'tree':
   the feature draft's (2, 2) tree (`FeatureTreeScheme`: the masked verify with states, the path
   gathered in the target's sharded cache, the pending entries batch-sharded beside the summed
-  tree counters); 'dynamic': its dynamic tree (per-row layouts and feature gathers)."""
+  tree counters); 'dynamic': its dynamic tree (per-row layouts and feature gathers); 'lookup':
+  prompt lookup where it matches, the feature draft elsewhere (`LookupFeatureChain`: the
+  batch-sharded feature log, the `lax.cond` on a batch-wide choice, the catch-up loop)."""
   t, tp, d, dp = _pair(kind)
   scheme = (scheme_for(d, TreeScheme((2, 2))) if parallel == "tree"
             else scheme_for(d, DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8))
-            if parallel == "dynamic" else chain_for(d, GAMMA, parallel=parallel))
+            if parallel == "dynamic"
+            else chain_for(d, GAMMA, lookup_gamma=4, lookup_ngram=1) if parallel == "lookup"
+            else chain_for(d, GAMMA, parallel=parallel))
   ref = _decode(t, d, scheme, Params(tp, dp), temperature)
   if temperature > 0:
     assert ref.counters.accepted_B.min() > 0  # the counters below compare something
@@ -89,6 +94,9 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   for name in ("accepted_B", "drafted_B", "emitted_B", "target_calls_B"):
     np.testing.assert_array_equal(getattr(got.counters, name), getattr(ref.counters, name),
                                   err_msg=name)
+  if parallel == "lookup":  # both drafts drafted, the same iterations on the mesh
+    assert 0 < ref.stats.lookups_B.max() and ref.stats.lookups_B.min() < ref.counters.target_calls_B.max()
+    np.testing.assert_array_equal(got.stats.lookups_B, ref.stats.lookups_B)
 
 
 def test_feature_draft_mesh_that_does_not_divide_is_refused():

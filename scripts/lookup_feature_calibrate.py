@@ -1,0 +1,99 @@
+"""Chooses the lookup-or-feature scheme's settings on a run's held-out calibration prompts only.
+
+Why: `LookupFeatureChain` has two knobs the cost model does not predict (`lookup_ngram`, the
+match length at which prompt lookup drafts, and the feature draft's gamma); choosing them on the
+prompts a run then reports would fit the report. This script loads a run config's target, drafts
+and prompt sets exactly as the run does (`runner.pipeline.load`), and times, on the calibration
+prompts alone (the run never reports them), the autoregressive loop, prompt lookup alone at the
+config's lookup gamma, the feature draft alone and the combined scheme over a grid, all interleaved in one process
+(`timing.interleaved`, medians of `--repeats` rounds, each round decoding every calibration
+prompt in the run's batch shape). It writes one JSON: per setting the speedup over the
+autoregressive loop, tokens per target call and the lookup's share of target calls.
+
+  python scripts/lookup_feature_calibrate.py --gin_file=configs/local/code_lookup_feature.gin \
+      --output=/tmp/lookup_feature_calibration.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from specdec_jax import gin_utils, timing
+from specdec_jax import run as run_lib
+from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.feature_chain import FeatureChain
+from specdec_jax.decoding.lookup_feature import LookupFeatureChain
+from specdec_jax.decoding.speculative import Chain
+from specdec_jax.metrics import acceptance
+from specdec_jax.runner import pipeline
+from specdec_jax.runner.config import FEATURE_DRAFT
+
+flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
+flags.DEFINE_list("ngrams", ["1", "2", "3"], "lookup_ngram values.")
+flags.DEFINE_list("gammas", ["2", "3", "4"], "The feature draft's gammas.")
+flags.DEFINE_integer("repeats", 3, "Timed rounds (medians).")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  if FLAGS.output is None or os.path.exists(FLAGS.output):
+    raise app.UsageError(f"--output must name a new file, got {FLAGS.output!r}")
+  cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
+  if not cfg.feature_lookup_gamma:
+    raise app.UsageError("the config sets no RunConfig.feature_lookup_gamma")
+  loaded = pipeline.load(cfg)
+  feature = next(s for s in loaded.drafts if s.kind == FEATURE_DRAFT)
+  lookup = next((s for s in loaded.drafts if s.kind == "prompt_lookup"), None)
+  cal = loaded.calibration
+  batches = [jax.device_put(cal.batch(list(range(i, min(i + cfg.batch_size, len(cal.ids))))))
+             for i in range(0, len(cal.ids), cfg.batch_size)]
+  temperature = float(np.atleast_1d(cfg.temperature)[0])
+  rng = jax.random.key(cfg.seed)
+
+  def program(spec, scheme):
+    decoder, params = pipeline.decoder_for(cfg, loaded, temperature, spec, scheme)
+    return lambda: [decoder.generate(params, x, rng) for x in batches]
+
+  programs = {"autoregressive": program(None, Autoregressive())}
+  if lookup is not None:
+    programs[f"prompt_lookup g{cfg.feature_lookup_gamma}"] = program(
+        lookup, Chain(cfg.feature_lookup_gamma))
+  draft = loaded.drafts[feature][0]
+  for g in map(int, FLAGS.gammas):  # the feature draft alone, for reference
+    programs[f"feature_draft g{g}"] = program(feature, FeatureChain.for_draft(draft, g))
+  for n in map(int, FLAGS.ngrams):
+    for g in map(int, FLAGS.gammas):
+      programs[f"lookup_feature g{g} ngram{n}"] = program(feature, LookupFeatureChain.for_draft(
+          draft, g, lookup_gamma=cfg.feature_lookup_gamma, lookup_ngram=n))
+  t0 = time.time()
+  results, seconds = timing.interleaved(programs, FLAGS.repeats)
+  ar_s = seconds["autoregressive"]
+  rows = {}
+  for name, outs in results.items():
+    c = acceptance.merge(acceptance.counters_to_dict(r.counters, None, r.stats) for r in outs)
+    rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
+                  "tokens_per_target_call": c["emitted"] / max(c["target_calls"], 1),
+                  "lookup_share": (sum(acceptance.counters_to_dict(r.counters, None, r.stats)
+                                       .get("lookup_iterations", 0) for r in outs)
+                                   / max(c["target_calls"], 1))}
+    print(f"{name:32s} {rows[name]['speedup']:.3f}x  {rows[name]['tokens_per_target_call']:.2f} "
+          f"tok/call  lookup {rows[name]['lookup_share']:.2f}")
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+  out = {"gin_files": FLAGS.gin_file, "bindings": FLAGS.gin_bindings, "commit": commit,
+         "calibration_prompts": len(cal.ids), "held_out": loaded.held_out,
+         "repeats": FLAGS.repeats, "seconds": time.time() - t0,
+         "load_average": [round(x, 2) for x in os.getloadavg()], "rows": rows}
+  with open(FLAGS.output, "x") as f:
+    json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+  gin_utils.run(main)  # --gin_file, --gin.NAME=VALUE as the run takes them

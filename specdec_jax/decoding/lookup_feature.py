@@ -1,0 +1,314 @@
+"""Prompt lookup where it matches, the feature-level draft elsewhere: one scheme, two drafts.
+
+Why (issue 28's code row): on code the feature draft and prompt lookup propose about as many
+tokens per target call (2.7 / 3.9 at gamma 2 / 4 on HumanEval) but a lookup step costs almost
+nothing (c 0.03) and a feature-draft step a third of a target step (c 0.31), so each wins where
+the other is weak: the lookup where the output copies a long n-gram of the prompt or of itself,
+the draft where nothing matches. Each iteration's first tokens come from one of them, chosen
+before drafting from the history alone: prompt lookup when the n-gram ending at the last token
+matches at least `lookup_ngram` tokens (`drafters.best_match`) for every active row, else the
+feature draft's `draft_gamma` tokens, which the lookup then continues on the history they
+extend, up to `lookup_gamma` tokens either way. The choice depends on the tokens written so far,
+not on this iteration's random draws, so any acceptance rule stays exact (a proposal chosen by
+the history is still a proposal; the lookup's q is its one-hot, uniform past a miss, as
+`PromptLookupDraft`'s, and a drafted token's q is the draft's).
+
+One verify width for both (lookup_gamma + 1 tokens): only the draft's side is a `lax.cond` (its
+calls, or nothing), so the target's cache never passes through a conditional (on this CPU a
+cond over the whole iteration copied the state each time: 13 % of a lookup iteration).
+
+The draft's bookkeeping. Every verify call returns the target's states (`extend_with_hidden`),
+whichever drafted; their fused features go into a log per buffer slot (`LookupFeatureCarry`:
+slot i holds the feature of the entry whose token is buffer token i, the target's state one slot
+before it, as `feature_chain` lays entries out). The draft is not called in a lookup iteration:
+its pending entries (the last `count_B` buffer slots) grow instead. The next feature iteration
+first catches up, in calls of `catchup_width` entries (a `while_loop`, zero calls when nothing
+is behind), then makes the feature chain's own first call over the last <= draft_gamma + 1
+entries and drafts on (`feature_chain.chain_from`). So a lookup iteration costs one target call
+and the lookups (no draft call), and the draft still sees every verified position with the
+target's own features, as training showed it.
+
+The history the lookup searches is the stream in the target's cache coordinates: a decoder-only
+target's prompt, then the output (so an n-gram may span both, as `PromptLookupDraft`'s history);
+a T5 target's source (the context) and its output. The prompt rides in the carry
+(`LookupFeatureChain.begin`, called by `start.init_state`). At batch > 1 the batch drafts with
+the lookup alone only when every active row matches (one cond per batch).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec_jax import seam
+from specdec_jax.decoding import acceptance as acc
+from specdec_jax.decoding import state as st
+from specdec_jax.decoding.drafters import NEG, best_match
+from specdec_jax.decoding.feature_chain import (FeatureCarry, chain_from, check_feature_pair,
+                                                last_output, prime_carry, verify_with_hidden)
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.speculative import Proposal, commit
+
+
+@flax.struct.dataclass
+class LookupFeatureCarry:
+  """The scheme's per-example state (every leaf [B, ...]).
+
+  g_BxLxD: fused target features per buffer slot (zeros where not verified yet).
+  count_B: pending entries, the buffer slots num - count .. num - 1 (0 at a T5 start).
+  prompt_BxP: the request's prompt (the lookup's search history), int32, right-padded.
+  lookups_B: iterations the lookup drafted while the row was active (the rest: the draft).
+  """
+
+  g_BxLxD: jax.Array
+  count_B: jax.Array
+  prompt_BxP: jax.Array
+  lookups_B: jax.Array
+
+
+# ---- the lookup side -------------------------------------------------------------------------
+def history(target, state: st.DecodeState, prompt_BxP: jax.Array
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(context_BxC, history_BxS, last slot [B]) the lookup searches, in `drafters.match_scores`'
+  coordinates: T5, the source (pads -1) and the output; decoder-only, no context and the prompt
+  before the output (slot s < base: the prompt's; s >= base: buffer slot s - base)."""
+  if seam.is_encoder_decoder(target):
+    context = jnp.where(prompt_BxP != target.pad_id, prompt_BxP, -1)
+    return context, state.tokens_BxL, state.num_B - 1
+  plen, length = prompt_BxP.shape[1], state.tokens_BxL.shape[1]
+  s_S = jnp.arange(plen + length, dtype=jnp.int32)
+  from_out_BxS = s_S[None, :] >= state.base_B[:, None]
+  out_BxS = jnp.take_along_axis(state.tokens_BxL,
+                                jnp.clip(s_S[None, :] - state.base_B[:, None], 0, length - 1),
+                                axis=1)
+  prompt_BxS = jnp.pad(prompt_BxP, ((0, 0), (0, length)))
+  hist_BxS = jnp.where(from_out_BxS, out_BxS, prompt_BxS)
+  return (jnp.zeros((prompt_BxP.shape[0], 0), jnp.int32), hist_BxS,
+          state.base_B + state.num_B - 1)
+
+
+def lookup_step(context_BxC, hist_BxS, pos_B, key, gamma: int, max_ngram: int,
+                min_ngram: int, vocab_size: int, sampling: SamplingConfig, *,
+                first=None, drafted=None) -> Proposal:
+  """gamma chained lookups, each on the history extended by the tokens drawn before it: q_i is
+  the one-hot of the match's continuation, uniform where none, x_i ~ q_i; what the chain of a
+  `PromptLookupDraft` (fallback 'uniform') proposes from the same history.
+
+  first: the first lookup's (ngram_Bx1, proposal_Bx1) when the caller has it (the scheme's
+  choice reads it). drafted: (use_B, tokens_BxF, q_BxFxV): where use_B, the first F positions
+  are those tokens, drawn by another draft from those q, and the lookup continues after them."""
+  b_B = jnp.arange(hist_BxS.shape[0])
+  keys = jax.random.split(key, gamma)
+  xs, qs = [], []
+  for i in range(gamma):  # gamma is small and static
+    ngram_Bx1, prop_Bx1 = (first if i == 0 and first is not None else
+                           best_match(context_BxC, hist_BxS, (pos_B + i)[:, None], max_ngram,
+                                      min_ngram))
+    onehot_BxV = jnp.where(jax.nn.one_hot(prop_Bx1[:, 0], vocab_size, dtype=bool), 0.0, NEG)
+    q_BxV = process_logits(jnp.where(ngram_Bx1 > 0, onehot_BxV, 0.0), sampling)
+    x_B = sample(keys[i], q_BxV)
+    if drafted is not None and i < drafted[1].shape[1]:
+      use_B, tokens_BxF, q_BxFxV = drafted
+      x_B = jnp.where(use_B, tokens_BxF[:, i], x_B)
+      q_BxV = jnp.where(use_B[:, None], q_BxFxV[:, i], q_BxV)
+    hist_BxS = hist_BxS.at[b_B, pos_B + i + 1].set(x_B, mode="drop")
+    xs.append(x_B)
+    qs.append(q_BxV)
+  gamma_B = jnp.full(pos_B.shape, gamma, jnp.int32)
+  # fed_B = gamma + 1: the feature draft is fed the verified positions from the log, never a
+  # pending bonus token, so `commit` never marks it pending (as the feature chain).
+  return Proposal(jnp.stack(xs, axis=1), jnp.stack(qs, axis=1), proposed_B=gamma_B,
+                  fed_B=gamma_B + 1, bonus_q_BxV=jnp.zeros_like(qs[0]))
+
+
+# ---- the feature-draft side ------------------------------------------------------------------
+def _entries(state: st.DecodeState, g_BxLxD: jax.Array, first_B: jax.Array, width: int):
+  """(tokens [B, W], features [B, W, D]) of the entries at buffer slots first..first + W - 1
+  (clipped to the buffer: past the pending ones they are junk the caller rolls back over)."""
+  idx_BxW = jnp.clip(first_B[:, None] + jnp.arange(width)[None, :], 0,
+                     state.tokens_BxL.shape[1] - 1)
+  return (jnp.take_along_axis(state.tokens_BxL, idx_BxW, axis=1),
+          jnp.take_along_axis(g_BxLxD, idx_BxW[..., None], axis=1))
+
+
+def catch_up(draft, draft_params, state: st.DecodeState, carry: LookupFeatureCarry, keep: int,
+             width: int):
+  """Feeds the oldest pending entries in calls of `width` until each active row has at most
+  `keep` pending: (draft cache at the first still pending slot, count). No call when none is
+  behind (the usual case after a feature iteration)."""
+  start_B = state.base_B + state.num_B - 1
+  active_B = ~state.done_B
+
+  def behind(c):
+    return jnp.any((c[1] > keep) & active_B)
+
+  def feed(c):
+    cache, count_B = c
+    tokens_BxW, g_BxWxD = _entries(state, carry.g_BxLxD, state.num_B - count_B, width)
+    _, cache = draft.feed_features(draft_params, cache.rollback(start_B - count_B), tokens_BxW,
+                                   g_BxWxD)
+    count_B = count_B - jnp.where(active_B, jnp.clip(count_B - keep, 0, width), 0)
+    return cache.rollback(start_B - count_B), count_B
+
+  return jax.lax.while_loop(behind, feed, (state.draft_cache, carry.count_B))
+
+
+def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureCarry,
+               gamma: int, catchup_width: int):
+  """Catches up, then the feature chain's first call over the last <= gamma + 1 pending
+  entries: (logits for x_1 [B, V], its output feature [B, D], the cache at the last verified
+  slot); what `feature_chain.first_draft_call` gives when nothing is further behind."""
+  cache, count_B = catch_up(draft, draft_params, state, carry, gamma + 1, catchup_width)
+  start_B = state.base_B + state.num_B - 1
+  c_B = jnp.maximum(count_B, 1)  # count 0 (a T5 start): the start entry, zeros, at slot start
+  tokens_BxG1, g_BxG1xD = _entries(state, carry.g_BxLxD, state.num_B - c_B, gamma + 1)
+  out_BxG1xD, cache = draft.feed_features(draft_params, cache.rollback(start_B - count_B),
+                                          tokens_BxG1, g_BxG1xD)
+  return (*last_output(draft, draft_params, out_BxG1xD, c_B - 1), cache.rollback(start_B))
+
+
+def feature_step(draft, draft_params, state: st.DecodeState, carry: LookupFeatureCarry, key,
+                 gamma: int, catchup_width: int, sampling: SamplingConfig):
+  """The feature draft's proposal: `first_call`, then gamma - 1 chained calls."""
+  logits_BxV, out_BxD, cache = first_call(draft, draft_params, state, carry, gamma,
+                                          catchup_width)
+  return chain_from(draft, draft_params, logits_BxV, out_BxD, cache, key, gamma, sampling)
+
+
+def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> jax.Array:
+  """The log with a verify call's fused features written at buffer slots num..num + G: the
+  state at the block's position j is the feature of the entry whose token is buffer slot
+  num + j. Entries past the kept ones are overwritten by the next call's before anything reads
+  them; slots past the buffer are dropped."""
+  pos_BxG1 = num_B[:, None] + jnp.arange(g_BxG1xD.shape[1])[None, :]
+  b_Bx1 = jnp.arange(g_BxLxD.shape[0])[:, None]
+  return g_BxLxD.at[b_Bx1, pos_BxG1].set(g_BxG1xD, mode="drop")
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupFeatureChain:
+  """Prompt lookup (`lookup_gamma` tokens) where its match is at least `lookup_ngram` tokens
+  long for every active row, else the feature-level draft of width `width` (`draft_gamma`
+  tokens, continued by the lookup to `lookup_gamma`). `max_ngram` / `min_ngram` are the lookup's (`PromptLookupDraft`'s defaults);
+  `catchup_width` the entries per catch-up call. Hashable: a static part of the `Decoder`;
+  `for_draft` reads the draft's width."""
+
+  draft_gamma: int = 2
+  lookup_gamma: int = 8
+  width: int = 0
+  lookup_ngram: int = 2
+  max_ngram: int = 3
+  min_ngram: int = 1
+  catchup_width: int = 16
+
+  needs_draft = True
+  stats_batched = True  # every leaf of LookupFeatureCarry is per example
+
+  def __post_init__(self):
+    for name in ("draft_gamma", "lookup_gamma", "catchup_width"):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if self.width < 1:
+      raise ValueError(f"width (the feature draft's width) must be >= 1, got {self.width}; use "
+                       "LookupFeatureChain.for_draft(draft, gamma, lookup_gamma=...)")
+    if self.lookup_gamma < self.draft_gamma:
+      raise ValueError(f"lookup_gamma ({self.lookup_gamma}) is the verify width of every "
+                       f"iteration and must be >= the draft's gamma ({self.draft_gamma}): the "
+                       "lookup continues the draft's tokens up to it")
+    if not 1 <= self.min_ngram <= self.lookup_ngram <= self.max_ngram:
+      raise ValueError(f"need 1 <= min_ngram <= lookup_ngram <= max_ngram (the match length at "
+                       f"which the lookup drafts), got {self.min_ngram}, {self.lookup_ngram}, "
+                       f"{self.max_ngram}")
+
+  @classmethod
+  def for_draft(cls, draft, gamma: int, **kwargs) -> "LookupFeatureChain":
+    return cls(draft_gamma=gamma, width=draft.width, **kwargs)
+
+  @property
+  def gamma(self) -> int:
+    """Tokens verified per iteration: sizes the buffer's slack and the per-position
+    counters."""
+    return self.lookup_gamma
+
+  def init_stats(self, batch: int):
+    del batch
+    return None  # `begin` makes the carry: it needs the buffer and the prompt
+
+  def begin(self, state: st.DecodeState, inputs_BxP: jax.Array) -> LookupFeatureCarry:
+    """The carry once the buffer is laid out (`start.init_state`): an empty feature log as long
+    as the buffer, nothing pending, the prompt for the lookup."""
+    batch, length = state.tokens_BxL.shape
+    zi = jnp.zeros((batch,), jnp.int32)
+    return LookupFeatureCarry(jnp.zeros((batch, length, self.width), jnp.float32), zi,
+                              inputs_BxP.astype(jnp.int32), zi)
+
+  def prime(self, draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD,
+            carry: LookupFeatureCarry):
+    """Decoder-only targets: the prompt's entries fed, the last pending at buffer slot 0
+    (`feature_chain.prime_carry`)."""
+    cache, primed = prime_carry(draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD,
+                                FeatureCarry(carry.g_BxLxD[:, :1], carry.count_B))
+    return cache, carry.replace(g_BxLxD=carry.g_BxLxD.at[:, :1].set(primed.g_BxG1xD),
+                                count_B=primed.count_B)
+
+  def check(self, decoder) -> None:
+    """A feature-level draft and a target that gives its states (`start.check_decoder`)."""
+    check_feature_pair(decoder, type(self).__name__)
+
+  def choice(self, decoder, state: st.DecodeState):
+    """(context, history, last slot, first lookup, whether this iteration's first tokens come
+    from the lookup []): every active row's last n-gram matches >= `lookup_ngram` tokens."""
+    context_BxC, hist_BxS, pos_B = history(decoder.target, state, state.stats.prompt_BxP)
+    first = best_match(context_BxC, hist_BxS, pos_B[:, None], self.max_ngram, self.min_ngram)
+    use = jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
+    return context_BxC, hist_BxS, pos_B, first, use
+
+  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    """Lookup, or the feature draft's gamma tokens continued by the lookup (`choice`), then one
+    verify of lookup_gamma tokens with the states, accept, commit; the verified features
+    logged, the draft's pending count moved."""
+    draft, sampling = decoder.draft, decoder.sampling
+    rng, k_draft, k_lookup, k_accept = jax.random.split(state.rng, 4)
+    carry = state.stats
+    context_BxC, hist_BxS, pos_B, first, use_lookup = self.choice(decoder, state)
+    batch, vocab = pos_B.shape[0], decoder.target.vocab_size
+
+    def by_draft(_):
+      proposal, cache = feature_step(draft, params.draft, state, carry, k_draft,
+                                     self.draft_gamma, self.catchup_width, sampling)
+      return proposal.tokens_BxG, proposal.q_BxGxV, cache
+
+    def skip(_):
+      return (jnp.zeros((batch, self.draft_gamma), jnp.int32),
+              jnp.zeros((batch, self.draft_gamma, vocab), jnp.float32), state.draft_cache)
+
+    # Only the draft's side is conditional: the target's cache never passes through a cond
+    # (on CPU a cond over the whole state copied it every iteration: 13 % of a lookup one).
+    x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
+    proposal = lookup_step(context_BxC, hist_BxS, pos_B, k_lookup, self.lookup_gamma,
+                           self.max_ngram, self.min_ngram, vocab, sampling, first=first,
+                           drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
+    p_BxG1xV, hidden, target_cache = verify_with_hidden(
+        decoder.target, params.target, state.target_cache, st.last_tokens(state),
+        proposal.tokens_BxG, draft.feature_layers, sampling)
+    n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
+                                             p_BxG1xV)
+    before = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
+    new = commit(before, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
+                 decoder.max_decode_len)
+    written_B = new.num_B - state.num_B
+    active_B = ~state.done_B
+    g_BxG1xD = draft.fuse(params.draft, hidden).astype(jnp.float32)
+    count_B = jnp.where(use_lookup, carry.count_B + written_B, written_B)
+    stats = carry.replace(
+        g_BxLxD=log_features(carry.g_BxLxD, jnp.where(active_B, state.num_B,
+                                                       carry.g_BxLxD.shape[1]), g_BxG1xD),
+        count_B=jnp.where(active_B, count_B, carry.count_B),
+        lookups_B=carry.lookups_B + (active_B & use_lookup).astype(jnp.int32))
+    # The draft's cache: its index is never read (every feed rolls back to the first pending
+    # slot first); parked at the last verified slot before this call's writes.
+    return new.replace(stats=stats,
+                       draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))

@@ -1,0 +1,151 @@
+"""Prompt lookup where it matches, the feature draft elsewhere (`decoding/lookup_feature.py`).
+
+Why: the scheme switches between two drafts inside the one loop and lets the feature draft fall
+behind while the lookup drafts, so the tests hold each piece that could silently go wrong: greedy
+speculative = greedy autoregressive (T5 and decoder-only, batch > 1, ragged prompts, both
+branches taken, catch-up over several calls); after lookup iterations the draft's first q equals
+the teacher-forced draft's over the whole verified stream (a catch-up one entry off, a feature
+logged at the wrong slot or an entry fed twice changes it); the sampled joint at T > 0 with top-k
+equals the target's (chi-square), with both branches drawn; the refusals name the problem.
+"""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax.decoding import lookup_feature, start
+from specdec_jax.decoding.decoder import Decoder, Params, decode_program
+from specdec_jax.decoding.lookup_feature import LookupFeatureChain
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits
+from specdec_jax.models.config import get_preset
+from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.model import Model
+from specdec_jax.testing import chi_square_gof, tiny_feature_pair
+
+GREEDY = SamplingConfig(temperature=0.0)
+INPUTS = {
+    "t5": np.array([[5, 6, 7, 1, 0], [3, 4, 1, 0, 0], [4, 4, 4, 4, 1], [7, 1, 0, 0, 0]]),
+    "decoder": np.array([[5, 6, 7, 2, 0], [3, 4, 3, 0, 0], [4, 4, 4, 4, 4], [7, 0, 0, 0, 0]]),
+}
+
+
+@pytest.mark.parametrize("kind", ["t5", "decoder"])
+@pytest.mark.parametrize("lookup_ngram", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_greedy_lookup_feature_equals_autoregressive(kind, lookup_ngram):
+  target, tp, draft, dp = tiny_feature_pair(kind, 8)
+  inputs = jnp.asarray(INPUTS[kind], jnp.int32)
+  ar = Decoder(target, sampling=GREEDY, max_decode_len=24).generate(Params(tp), inputs)
+  used = []
+  for batch in (inputs, inputs[2:3]):  # batch > 1 (the batch drafts with one of the two) and 1
+    want = ar.tokens_BxN if batch.shape[0] == 4 else ar.tokens_BxN[2:3]
+    scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=3, lookup_ngram=lookup_ngram,
+                                          catchup_width=2)
+    spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=24).generate(Params(tp, dp),
+                                                                             batch)
+    np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(want))
+    assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(spec.lengths_B))
+    np.testing.assert_array_equal(np.asarray(spec.lengths_B),
+                                  np.asarray(ar.lengths_B)[:batch.shape[0]] if batch.shape[0] == 4
+                                  else np.asarray(ar.lengths_B)[2:3])
+    used.append((int(np.max(spec.stats.lookups_B)), int(np.max(spec.counters.target_calls_B))))
+  lookups, calls = used[1]  # batch 1: its own choice every iteration
+  assert 0 < lookups < calls, used  # both drafts drafted
+
+
+def _teacher_forced_q(target, tp, draft, dp, prompt_P, stream_T):
+  """The draft's logits for the token after prompt + stream, every entry fed the target's own
+  state (what `training.feature_draft` shows it): entry s = (fuse(h_s), t_{s+1})."""
+  seq = jnp.asarray(np.concatenate([prompt_P, stream_T])[None], jnp.int32)
+  _, hidden = target.forward_with_hidden(tp, seq, seq, draft.feature_layers)
+  logits, _ = draft.forward(dp, seq, seq[:, 1:], draft.fuse(dp, hidden[:, :-1]))
+  return np.asarray(logits[0, -1])
+
+
+def test_draft_catches_up_on_lookup_iterations():
+  """Iterations drafted by the lookup leave the draft behind; its first q afterwards equals the
+  teacher-forced draft's at the last verified entry, for rows with different lengths."""
+  target = Model(get_preset("decoder_test_target", vocab_size=8, eos_id=-1))  # no row ends
+  tp = target.init(jax.random.key(0))
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32, eos_id=-1))
+  dp = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  inputs = jnp.asarray([[5, 6, 5, 6, 5], [3, 4, 3, 2, 3]], jnp.int32)
+  scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=3, lookup_ngram=1,
+                                        catchup_width=2)
+  decoder = Decoder(target, draft, scheme, GREEDY, max_decode_len=20)
+  params = Params(tp, dp)
+  state = start.init_state(decoder, params, inputs, jax.random.key(0))
+  step = jax.jit(lambda s: scheme.iteration(decoder, params, s))
+  for _ in range(12):  # until a row is more than one catch-up call behind
+    state = step(state)
+    if int(np.min(state.stats.count_B)) > 3 and int(np.max(state.stats.count_B)) > 5:
+      break
+  assert not np.any(np.asarray(state.done_B))
+  assert int(np.max(state.stats.count_B)) > 5, state.stats.count_B
+  got_BxV, _, _ = lookup_feature.first_call(draft, dp, state, state.stats, 2, 2)
+  for b in range(2):
+    n = int(state.num_B[b])
+    stream = np.asarray(state.tokens_BxL[b, 1:n])
+    want = _teacher_forced_q(target, tp, draft, dp, np.asarray(inputs[b]), stream)
+    np.testing.assert_allclose(np.asarray(got_BxV[b]), want, rtol=1e-4, atol=1e-4)
+
+
+# ---- exactness at temperature > 0: the sampled joint equals the target's ---------------------
+V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 60_000
+PROMPT = np.array([3, 5, 2, 1], np.int32)
+
+
+def _t5_exact_joint(model, params, sampling):
+  seqs = np.array(list(itertools.product(range(V), repeat=NUM_TOKENS)), np.int32)
+  enc = jnp.asarray(np.broadcast_to(PROMPT, (len(seqs), len(PROMPT))))
+  dec = jnp.asarray(np.concatenate([np.zeros((len(seqs), 1), np.int32), seqs[:, :-1]], axis=1))
+  probs = process_logits(model.forward(params, enc, dec), sampling)
+  step = np.take_along_axis(np.asarray(probs, np.float64), seqs[..., None], axis=-1)[..., 0]
+  return np.prod(step, axis=1)
+
+
+def test_speculative_sampling_with_lookup_or_draft_is_exact():
+  """Each sample is its own batch-1 decode (vmapped), so each row chooses its own draft per
+  iteration, as at batch 1; both choices occur among the samples."""
+  target = Model(get_preset("t5_test_target", vocab_size=V, eos_id=-1))
+  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))  # sharp p
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32, eos_id=-1, head="own"))
+  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
+                                                                tp))
+  sampling = SamplingConfig(temperature=1.0, top_k=5)
+  scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=2, lookup_ngram=1)
+  decoder = Decoder(target, draft, scheme, sampling, max_decode_len=NUM_TOKENS)
+  keys = jax.random.split(jax.random.key(0), NUM_SAMPLES)
+  one = jax.vmap(lambda k: decode_program(decoder, Params(tp, dp), jnp.asarray(PROMPT)[None], k,
+                                          None))
+  out = jax.jit(one)(keys)
+  tokens = np.asarray(out.tokens_BxN)[:, 0, :NUM_TOKENS]
+  assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
+  lookups = np.asarray(out.stats.lookups_B)[:, 0]
+  calls = np.asarray(out.counters.target_calls_B)[:, 0]
+  assert 0.05 < np.mean(lookups > 0) and np.mean(lookups < calls) > 0.05  # both drafts used
+  accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
+  assert 0 < accepted < drafted
+  flat = np.ravel_multi_index(tokens.T, (V,) * NUM_TOKENS)
+  counts = np.bincount(flat, minlength=V ** NUM_TOKENS)
+  stat, dof, pvalue = chi_square_gof(counts, _t5_exact_joint(target, tp, sampling))
+  assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e}"
+
+
+def test_refusals_name_the_problem():
+  target, tp, draft, dp = tiny_feature_pair("decoder", 8)
+  with pytest.raises(ValueError, match="for_draft"):
+    LookupFeatureChain(draft_gamma=2)
+  with pytest.raises(ValueError, match="lookup_ngram"):
+    LookupFeatureChain.for_draft(draft, 2, lookup_ngram=4)
+  with pytest.raises(ValueError, match="lookup_gamma"):
+    LookupFeatureChain.for_draft(draft, 2, lookup_gamma=0)
+  with pytest.raises(ValueError, match="verify width"):
+    LookupFeatureChain.for_draft(draft, 4, lookup_gamma=3)
+  token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
+  with pytest.raises(TypeError, match="feature-level draft"):
+    Decoder(target, token_draft, LookupFeatureChain(2, 3, width=16), GREEDY, max_decode_len=4)
+  del tp, dp
