@@ -141,16 +141,21 @@ def exact_joint(model: Model, params, prompt_P: np.ndarray, num_tokens: int,
   """Exact probability of every continuation of `num_tokens` tokens under the processed target.
 
   Enumerates all V^k sequences through the full (uncached) forward pass, independently of the
-  loops, so it is the reference the sampled frequencies are tested against. Decoder-only models.
-  Returns a float64 array of shape [V] * k.
+  loops, so it is the reference the sampled frequencies are tested against. Decoder-only
+  models (the prompt, then the sequence), or T5 (the prompt is the source; the decoder reads
+  the start id 0, then the sequence). Returns a float64 array of shape [V] * k.
   """
   v = model.vocab_size
   seqs = np.array(list(itertools.product(range(v), repeat=num_tokens)), np.int32)
   prompt = np.broadcast_to(np.asarray(prompt_P, np.int32), (len(seqs), len(prompt_P)))
-  full = jnp.asarray(np.concatenate([prompt, seqs], axis=1))
-  logits = model.forward(params, full, full)
-  p0 = len(prompt_P) - 1
-  probs = process_logits(logits[:, p0:p0 + num_tokens], sampling)
+  if seam.is_encoder_decoder(model):
+    dec = np.concatenate([np.zeros((len(seqs), 1), np.int32), seqs[:, :-1]], axis=1)
+    probs = process_logits(model.forward(params, jnp.asarray(prompt), jnp.asarray(dec)),
+                           sampling)
+  else:
+    full = jnp.asarray(np.concatenate([prompt, seqs], axis=1))
+    p0 = len(prompt_P) - 1
+    probs = process_logits(model.forward(params, full, full)[:, p0:p0 + num_tokens], sampling)
   step_probs = np.take_along_axis(np.asarray(probs, np.float64), seqs[..., None], axis=-1)[..., 0]
   joint = np.prod(step_probs, axis=1)
   return joint.reshape([v] * num_tokens)
@@ -165,6 +170,26 @@ def sharp_tiny_pair(vocab_size: int = 6):
   target, draft = Model(cfg), Model(cfg.replace(mlp_dim=16))
   tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
   return target, tp, draft, draft.init(jax.random.key(12))
+
+
+def sharp_t5_feature_pair(vocab_size: int = 6):
+  """`sharp_feature_pair` of the T5 test target over `vocab_size` tokens, no EOS."""
+  return sharp_feature_pair(Model(get_preset("t5_test_target", vocab_size=vocab_size,
+                                             eos_id=-1)))
+
+
+def sharp_feature_pair(target: Model):
+  """(target, params, feature draft, params) for the feature schemes' chi-square tests: the
+  target (give it no EOS: every sample runs to its length) with doubled weights (a sharp p), a
+  16-wide feature draft with its own head, doubled too."""
+  from specdec_jax.models.feature_draft import (  # pylint: disable=import-outside-toplevel
+      FeatureDraft, FeatureDraftConfig)
+  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32, eos_id=-1, head="own"))
+  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
+                                                                tp))
+  return target, tp, draft, dp
 
 
 # The static trees' chi-square cases (tests/decoding/test_tree_scheme_distribution.py, and the

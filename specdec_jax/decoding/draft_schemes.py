@@ -23,7 +23,7 @@ def chain_for(draft, gamma: int, *, parallel: bool = False, lookup_gamma: int = 
   `parallel` `ParallelFeatureChain` (one draft call per block, the draft's own mask token), or
   with `lookup_gamma` > 0 `LookupFeatureChain` (prompt lookup drafts `lookup_gamma` tokens
   where its last n-gram matches >= `lookup_ngram` tokens, the feature draft `gamma` elsewhere).
-  These are the caller's decoding choices (`RunConfig.chain_options`, the API's `parallel=` /
+  These are the caller's decoding choices (`runner.drafts.chain_options`, the API's `parallel=` /
   `lookup_gamma=`), not properties of the draft: ignored for a token draft."""
   if not is_feature_draft(draft):
     return Chain(gamma)

@@ -200,21 +200,28 @@ class FeatureChain:
     carry = state.stats
     proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
                                          decoder.sampling)
-    p_BxG1xV, hidden, target_cache = verify_with_hidden(
-        decoder.target, params.target, state.target_cache, st.last_tokens(state),
-        proposal.tokens_BxG, draft.feature_layers, decoder.sampling)
-    n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
-                                             p_BxG1xV)
-    state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
-    new = commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
-                 decoder.max_decode_len)
+    new, g_BxG1xD = verify_commit(decoder, params, state.replace(rng=rng), proposal,
+                                  draft_cache, k_accept)
     written_B = new.num_B - state.num_B
     active_B = ~state.done_B
-    g_BxG1xD = draft.fuse(params.draft, hidden).astype(jnp.float32)
     carry = FeatureCarry(jnp.where(active_B[:, None, None], g_BxG1xD, carry.g_BxG1xD),
                          jnp.where(active_B, written_B, carry.count_B))
     return new.replace(stats=carry,
                        draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+
+
+def verify_commit(decoder, params, state: st.DecodeState, proposal: Proposal, draft_cache,
+                  key: jax.Array) -> tuple[st.DecodeState, jax.Array]:
+  """The feature schemes' verify -> accept -> commit: (the state after `commit`, the fused
+  target features of the block's positions [B, G + 1, D], float32). `state` holds this
+  iteration's rng; `draft_cache` is the draft's after its calls."""
+  p_BxG1xV, hidden, target_cache = verify_with_hidden(
+      decoder.target, params.target, state.target_cache, st.last_tokens(state),
+      proposal.tokens_BxG, decoder.draft.feature_layers, decoder.sampling)
+  n_B, next_B = acc.get_rule(decoder.rule)(key, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV)
+  new = commit(state.replace(target_cache=target_cache, draft_cache=draft_cache), proposal, n_B,
+               next_B, p_BxG1xV, decoder.target.eos_id, decoder.max_decode_len)
+  return new, decoder.draft.fuse(params.draft, hidden).astype(jnp.float32)
 
 
 def check_feature_pair(decoder, scheme: str) -> None:

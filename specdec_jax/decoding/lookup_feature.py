@@ -37,19 +37,19 @@ the lookup alone only when every active row matches (one cond per batch).
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from specdec_jax import seam
-from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.drafters import NEG, best_match
 from specdec_jax.decoding.feature_chain import (FeatureCarry, chain_from, check_feature_pair,
-                                                last_output, prime_carry, verify_with_hidden)
+                                                last_output, prime_carry, verify_commit)
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Proposal, commit
+from specdec_jax.decoding.speculative import Proposal
 
 
 @flax.struct.dataclass
@@ -69,14 +69,23 @@ class LookupFeatureCarry:
 
 
 # ---- the lookup side -------------------------------------------------------------------------
-def history(target, state: st.DecodeState, prompt_BxP: jax.Array
-            ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(context_BxC, history_BxS, last slot [B]) the lookup searches, in `drafters.match_scores`'
-  coordinates: T5, the source (pads -1) and the output; decoder-only, no context and the prompt
-  before the output (slot s < base: the prompt's; s >= base: buffer slot s - base)."""
+class History(NamedTuple):
+  """What the lookup searches, in `drafters.match_scores`' coordinates: the context (T5's
+  source, pads -1; [B, 0] for a decoder-only target), the stream (`tokens_BxS`) and the slot of
+  its last token (`pos_B`)."""
+
+  context_BxC: jax.Array
+  tokens_BxS: jax.Array
+  pos_B: jax.Array
+
+
+def history(target, state: st.DecodeState, prompt_BxP: jax.Array) -> History:
+  """The lookup's history: T5, the source and the output; decoder-only, the prompt before the
+  output (slot s < base: the prompt's; s >= base: buffer slot s - base), so an n-gram may span
+  both, as in `PromptLookupDraft`'s history."""
   if seam.is_encoder_decoder(target):
     context = jnp.where(prompt_BxP != target.pad_id, prompt_BxP, -1)
-    return context, state.tokens_BxL, state.num_B - 1
+    return History(context, state.tokens_BxL, state.num_B - 1)
   plen, length = prompt_BxP.shape[1], state.tokens_BxL.shape[1]
   s_S = jnp.arange(plen + length, dtype=jnp.int32)
   from_out_BxS = s_S[None, :] >= state.base_B[:, None]
@@ -84,28 +93,26 @@ def history(target, state: st.DecodeState, prompt_BxP: jax.Array
                                 jnp.clip(s_S[None, :] - state.base_B[:, None], 0, length - 1),
                                 axis=1)
   prompt_BxS = jnp.pad(prompt_BxP, ((0, 0), (0, length)))
-  hist_BxS = jnp.where(from_out_BxS, out_BxS, prompt_BxS)
-  return (jnp.zeros((prompt_BxP.shape[0], 0), jnp.int32), hist_BxS,
-          state.base_B + state.num_B - 1)
+  return History(jnp.zeros((prompt_BxP.shape[0], 0), jnp.int32),
+                 jnp.where(from_out_BxS, out_BxS, prompt_BxS), state.base_B + state.num_B - 1)
 
 
-def lookup_step(context_BxC, hist_BxS, pos_B, key, gamma: int, max_ngram: int,
-                min_ngram: int, vocab_size: int, sampling: SamplingConfig, *,
-                first=None, drafted=None) -> Proposal:
+def lookup_step(hist: History, key, gamma: int, ngrams: tuple[int, int], vocab_size: int,
+                sampling: SamplingConfig, *, first=None, drafted=None) -> Proposal:
   """gamma chained lookups, each on the history extended by the tokens drawn before it: q_i is
   the one-hot of the match's continuation, uniform where none, x_i ~ q_i; what the chain of a
   `PromptLookupDraft` (fallback 'uniform') proposes from the same history.
 
-  first: the first lookup's (ngram_Bx1, proposal_Bx1) when the caller has it (the scheme's
-  choice reads it). drafted: (use_B, tokens_BxF, q_BxFxV): where use_B, the first F positions
+  ngrams: (max_ngram, min_ngram) of the match. first: the first lookup's (ngram_Bx1,
+  proposal_Bx1) when the caller has it (the scheme's choice reads it). drafted: (use_B, tokens_BxF, q_BxFxV): where use_B, the first F positions
   are those tokens, drawn by another draft from those q, and the lookup continues after them."""
+  context_BxC, hist_BxS, pos_B = hist
   b_B = jnp.arange(hist_BxS.shape[0])
   keys = jax.random.split(key, gamma)
   xs, qs = [], []
   for i in range(gamma):  # gamma is small and static
     ngram_Bx1, prop_Bx1 = (first if i == 0 and first is not None else
-                           best_match(context_BxC, hist_BxS, (pos_B + i)[:, None], max_ngram,
-                                      min_ngram))
+                           best_match(context_BxC, hist_BxS, (pos_B + i)[:, None], *ngrams))
     onehot_BxV = jnp.where(jax.nn.one_hot(prop_Bx1[:, 0], vocab_size, dtype=bool), 0.0, NEG)
     q_BxV = process_logits(jnp.where(ngram_Bx1 > 0, onehot_BxV, 0.0), sampling)
     x_B = sample(keys[i], q_BxV)
@@ -259,12 +266,11 @@ class LookupFeatureChain:
     check_feature_pair(decoder, type(self).__name__)
 
   def choice(self, decoder, state: st.DecodeState):
-    """(context, history, last slot, first lookup, whether this iteration's first tokens come
+    """(the lookup's `History`, its first lookup, whether this iteration's first tokens come
     from the lookup []): every active row's last n-gram matches >= `lookup_ngram` tokens."""
-    context_BxC, hist_BxS, pos_B = history(decoder.target, state, state.stats.prompt_BxP)
-    first = best_match(context_BxC, hist_BxS, pos_B[:, None], self.max_ngram, self.min_ngram)
-    use = jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
-    return context_BxC, hist_BxS, pos_B, first, use
+    hist = history(decoder.target, state, state.stats.prompt_BxP)
+    first = best_match(*hist[:2], hist.pos_B[:, None], self.max_ngram, self.min_ngram)
+    return hist, first, jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """Lookup, or the feature draft's gamma tokens continued by the lookup (`choice`), then one
@@ -273,8 +279,8 @@ class LookupFeatureChain:
     draft, sampling = decoder.draft, decoder.sampling
     rng, k_draft, k_lookup, k_accept = jax.random.split(state.rng, 4)
     carry = state.stats
-    context_BxC, hist_BxS, pos_B, first, use_lookup = self.choice(decoder, state)
-    batch, vocab = pos_B.shape[0], decoder.target.vocab_size
+    hist, first, use_lookup = self.choice(decoder, state)
+    batch, vocab = hist.pos_B.shape[0], decoder.target.vocab_size
 
     def by_draft(_):
       proposal, cache = feature_step(draft, params.draft, state, carry, k_draft,
@@ -288,20 +294,13 @@ class LookupFeatureChain:
     # Only the draft's side is conditional: the target's cache never passes through a cond
     # (on CPU a cond over the whole state copied it every iteration: 13 % of a lookup one).
     x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
-    proposal = lookup_step(context_BxC, hist_BxS, pos_B, k_lookup, self.lookup_gamma,
-                           self.max_ngram, self.min_ngram, vocab, sampling, first=first,
+    proposal = lookup_step(hist, k_lookup, self.lookup_gamma, (self.max_ngram, self.min_ngram),
+                           vocab, sampling, first=first,
                            drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
-    p_BxG1xV, hidden, target_cache = verify_with_hidden(
-        decoder.target, params.target, state.target_cache, st.last_tokens(state),
-        proposal.tokens_BxG, draft.feature_layers, sampling)
-    n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
-                                             p_BxG1xV)
-    before = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
-    new = commit(before, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
-                 decoder.max_decode_len)
+    new, g_BxG1xD = verify_commit(decoder, params, state.replace(rng=rng), proposal,
+                                  draft_cache, k_accept)
     written_B = new.num_B - state.num_B
     active_B = ~state.done_B
-    g_BxG1xD = draft.fuse(params.draft, hidden).astype(jnp.float32)
     count_B = jnp.where(use_lookup, carry.count_B + written_B, written_B)
     stats = carry.replace(
         g_BxLxD=log_features(carry.g_BxLxD, jnp.where(active_B, state.num_B,

@@ -108,7 +108,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                              speedup_measured=fallback_alpha is None)
   return report.build(setting, measured, costs.get(point.draft),
                       point.loop.to_json() if point.loop is not None else None,
-                      predictable=point.adaptive is None and point.tree is None,
+                      predictable=(point.adaptive is None and point.tree is None
+                                   and "lookup" not in extra),  # one chain's formula only
                       calibration=point.calibration,
                       extra=extra)
 

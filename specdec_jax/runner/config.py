@@ -116,25 +116,16 @@ class RunConfig:
   # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
   # keeps the full head.
   draft_head_vocab: int = 0
-  # Feature-level drafts: True decodes them with `ParallelFeatureChain` (one draft call proposes
-  # the whole block from mask entries; a draft trained with FeatureTrainConfig.block_size, its
-  # own mask token) instead of `FeatureChain` (gamma draft calls). Refused without one.
+  # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.chain_for`; token
+  # drafts ignore both): feature_parallel, `ParallelFeatureChain` (one call per block, for a
+  # block-trained draft); feature_lookup_gamma > 0, prompt lookup (that many tokens) where the
+  # last n-gram matches >= feature_lookup_ngram tokens, the draft elsewhere (int GAMMAs only).
   feature_parallel: bool = False
-  # Feature-level drafts: > 0 drafts with prompt lookup (this many tokens) in the iterations
-  # whose last n-gram matches at least `feature_lookup_ngram` tokens (every active row), with
-  # the feature draft (GAMMA tokens) elsewhere (`decoding.lookup_feature`); 0: the feature draft
-  # alone. Fixed int GAMMAs only. Token drafts in the same run ignore it.
   feature_lookup_gamma: int = 0
   feature_lookup_ngram: int = 2
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0
-
-  @property
-  def chain_options(self) -> dict:
-    """How a feature-level draft's chain is built (`draft_schemes.chain_for`'s options)."""
-    return {"parallel": self.feature_parallel, "lookup_gamma": self.feature_lookup_gamma,
-            "lookup_ngram": self.feature_lookup_ngram}
 
   def __post_init__(self):
     if self.mode not in MODES:

@@ -168,8 +168,8 @@ def measure_loops(template: Decoder, target_params,
   the run's autoregressive Decoder (target, sampling, rule, lengths); each draft's programs are
   the same Decoder with the draft and its scheme per gamma >= 1 or tree (`scheme_of`; filed
   under `loop_key`; `chain_options`: how a feature draft's chains are built, as the run
-  decodes them, `RunConfig.chain_options`). `tick(done, total)`: progress (every compile and sample of
-  `timing.interleaved`)."""
+  decodes them, `runner.drafts.chain_options`). `tick(done, total)`: progress (every compile
+  and sample of `timing.interleaved`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
   rng = jax.random.key(seed + 7919)

@@ -19,6 +19,7 @@ from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.draft_schemes import chain_for
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
+from specdec_jax.runner import drafts as drafts_lib
 from specdec_jax.runner import keys
 from specdec_jax.runner.config import RunConfig, temperatures
 from specdec_jax.runner.pipeline import Loaded, decoder_for, padded
@@ -39,7 +40,7 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     if p.gamma > 0:
       programs[p.key] = program(p.draft, p.tree or p.adaptive
                                 or chain_for(loaded.drafts[p.draft][0], p.gamma,
-                                             **cfg.chain_options))
+                                             **drafts_lib.chain_options(cfg)))
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}

@@ -165,6 +165,13 @@ def _check_feature_shapes(target, draft) -> None:
                      f"{cfg.emb_dim} wide")
 
 
+def chain_options(cfg: RunConfig) -> dict:
+  """How the run builds a feature-level draft's chain: `draft_schemes.chain_for`'s options
+  (the parallel chain, prompt lookup where it matches), the same at every program it builds."""
+  return {"parallel": cfg.feature_parallel, "lookup_gamma": cfg.feature_lookup_gamma,
+          "lookup_ngram": cfg.feature_lookup_ngram}
+
+
 def check_feature_run(cfg: RunConfig, specs) -> None:
   """Refuses what a feature-level draft does not run yet, before anything is loaded: the
   adaptive scheme (token drafts only; trees, static and dynamic, are drafted from the target's

@@ -226,7 +226,8 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
     if acc is None:
       acc = calibrate.calibration_acceptance(
           *decoder_for(cfg, loaded, p.temperature, p.draft,
-                       chain_for(loaded.drafts[p.draft][0], gamma, **cfg.chain_options)),
+                       chain_for(loaded.drafts[p.draft][0], gamma,
+                                 **drafts_lib.chain_options(cfg))),
           global_batch(cal, loaded, rows)[0], rows=len(rows), seed=cfg.seed)
       acc = dict(acc, gamma=gamma, prompts=len(rows), held_out=loaded.held_out)
       store.remember("calibration", key, acc)
@@ -284,7 +285,7 @@ def measure_loops(cfg: RunConfig, loaded: Loaded, gammas: dict, log: Callable) -
           decoder_for(cfg, loaded, t)[0], loaded.target_params,
           {d: (*loaded.drafts[d], sorted(gs, key=costs_lib.loop_order))
            for d, gs in by_draft.items()}, batches,
-          seed=cfg.seed, tick=logs.ticker(progress), chain_options=cfg.chain_options)
+          seed=cfg.seed, tick=logs.ticker(progress), chain_options=drafts_lib.chain_options(cfg))
     for d, lc in loops.items():
       if lc.unresolved():
         logging.warning("loop costs at temperature %g, %s: the iteration cost of %s is within "

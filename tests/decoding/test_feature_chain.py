@@ -6,7 +6,6 @@ argmax, so any difference points at the verify-with-states call, the pending ent
 each verify, the draft cache's rollback or the commit. A small vocabulary makes a random draft
 agree often enough that full and partial acceptances both occur.
 """
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -16,12 +15,11 @@ import pytest
 from specdec_jax.decoding import feature_chain, start
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_chain import FeatureChain
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits
+from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts, tiny_feature_pair
-from specdec_jax.testing import chi_square_gof
+from specdec_jax.testing import chi_square_gof, exact_joint, sharp_t5_feature_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -91,23 +89,8 @@ V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 100_000
 PROMPT = np.array([3, 5, 2, 1], np.int32)
 
 
-def _t5_exact_joint(model, params, sampling):
-  """P(every continuation) of a T5 target, from its uncached forward pass (BOS = 0 first)."""
-  seqs = np.array(list(itertools.product(range(V), repeat=NUM_TOKENS)), np.int32)
-  enc = jnp.asarray(np.broadcast_to(PROMPT, (len(seqs), len(PROMPT))))
-  dec = jnp.asarray(np.concatenate([np.zeros((len(seqs), 1), np.int32), seqs[:, :-1]], axis=1))
-  probs = process_logits(model.forward(params, enc, dec), sampling)
-  step = np.take_along_axis(np.asarray(probs, np.float64), seqs[..., None], axis=-1)[..., 0]
-  return np.prod(step, axis=1)
-
-
 def test_speculative_sampling_with_feature_draft_is_exact():
-  target = Model(get_preset("t5_test_target", vocab_size=V, eos_id=-1))
-  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))  # sharp p
-  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
-                                                     mlp_dim=32, eos_id=-1, head="own"))
-  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
-                                                                tp))
+  target, tp, draft, dp = sharp_t5_feature_pair(V)
   sampling = SamplingConfig(temperature=1.0)
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
   out = Decoder(target, draft, FeatureChain.for_draft(draft, 2), sampling,
@@ -117,5 +100,6 @@ def test_speculative_sampling_with_feature_draft_is_exact():
   assert 0 < accepted < drafted  # both branches of the rule are exercised
   flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :NUM_TOKENS]).T, (V,) * NUM_TOKENS)
   counts = np.bincount(flat, minlength=V ** NUM_TOKENS)
-  stat, dof, pvalue = chi_square_gof(counts, _t5_exact_joint(target, tp, sampling))
+  stat, dof, pvalue = chi_square_gof(
+      counts, exact_joint(target, tp, PROMPT, NUM_TOKENS, sampling).ravel())
   assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e}"

@@ -8,7 +8,6 @@ the teacher-forced draft's over the whole verified stream (a catch-up one entry 
 logged at the wrong slot or an entry fed twice changes it); the sampled joint at T > 0 with top-k
 equals the target's (chi-square), with both branches drawn; the refusals name the problem.
 """
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -18,11 +17,12 @@ import pytest
 from specdec_jax.decoding import lookup_feature, start
 from specdec_jax.decoding.decoder import Decoder, Params, decode_program
 from specdec_jax.decoding.lookup_feature import LookupFeatureChain
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits
+from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
-from specdec_jax.testing import chi_square_gof, tiny_feature_pair
+from specdec_jax.testing import (chi_square_gof, exact_joint, sharp_t5_feature_pair,
+                                 tiny_feature_pair)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -97,24 +97,10 @@ V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 60_000
 PROMPT = np.array([3, 5, 2, 1], np.int32)
 
 
-def _t5_exact_joint(model, params, sampling):
-  seqs = np.array(list(itertools.product(range(V), repeat=NUM_TOKENS)), np.int32)
-  enc = jnp.asarray(np.broadcast_to(PROMPT, (len(seqs), len(PROMPT))))
-  dec = jnp.asarray(np.concatenate([np.zeros((len(seqs), 1), np.int32), seqs[:, :-1]], axis=1))
-  probs = process_logits(model.forward(params, enc, dec), sampling)
-  step = np.take_along_axis(np.asarray(probs, np.float64), seqs[..., None], axis=-1)[..., 0]
-  return np.prod(step, axis=1)
-
-
 def test_speculative_sampling_with_lookup_or_draft_is_exact():
   """Each sample is its own batch-1 decode (vmapped), so each row chooses its own draft per
   iteration, as at batch 1; both choices occur among the samples."""
-  target = Model(get_preset("t5_test_target", vocab_size=V, eos_id=-1))
-  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))  # sharp p
-  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
-                                                     mlp_dim=32, eos_id=-1, head="own"))
-  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
-                                                                tp))
+  target, tp, draft, dp = sharp_t5_feature_pair(V)
   sampling = SamplingConfig(temperature=1.0, top_k=5)
   scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=2, lookup_ngram=1)
   decoder = Decoder(target, draft, scheme, sampling, max_decode_len=NUM_TOKENS)
@@ -131,7 +117,8 @@ def test_speculative_sampling_with_lookup_or_draft_is_exact():
   assert 0 < accepted < drafted
   flat = np.ravel_multi_index(tokens.T, (V,) * NUM_TOKENS)
   counts = np.bincount(flat, minlength=V ** NUM_TOKENS)
-  stat, dof, pvalue = chi_square_gof(counts, _t5_exact_joint(target, tp, sampling))
+  stat, dof, pvalue = chi_square_gof(
+      counts, exact_joint(target, tp, PROMPT, NUM_TOKENS, sampling).ravel())
   assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e}"
 
 

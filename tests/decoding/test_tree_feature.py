@@ -17,7 +17,6 @@ Why each test:
   skipping pruned siblings gets wrong);
 - refusals by name: a token draft, the prompt-lookup tree with a feature draft, no width.
 """
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -31,11 +30,11 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.models.config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (TREE_LAW_CASES, TREE_LAW_PROMPT, TREE_LAW_SAMPLES,
                                  TREE_LAW_TOKENS, TREE_LAW_VOCAB, faulty_tree_verifier,
-                                 law_pvalue, sibling_residual_from_p, tiny_feature_pair)
+                                 law_pvalue, sharp_feature_pair, sibling_residual_from_p,
+                                 tiny_feature_pair)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -89,46 +88,39 @@ PROMPT, CASES = TREE_LAW_PROMPT, TREE_LAW_CASES
 
 
 @pytest.fixture(scope="module")
-def sharp_feature_pair():
+def sharp_pair():
   """A sharp 2-layer decoder-only target over 6 tokens (no EOS) and a sharp feature draft."""
-  cfg = get_preset("decoder_test_draft", vocab_size=V, emb_dim=16, num_decoder_layers=2,
-                   eos_id=-1)
-  target = Model(cfg)
-  tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
-  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
-                                                     mlp_dim=32, eos_id=-1, head="own"))
-  dp = jax.tree.map(lambda x: 2.0 * x, draft.with_target_pieces(draft.init(jax.random.key(12)),
-                                                                tp))
-  return target, tp, draft, dp
+  return sharp_feature_pair(Model(get_preset("decoder_test_draft", vocab_size=V, emb_dim=16,
+                                             num_decoder_layers=2, eos_id=-1)))
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "t1_3x2" else pytest.mark.slow)
                                   for n in CASES])
-def test_feature_tree_matches_exact_target_distribution(sharp_feature_pair, name):
+def test_feature_tree_matches_exact_target_distribution(sharp_pair, name):
   sampling, branching = CASES[name]
-  scheme = _tree(sharp_feature_pair[2], branching)
-  pvalue, out = law_pvalue(sharp_feature_pair, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES)
+  scheme = _tree(sharp_pair[2], branching)
+  pvalue, out = law_pvalue(sharp_pair, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES)
   assert pvalue > 1e-3, f"{name}: p={pvalue:.2e}"
   kept = np.asarray(out.stats.tree.kept_rank_DxK)
   assert kept[0, 1:].sum() > 0  # later siblings were kept: the sibling logic was exercised
 
 
-def test_feature_tree_sibling_residual_from_p_is_detected(sharp_feature_pair):
+def test_feature_tree_sibling_residual_from_p_is_detected(sharp_pair):
   sampling, branching = CASES["t1_3x2"]
   faulty = FeatureTreeScheme(Tree.from_branching(branching),
                              faulty_tree_verifier(sibling_residual_from_p),
-                             width=sharp_feature_pair[2].width)
-  pvalue, _ = law_pvalue(sharp_feature_pair, sampling, faulty, PROMPT, NUM_TOKENS, NUM_SAMPLES)
+                             width=sharp_pair[2].width)
+  pvalue, _ = law_pvalue(sharp_pair, sampling, faulty, PROMPT, NUM_TOKENS, NUM_SAMPLES)
   assert pvalue < 1e-6, f"p={pvalue:.2e}"
 
 
-def test_feature_dynamic_tree_matches_exact_target_distribution(sharp_feature_pair):
+def test_feature_dynamic_tree_matches_exact_target_distribution(sharp_pair):
   """T = 1, depth 2, beam 2, branch 3, 5 nodes (tests/decoding/test_tree_dynamic_distribution.py's
   budget): pruned children are drawn and some walks end on one."""
-  scheme = scheme_for(sharp_feature_pair[2], DynamicTreeScheme(depth=2, width=2, branch=3,
+  scheme = scheme_for(sharp_pair[2], DynamicTreeScheme(depth=2, width=2, branch=3,
                                                                 nodes=5))
   assert isinstance(scheme, FeatureDynamicTreeScheme)
-  pvalue, out = law_pvalue(sharp_feature_pair, SamplingConfig(temperature=1.0), scheme, PROMPT,
+  pvalue, out = law_pvalue(sharp_pair, SamplingConfig(temperature=1.0), scheme, PROMPT,
                            NUM_TOKENS, NUM_SAMPLES)
   assert pvalue > 1e-3, f"p={pvalue:.2e}"
   c = out.counters

@@ -179,7 +179,7 @@ def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
 
   class Cfg:
     seed = 0
-    chain_options = {}
+    feature_parallel, feature_lookup_gamma, feature_lookup_ngram = False, 0, 2
 
   got = pipeline.measure_loops(Cfg(), Loaded(), {Point(SPEC, "auto", 0.0): [2],
                                                 Point(other, "auto", 0.0): [2]}, print)

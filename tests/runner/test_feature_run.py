@@ -230,3 +230,42 @@ def test_sharded_run_with_a_feature_draft_equals_the_unsharded_run(tmp_path):
     assert sharded[key] == plain[key], key
   read = lambda d: (tmp_path / d / "predictions.jsonl").read_text()  # noqa: E731
   assert read("sharded") == read("plain")
+
+
+def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
+  """RunConfig.feature_lookup_gamma: refused by name without a feature draft, with 'auto' (its
+  prediction assumes one chain) and with the parallel chain; `chain_options` builds the
+  LookupFeatureChain at every program of the run."""
+  path = _save_feature_draft(tmp_path / "fd")
+  target, tp = loader.load_model("t5_test_target", seed=0)
+  draft, _ = drafts_lib.load_draft(rc.DraftSpec(rc.FEATURE_DRAFT, path), target, tp,
+                                   drafts_lib.DraftSettings())
+  cfg = rc.RunConfig(feature_lookup_gamma=4, feature_lookup_ngram=1, gamma=2)
+  scheme = chain_for(draft, 2, **drafts_lib.chain_options(cfg))
+  assert (scheme.draft_gamma, scheme.lookup_gamma, scheme.lookup_ngram) == (2, 4, 1)
+  assert costs.scheme_of(2, draft, **drafts_lib.chain_options(cfg)) == scheme
+  token = drafts_lib.load_draft(rc.DraftSpec("prompt_lookup"), target, tp,
+                               drafts_lib.DraftSettings())[0]
+  assert chain_for(token, 2, **drafts_lib.chain_options(cfg)) == Chain(2)  # token drafts: off
+  with pytest.raises(ValueError, match="has none"):
+    drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
+  for bad, match in ((dict(gamma="auto"), "fixed int GAMMAs"),
+                     (dict(feature_parallel=True), "feature_parallel")):
+    c = rc.RunConfig(draft="model", draft_checkpoint=path, feature_lookup_gamma=4, **bad)
+    with pytest.raises(ValueError, match=match):
+      drafts_lib.check_feature_run(c, rc.draft_specs(c))
+
+
+@pytest.mark.slow  # ~40 s of CPU on 2 cores (compiles: costs, calibration, loops, decodes)
+def test_run_with_lookup_where_it_matches(tmp_path):
+  """feature_lookup_gamma in a run: the row is the target's own greedy output, says how it was
+  decoded, and reports the lookup's share of target calls (the smoke task's copies match)."""
+  path = _save_feature_draft(tmp_path / "fd" / "export")
+  (m,) = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
+      f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = 2", "NUM_EXAMPLES = 4", "BATCH_SIZE = 1",
+      "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1", "RunConfig.gamma_max = 2",
+      "RunConfig.auto_calibration_gamma = 2", "RunConfig.feature_lookup_gamma = 3",
+      "RunConfig.feature_lookup_ngram = 1"])
+  assert m["feature_scheme"] == "lookup" and m["greedy_match_rate"] == 1.0
+  assert m["lookup"]["gamma"] == 3 and 0.0 <= m["lookup"]["share_of_target_calls"] <= 1.0
+  assert m.get("speedup_predicted") is None  # the one-chain formula does not describe it

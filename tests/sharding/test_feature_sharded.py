@@ -43,10 +43,11 @@ def _inputs(batch=4):
   return x
 
 
-def _decode(t, d, scheme, params, temperature, mesh=None):
+def _decode(t, d, scheme, params, temperature, mesh=None, inputs=None):
   decoder = Decoder(t, d, scheme, SamplingConfig(temperature=temperature),
                     max_decode_len=MAX_LEN, mesh=mesh)
-  return jax.device_get(decoder.generate(params, _inputs(), jax.random.key(1)))
+  inputs = _inputs() if inputs is None else inputs
+  return jax.device_get(decoder.generate(params, inputs, jax.random.key(1)))
 
 
 SLOW = pytest.mark.slow
@@ -60,7 +61,7 @@ TREE_CASES = [("decoder", "tree", 1.0), ("t5", "tree", 0.0),
               pytest.param("decoder", "tree", 0.0, marks=SLOW),
               pytest.param("t5", "tree", 1.0, marks=SLOW),
               ("decoder", "dynamic", 1.0), pytest.param("t5", "dynamic", 0.0, marks=SLOW)]
-LOOKUP_CASES = [("decoder", "lookup", 0.0), pytest.param("t5", "lookup", 1.0, marks=SLOW)]
+LOOKUP_CASES = [("decoder", "lookup", 0.0), pytest.param("t5", "lookup", 0.0, marks=SLOW)]
 
 
 @pytest.mark.parametrize("kind,parallel,temperature", CASES + TREE_CASES + LOOKUP_CASES)
@@ -71,14 +72,17 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   gathered in the target's sharded cache, the pending entries batch-sharded beside the summed
   tree counters); 'dynamic': its dynamic tree (per-row layouts and feature gathers); 'lookup':
   prompt lookup where it matches, the feature draft elsewhere (`LookupFeatureChain`: the
-  batch-sharded feature log, the `lax.cond` on a batch-wide choice, the catch-up loop)."""
+  batch-sharded feature log, the `lax.cond` on a batch-wide choice, the catch-up loop), greedy
+  on one prompt in every row: the batch drafts with the lookup only when every row matches,
+  which different random rows of this vocabulary seldom do at once."""
   t, tp, d, dp = _pair(kind)
   scheme = (scheme_for(d, TreeScheme((2, 2))) if parallel == "tree"
             else scheme_for(d, DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8))
             if parallel == "dynamic"
             else chain_for(d, GAMMA, lookup_gamma=4, lookup_ngram=1) if parallel == "lookup"
             else chain_for(d, GAMMA, parallel=parallel))
-  ref = _decode(t, d, scheme, Params(tp, dp), temperature)
+  inputs = np.repeat(_inputs()[:1], 4, axis=0) if parallel == "lookup" else _inputs()
+  ref = _decode(t, d, scheme, Params(tp, dp), temperature, inputs=inputs)
   if temperature > 0:
     assert ref.counters.accepted_B.min() > 0  # the counters below compare something
   p = sh.shard_models(t, tp, d, dp, mesh_config=MESH, batch_size=len(_inputs()))
@@ -87,7 +91,7 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   assert {s.data.shape for s in wi.addressable_shards} != {wi.shape}
   assert p.draft.axis_rules == MESH.rules_for("draft")
   got = _decode(p.target, p.draft, scheme, Params(p.target_params, p.draft_params),
-                temperature, p.mesh)
+                temperature, p.mesh, inputs)
   assert ref.lengths_B.max() > 4  # long enough for several iterations to be compared
   np.testing.assert_array_equal(got.tokens_BxN, ref.tokens_BxN)
   np.testing.assert_array_equal(got.lengths_B, ref.lengths_B)
