@@ -169,7 +169,9 @@ def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureC
   slot); what `feature_chain.first_draft_call` gives when nothing is further behind."""
   cache, count_B = catch_up(draft, draft_params, state, carry, gamma + 1, catchup_width)
   start_B = state.base_B + state.num_B - 1
-  c_B = jnp.maximum(count_B, 1)  # count 0 (a T5 start): the start entry, zeros, at slot start
+  # count 0 (a T5 start): the start entry, zeros, at slot start; a done row, never caught up,
+  # reads its last gamma + 1 entries (junk nobody keeps, but no out-of-range gather).
+  c_B = jnp.clip(count_B, 1, gamma + 1)
   tokens_BxG1, g_BxG1xD = _entries(state, carry.g_BxLxD, state.num_B - c_B, gamma + 1)
   out_BxG1xD, cache = draft.feed_features(draft_params, cache.rollback(start_B - count_B),
                                           tokens_BxG1, g_BxG1xD)
