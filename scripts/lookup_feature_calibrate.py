@@ -5,7 +5,8 @@ match length at which prompt lookup drafts, and the feature draft's gamma); choo
 prompts a run then reports would fit the report. This script loads a run config's target, drafts
 and prompt sets exactly as the run does (`runner.pipeline.load`), and times, on the calibration
 prompts alone (the run never reports them), the autoregressive loop, prompt lookup alone at the
-config's lookup gamma, the feature draft alone and the combined scheme over a grid, all interleaved in one process
+config's lookup gamma, the feature draft alone and the combined scheme over a grid, all
+interleaved in one process
 (`timing.interleaved`, medians of `--repeats` rounds, each round decoding every calibration
 prompt in the run's batch shape). It writes one JSON: per setting the speedup over the
 autoregressive loop, tokens per target call and the lookup's share of target calls.
@@ -77,12 +78,11 @@ def main(argv):
   ar_s = seconds["autoregressive"]
   rows = {}
   for name, outs in results.items():
-    c = acceptance.merge(acceptance.counters_to_dict(r.counters, None, r.stats) for r in outs)
+    per_batch = [acceptance.counters_to_dict(r.counters, None, r.stats) for r in outs]
+    c, calls = acceptance.merge(per_batch), max(sum(d["target_calls"] for d in per_batch), 1)
     rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
-                  "tokens_per_target_call": c["emitted"] / max(c["target_calls"], 1),
-                  "lookup_share": (sum(acceptance.counters_to_dict(r.counters, None, r.stats)
-                                       .get("lookup_iterations", 0) for r in outs)
-                                   / max(c["target_calls"], 1))}
+                  "tokens_per_target_call": c["emitted"] / calls,
+                  "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls}
     print(f"{name:32s} {rows[name]['speedup']:.3f}x  {rows[name]['tokens_per_target_call']:.2f} "
           f"tok/call  lookup {rows[name]['lookup_share']:.2f}")
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

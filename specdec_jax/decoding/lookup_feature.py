@@ -104,8 +104,9 @@ def lookup_step(hist: History, key, gamma: int, ngrams: tuple[int, int], vocab_s
   `PromptLookupDraft` (fallback 'uniform') proposes from the same history.
 
   ngrams: (max_ngram, min_ngram) of the match. first: the first lookup's (ngram_Bx1,
-  proposal_Bx1) when the caller has it (the scheme's choice reads it). drafted: (use_B, tokens_BxF, q_BxFxV): where use_B, the first F positions
-  are those tokens, drawn by another draft from those q, and the lookup continues after them."""
+  proposal_Bx1) when the caller has it (the scheme's choice reads it). drafted: (use_B,
+  tokens_BxF, q_BxFxV): where use_B, the first F positions are those tokens, drawn by another
+  draft from those q, and the lookup continues after them."""
   context_BxC, hist_BxS, pos_B = hist
   b_B = jnp.arange(hist_BxS.shape[0])
   keys = jax.random.split(key, gamma)
@@ -200,9 +201,9 @@ def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> j
 class LookupFeatureChain:
   """Prompt lookup (`lookup_gamma` tokens) where its match is at least `lookup_ngram` tokens
   long for every active row, else the feature-level draft of width `width` (`draft_gamma`
-  tokens, continued by the lookup to `lookup_gamma`). `max_ngram` / `min_ngram` are the lookup's (`PromptLookupDraft`'s defaults);
-  `catchup_width` the entries per catch-up call. Hashable: a static part of the `Decoder`;
-  `for_draft` reads the draft's width."""
+  tokens, continued by the lookup to `lookup_gamma`). `max_ngram` / `min_ngram` are the
+  lookup's (`PromptLookupDraft`'s defaults); `catchup_width` the entries per catch-up call.
+  Hashable: a static part of the `Decoder`; `for_draft` reads the draft's width."""
 
   draft_gamma: int = 2
   lookup_gamma: int = 8

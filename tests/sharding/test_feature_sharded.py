@@ -99,7 +99,8 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
     np.testing.assert_array_equal(getattr(got.counters, name), getattr(ref.counters, name),
                                   err_msg=name)
   if parallel == "lookup":  # both drafts drafted, the same iterations on the mesh
-    assert 0 < ref.stats.lookups_B.max() and ref.stats.lookups_B.min() < ref.counters.target_calls_B.max()
+    lookups, calls = ref.stats.lookups_B, ref.counters.target_calls_B
+    assert 0 < lookups.max() and np.any(lookups < calls)
     np.testing.assert_array_equal(got.stats.lookups_B, ref.stats.lookups_B)
 
 
