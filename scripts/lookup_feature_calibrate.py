@@ -1,18 +1,24 @@
-"""Chooses the lookup-or-feature scheme's settings on a run's held-out calibration prompts only.
+"""Chooses a feature-level draft's scheme settings on a run's held-out calibration prompts only.
 
-Why: `LookupFeatureChain` has two knobs the cost model does not predict (`lookup_ngram`, the
-match length at which prompt lookup drafts, and the feature draft's gamma); choosing them on the
-prompts a run then reports would fit the report. This script loads a run config's target, drafts
-and prompt sets exactly as the run does (`runner.pipeline.load`), and times, on the calibration
-prompts alone (the run never reports them), the autoregressive loop, prompt lookup alone at the
-config's lookup gamma, the feature draft alone and the combined scheme over a grid, all
-interleaved in one process
+Why: the lookup-or-feature scheme (`LookupFeatureChain`) and the adaptive feature chain
+(`AdaptiveFeatureChain`) have knobs the cost model does not predict (`lookup_ngram`, the match
+length at which prompt lookup drafts, and the feature draft's gamma; the adaptive schedule's
+`gamma_max` and `confidence_threshold`); choosing them on the prompts a run then reports would
+fit the report. This script loads a run config's target, drafts and prompt sets exactly as the
+run does (`runner.pipeline.load`), and times, on the calibration prompts alone (the run never
+reports them), the autoregressive loop, the feature draft alone at `--gammas`, and, all
+interleaved in one process: with the config's `RunConfig.feature_lookup_gamma`, prompt lookup
+alone at that gamma and the combined scheme over `--ngrams` x `--gammas`; with `--thresholds`,
+the adaptive feature chain over `--gamma_maxes` x `--thresholds` (HF's heuristic schedule)
 (`timing.interleaved`, medians of `--repeats` rounds, each round decoding every calibration
 prompt in the run's batch shape). It writes one JSON: per setting the speedup over the
-autoregressive loop, tokens per target call and the lookup's share of target calls.
+autoregressive loop, tokens per target call, the lookup's share of target calls and the
+adaptive chain's mean proposed length.
 
   python scripts/lookup_feature_calibrate.py --gin_file=configs/local/code_lookup_feature.gin \
       --output=/tmp/lookup_feature_calibration.json
+  python scripts/lookup_feature_calibrate.py --gin_file=configs/local/feature.gin \
+      --thresholds=0.5,0.7 --gamma_maxes=4,8 --output=/tmp/adaptive_feature_calibration.json
 """
 from __future__ import annotations
 
@@ -27,7 +33,9 @@ from absl import app, flags
 
 from specdec_jax import gin_utils, timing
 from specdec_jax import run as run_lib
+from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
 from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.lookup_feature import LookupFeatureChain
 from specdec_jax.decoding.speculative import Chain
@@ -38,6 +46,11 @@ from specdec_jax.runner.config import FEATURE_DRAFT
 flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
 flags.DEFINE_list("ngrams", ["1", "2", "3"], "lookup_ngram values.")
 flags.DEFINE_list("gammas", ["2", "3", "4"], "The feature draft's gammas.")
+flags.DEFINE_list("thresholds", [], "The adaptive feature chain's confidence thresholds "
+                  "(none: no adaptive rows).")
+flags.DEFINE_list("gamma_maxes", ["8"], "The adaptive feature chain's gamma_max values.")
+flags.DEFINE_bool("full_width", False, "Also time each adaptive setting verifying the whole "
+                  "gamma_max block (verify_buckets=(gamma_max,): no switch over widths).")
 flags.DEFINE_integer("repeats", 3, "Timed rounds (medians).")
 FLAGS = flags.FLAGS
 
@@ -47,8 +60,9 @@ def main(argv):
   if FLAGS.output is None or os.path.exists(FLAGS.output):
     raise app.UsageError(f"--output must name a new file, got {FLAGS.output!r}")
   cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-  if not cfg.feature_lookup_gamma:
-    raise app.UsageError("the config sets no RunConfig.feature_lookup_gamma")
+  if not cfg.feature_lookup_gamma and not FLAGS.thresholds:
+    raise app.UsageError("nothing to calibrate: the config sets no "
+                         "RunConfig.feature_lookup_gamma and --thresholds is empty")
   loaded = pipeline.load(cfg)
   feature = next(s for s in loaded.drafts if s.kind == FEATURE_DRAFT)
   lookup = next((s for s in loaded.drafts if s.kind == "prompt_lookup"), None)
@@ -63,16 +77,22 @@ def main(argv):
     return lambda: [decoder.generate(params, x, rng) for x in batches]
 
   programs = {"autoregressive": program(None, Autoregressive())}
-  if lookup is not None:
+  if lookup is not None and cfg.feature_lookup_gamma:
     programs[f"prompt_lookup g{cfg.feature_lookup_gamma}"] = program(
         lookup, Chain(cfg.feature_lookup_gamma))
   draft = loaded.drafts[feature][0]
   for g in map(int, FLAGS.gammas):  # the feature draft alone, for reference
     programs[f"feature_draft g{g}"] = program(feature, FeatureChain.for_draft(draft, g))
-  for n in map(int, FLAGS.ngrams):
+  for n in map(int, FLAGS.ngrams) if cfg.feature_lookup_gamma else ():
     for g in map(int, FLAGS.gammas):
       programs[f"lookup_feature g{g} ngram{n}"] = program(feature, LookupFeatureChain.for_draft(
           draft, g, lookup_gamma=cfg.feature_lookup_gamma, lookup_ngram=n))
+  for gmax in map(int, FLAGS.gamma_maxes):
+    for th in map(float, FLAGS.thresholds):
+      for buckets in [None] + ([(gmax,)] if FLAGS.full_width else []):
+        programs[f"adaptive gmax{gmax} threshold{th:g}{' full' if buckets else ''}"] = program(
+            feature, AdaptiveFeatureChain.for_draft(draft, AdaptiveConfig(
+                gamma_max=gmax, confidence_threshold=th, verify_buckets=buckets)))
   t0 = time.time()
   results, seconds = timing.interleaved(programs, FLAGS.repeats)
   ar_s = seconds["autoregressive"]
@@ -83,8 +103,12 @@ def main(argv):
     rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
                   "tokens_per_target_call": c["emitted"] / calls,
                   "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls}
+    if hasattr(outs[0].stats, "adaptive"):  # proposed lengths over every active row's iteration
+      hist = sum(np.asarray(r.stats.adaptive.proposed_hist, np.int64) for r in outs)
+      rows[name]["mean_proposed"] = float(hist @ np.arange(len(hist)) / max(hist.sum(), 1))
     print(f"{name:32s} {rows[name]['speedup']:.3f}x  {rows[name]['tokens_per_target_call']:.2f} "
-          f"tok/call  lookup {rows[name]['lookup_share']:.2f}")
+          f"tok/call  lookup {rows[name]['lookup_share']:.2f}  "
+          f"proposed {rows[name].get('mean_proposed', float('nan')):.2f}")
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, check=False).stdout.strip()
   out = {"gin_files": FLAGS.gin_file, "bindings": FLAGS.gin_bindings, "commit": commit,

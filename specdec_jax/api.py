@@ -196,7 +196,7 @@ class Pair:
     Args:
       gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
         alone (the baseline); 'adaptive': a per-example draft length up to 8
-        (`decoding.adaptive`); 'tree': a static draft tree per target call, `tree`
+        (`decoding.adaptive`; a feature-level draft's, `decoding.feature_adaptive`); 'tree': a static draft tree per target call, `tree`
         (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
         dynamic, from the target's states, `decoding.tree.feature`); None: 4 with a draft,
         else 0.
@@ -222,10 +222,7 @@ class Pair:
     if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
       raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
                        f"'tree', got {gamma!r}")
-    if gamma == "adaptive" and is_feature_draft(self.draft):
-      raise ValueError("gamma='adaptive' is not built for a feature-level draft: give an int "
-                       "or 'tree'")
-    scheme = (AdaptiveConfig() if gamma == "adaptive"
+    scheme = (scheme_for(self.draft, AdaptiveConfig()) if gamma == "adaptive"
               else scheme_for(self.draft, _tree_scheme(tree)) if gamma == "tree"
               else chain_for(self.draft, int(gamma), parallel=parallel,
                              lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma

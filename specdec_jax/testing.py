@@ -205,6 +205,19 @@ TREE_LAW_CASES = {
 }
 
 
+def teacher_forced_draft_logits(target: Model, tp, draft, dp, prompt_P: np.ndarray,
+                                stream_T: np.ndarray) -> np.ndarray:
+  """A decoder-only target's feature draft's logits [V] for the token after prompt + stream,
+  every entry fed the target's own state (what `training.feature_draft` shows it): entry s =
+  (fuse(h_s), t_{s+1}). What a feature scheme's first draft call must reproduce after any
+  history of iterations: a pending entry lost, fed twice or given another slot's feature
+  changes it."""
+  seq = jnp.asarray(np.concatenate([prompt_P, stream_T])[None], jnp.int32)
+  _, hidden = target.forward_with_hidden(tp, seq, seq, draft.feature_layers)
+  logits, _ = draft.forward(dp, seq, seq[:, 1:], draft.fuse(dp, hidden[:, :-1]))
+  return np.asarray(logits[0, -1])
+
+
 def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, num_tokens: int,
                num_samples: int, seed: int = 0):
   """(chi-square p-value of `num_samples` decodes of `num_tokens` tokens after `prompt_P` by a

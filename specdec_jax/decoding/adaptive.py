@@ -128,7 +128,7 @@ def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key
   v = q_BxV.shape[-1]
   x_BxG = jnp.zeros((batch, gmax), jnp.int32).at[:, 0].set(x_B)
   q_BxGxV = jnp.zeros((batch, gmax, v), jnp.float32).at[:, 0].set(q_BxV)
-  stopped_B = state.done_B | (sched_B <= 1) | _unconfident(logits_BxV, cfg)
+  stopped_B = state.done_B | (sched_B <= 1) | unconfident(logits_BxV, cfg)
   g_B = jnp.ones((batch,), jnp.int32)
 
   def cond(c):
@@ -143,7 +143,7 @@ def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key
     x_BxG = jax.lax.dynamic_update_slice(x_BxG, x_B[:, None], (0, i))
     q_BxGxV = jax.lax.dynamic_update_slice(q_BxGxV, q_BxV[:, None], (0, i, 0))
     g_B = jnp.where(stopped_B, g_B, i + 1)
-    stopped_B = stopped_B | (i + 1 >= sched_B) | _unconfident(logits_Bx1xV[:, 0], cfg)
+    stopped_B = stopped_B | (i + 1 >= sched_B) | unconfident(logits_Bx1xV[:, 0], cfg)
     return i + 1, cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B
 
   calls, cache, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
@@ -153,7 +153,7 @@ def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key
                    bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), calls, cache)
 
 
-def _unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
+def unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
   if cfg.confidence_threshold <= 0.0:
     return jnp.zeros(logits_BxV.shape[:1], bool)
   return jnp.max(jax.nn.softmax(logits_BxV.astype(jnp.float32), axis=-1), axis=-1) < (
@@ -163,21 +163,32 @@ def _unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
 def bucketed_verify(target, target_params, cache, last_B, x_BxG, width, cfg: AdaptiveConfig,
                     sampling: SamplingConfig):
   """`verify_step` at the smallest compiled width >= `width`; p padded to G + 1 rows (uniform)."""
-  buckets = cfg.buckets
   gmax = cfg.gamma_max
 
   def branch(w):
     def run(cache, last_B, x_BxG):
       p, cache = verify_step(target, target_params, cache, last_B, x_BxG[:, :w], sampling)
-      pad = jnp.full((p.shape[0], gmax - w, p.shape[2]), 1.0 / p.shape[2], p.dtype)
-      return jnp.concatenate([p, pad], axis=1), cache
+      return pad_positions(p, gmax + 1, 1.0 / p.shape[2]), cache
     return run
 
-  idx = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), width)
-  p_BxG1xV, cache = jax.lax.switch(jnp.minimum(idx, len(buckets) - 1),
-                                   [branch(w) for w in buckets], cache, last_B, x_BxG)
-  width_used = jnp.asarray(buckets, jnp.int32)[jnp.minimum(idx, len(buckets) - 1)]
+  (p_BxG1xV, cache), width_used = at_bucket(cfg, width, branch, cache, last_B, x_BxG)
   return p_BxG1xV, cache, width_used
+
+
+def at_bucket(cfg: AdaptiveConfig, width, branch, *operands):
+  """`branch(w)(*operands)` at the smallest compiled width w >= `width` (a `lax.switch` over
+  `cfg.buckets`, each branch compiled at its static width): (its outputs, w)."""
+  buckets = cfg.buckets
+  idx = jnp.minimum(jnp.searchsorted(jnp.asarray(buckets, jnp.int32), width), len(buckets) - 1)
+  return jax.lax.switch(idx, [branch(w) for w in buckets], *operands), (
+      jnp.asarray(buckets, jnp.int32)[idx])
+
+
+def pad_positions(x_BxT, total: int, value: float = 0.0) -> jax.Array:
+  """`x_BxT...` padded with `value` along axis 1 to `total` positions (a bucket's outputs at the
+  widest bucket's shape, so every `lax.switch` branch returns one shape)."""
+  pad = jnp.full((x_BxT.shape[0], total - x_BxT.shape[1]) + x_BxT.shape[2:], value, x_BxT.dtype)
+  return jnp.concatenate([x_BxT, pad], axis=1)
 
 
 def masked_accept(rule: str, key, x_BxG, q_BxGxV, p_BxG1xV, g_B):
@@ -221,9 +232,16 @@ def adaptive_iteration(decoder, params, state: st.DecodeState, cfg: AdaptiveConf
   state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
   new = commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
                decoder.max_decode_len)
-  return new.replace(stats=AdaptiveStats(
+  return new.replace(stats=next_stats(stats, calls, w_used, n_B, g_B, active_B, cfg))
+
+
+def next_stats(stats: AdaptiveStats, calls, w_used, n_B, g_B, active_B, cfg: AdaptiveConfig
+               ) -> AdaptiveStats:
+  """The statistics after an iteration of `calls` draft calls and a verify of width `w_used`
+  that kept n_B of the g_B proposed tokens (rows active at its start: `active_B`)."""
+  return AdaptiveStats(
       draft_calls=stats.draft_calls + calls, verify_tokens=stats.verify_tokens + w_used + 1,
       gamma_B=next_schedule(stats.gamma_B, n_B, active_B, cfg),
       proposed_hist=stats.proposed_hist + jnp.sum(
           (jnp.arange(cfg.gamma_max + 1)[None, :] == g_B[:, None]) & active_B[:, None], axis=0,
-          dtype=jnp.int32)))
+          dtype=jnp.int32))

@@ -8,6 +8,8 @@ modules (`feature_parallel` imports `feature_chain`, so neither can hold it with
 """
 from __future__ import annotations
 
+from specdec_jax.decoding.adaptive import AdaptiveConfig
+from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
 from specdec_jax.decoding.feature_chain import FeatureChain, is_feature_draft
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.lookup_feature import LookupFeatureChain
@@ -40,13 +42,17 @@ def chain_for(draft, gamma: int, *, parallel: bool = False, lookup_gamma: int = 
 
 def scheme_for(draft, scheme):
   """`scheme` as `draft` decodes it: for a feature-level draft a static `TreeScheme` becomes
-  `tree.feature.FeatureTreeScheme` and a `DynamicTreeScheme` `FeatureDynamicTreeScheme` (the
-  same tree or budget and verifier, drafted from the target's states); any scheme of a token
-  draft, or a feature draft's own chain, as given. Refused by name: the adaptive scheme and the
-  prompt-lookup tree with a feature-level draft (they draft from tokens only)."""
-  if not is_feature_draft(draft) or isinstance(scheme, (FeatureChain, ParallelFeatureChain,
-                                                        FeatureTreeScheme, LookupFeatureChain)):
+  `tree.feature.FeatureTreeScheme`, a `DynamicTreeScheme` `FeatureDynamicTreeScheme` (the
+  same tree or budget and verifier, drafted from the target's states) and an `AdaptiveConfig`
+  `AdaptiveFeatureChain` (the same schedule and threshold); any scheme of a token draft, or a
+  feature draft's own scheme, as given. Refused by name: the prompt-lookup tree with a
+  feature-level draft (it drafts from tokens only)."""
+  if not is_feature_draft(draft) or isinstance(
+      scheme, (FeatureChain, ParallelFeatureChain, FeatureTreeScheme, LookupFeatureChain,
+               AdaptiveFeatureChain)):
     return scheme
+  if isinstance(scheme, AdaptiveConfig):
+    return AdaptiveFeatureChain.for_draft(draft, scheme)
   if isinstance(scheme, TreeScheme):
     return FeatureTreeScheme.for_draft(draft, scheme)
   if isinstance(scheme, DynamicTreeScheme):

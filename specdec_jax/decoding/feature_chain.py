@@ -202,12 +202,17 @@ class FeatureChain:
                                          decoder.sampling)
     new, g_BxG1xD = verify_commit(decoder, params, state.replace(rng=rng), proposal,
                                   draft_cache, k_accept)
-    written_B = new.num_B - state.num_B
-    active_B = ~state.done_B
-    carry = FeatureCarry(jnp.where(active_B[:, None, None], g_BxG1xD, carry.g_BxG1xD),
-                         jnp.where(active_B, written_B, carry.count_B))
-    return new.replace(stats=carry,
+    return new.replace(stats=next_carry(state, new, g_BxG1xD, carry),
                        draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+
+
+def next_carry(state: st.DecodeState, new: st.DecodeState, g_BxG1xD: jax.Array,
+               carry: FeatureCarry) -> FeatureCarry:
+  """The pending entries after an iteration (`state` before it, `new` after `commit`): every
+  newly written position's fused target feature, for the rows that were active."""
+  active_B = ~state.done_B
+  return FeatureCarry(jnp.where(active_B[:, None, None], g_BxG1xD, carry.g_BxG1xD),
+                      jnp.where(active_B, new.num_B - state.num_B, carry.count_B))
 
 
 def verify_commit(decoder, params, state: st.DecodeState, proposal: Proposal, draft_cache,

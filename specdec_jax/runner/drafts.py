@@ -173,10 +173,11 @@ def chain_options(cfg: RunConfig) -> dict:
 
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
-  """Refuses what a feature-level draft does not run yet, before anything is loaded: the
-  adaptive scheme (token drafts only; trees, static and dynamic, are drafted from the target's
-  states, `decoding.tree.feature`). A mesh is fine: the draft is placed on the draft rules like
-  a token draft (`sharding.place_models`), its pending features batch-sharded."""
+  """Refuses the feature-level draft's options without one, or combined in ways not built,
+  before anything is loaded (trees, static and dynamic, and GAMMA='adaptive' are drafted from
+  the target's states: `decoding.tree.feature`, `decoding.feature_adaptive`). A mesh is fine:
+  the draft is placed on the draft rules like a token draft (`sharding.place_models`), its
+  pending features batch-sharded."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
   if cfg.feature_parallel and not feature:
     raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
@@ -186,6 +187,9 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
                      "draft: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
   if not feature:
     return
+  if cfg.feature_parallel and ADAPTIVE in as_list(cfg.gamma):
+    raise ValueError(f"GAMMA={ADAPTIVE!r} drafts a feature-level draft's tokens one call at a "
+                     "time (decoding.feature_adaptive); it is not combined with feature_parallel")
   if cfg.feature_lookup_gamma:
     if cfg.feature_parallel:
       raise ValueError("RunConfig.feature_lookup_gamma drafts with the feature chain where the "
@@ -195,9 +199,6 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
       raise ValueError(f"RunConfig.feature_lookup_gamma decodes at fixed int GAMMAs only, got "
                        f"{words[0]!r}: 'auto' predicts a chain's speedup from its acceptance, "
                        "which a decode that switches drafts per iteration does not follow")
-  if ADAPTIVE in as_list(cfg.gamma):
-    raise ValueError(f"GAMMA={ADAPTIVE!r} is not built for a feature-level draft ({feature[0]}): "
-                     "use an int, 'tree' or 'auto'")
   trees = ([cfg.tree_scheme()] if TREE in as_list(cfg.gamma) else []) + list(
       cfg.tree_candidate_schemes() if AUTO in as_list(cfg.gamma) else [])
   other = [t for t in trees if not isinstance(t, (TreeScheme, DynamicTreeScheme))]

@@ -22,7 +22,7 @@ from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (chi_square_gof, exact_joint, sharp_t5_feature_pair,
-                                 tiny_feature_pair)
+                                 teacher_forced_draft_logits, tiny_feature_pair)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -54,15 +54,6 @@ def test_greedy_lookup_feature_equals_autoregressive(kind, lookup_ngram):
   assert 0 < lookups < calls, used  # both drafts drafted
 
 
-def _teacher_forced_q(target, tp, draft, dp, prompt_P, stream_T):
-  """The draft's logits for the token after prompt + stream, every entry fed the target's own
-  state (what `training.feature_draft` shows it): entry s = (fuse(h_s), t_{s+1})."""
-  seq = jnp.asarray(np.concatenate([prompt_P, stream_T])[None], jnp.int32)
-  _, hidden = target.forward_with_hidden(tp, seq, seq, draft.feature_layers)
-  logits, _ = draft.forward(dp, seq, seq[:, 1:], draft.fuse(dp, hidden[:, :-1]))
-  return np.asarray(logits[0, -1])
-
-
 def test_draft_catches_up_on_lookup_iterations():
   """Iterations drafted by the lookup leave the draft behind; its first q afterwards equals the
   teacher-forced draft's at the last verified entry, for rows with different lengths."""
@@ -88,7 +79,8 @@ def test_draft_catches_up_on_lookup_iterations():
   for b in range(2):
     n = int(state.num_B[b])
     stream = np.asarray(state.tokens_BxL[b, 1:n])
-    want = _teacher_forced_q(target, tp, draft, dp, np.asarray(inputs[b]), stream)
+    want = teacher_forced_draft_logits(target, tp, draft, dp, np.asarray(inputs[b]),
+                                       stream)
     np.testing.assert_allclose(np.asarray(got_BxV[b]), want, rtol=1e-4, atol=1e-4)
 
 

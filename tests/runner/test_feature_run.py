@@ -15,7 +15,9 @@ from specdec_jax import run
 from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
+from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
+from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
 from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
 from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
 from specdec_jax.decoding.speculative import Chain
@@ -49,9 +51,13 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   draft, _ = fd_ckpt.load(path, loader.load_model("t5_test_target", seed=0)[1])
   assert chain_for(draft, 3) == FeatureChain(3, draft.width)
   assert chain_for(loader.load_model("t5_test_draft")[0], 3) == Chain(3)
-  with pytest.raises(ValueError, match="not built for a feature-level draft"):
-    drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"),
-                                 [feature])
+  # GAMMA='adaptive' drafts from the target's states too (feature_adaptive), not in parallel
+  drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"), [feature])
+  assert scheme_for(draft, AdaptiveConfig(4)) == AdaptiveFeatureChain(AdaptiveConfig(4),
+                                                                      draft.width)
+  with pytest.raises(ValueError, match="not combined with feature_parallel"):
+    drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive",
+                                              feature_parallel=True), [feature])
   # Static and dynamic trees are drafted from the target's states (tree.feature); the
   # prompt-lookup tree (tokens of the history) is refused.
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="tree"), [feature])
@@ -186,8 +192,8 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   assert isinstance(pair.decoder("tree", tree=(2, 1)).scheme, FeatureTreeScheme)
   assert pair.generate(prompts, gamma="tree", tree=(2, 1), max_new_tokens=8,
                        batch_size=2).ids == spec.ids
-  with pytest.raises(ValueError, match="adaptive"):
-    pair.decoder("adaptive")
+  assert isinstance(pair.decoder("adaptive").scheme, AdaptiveFeatureChain)
+  assert pair.generate(prompts, gamma="adaptive", max_new_tokens=8, batch_size=2).ids == spec.ids
   with pytest.raises(ValueError, match="parallel"):
     sd.load("t5_test_target", "t5_test_draft", vocabulary=False).decoder(2, parallel=True)
 

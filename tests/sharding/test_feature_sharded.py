@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import sharding as sh
+from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
@@ -62,9 +63,11 @@ TREE_CASES = [("decoder", "tree", 1.0), ("t5", "tree", 0.0),
               pytest.param("t5", "tree", 1.0, marks=SLOW),
               ("decoder", "dynamic", 1.0), pytest.param("t5", "dynamic", 0.0, marks=SLOW)]
 LOOKUP_CASES = [("decoder", "lookup", 0.0), pytest.param("t5", "lookup", 0.0, marks=SLOW)]
+ADAPTIVE_CASES = [("decoder", "adaptive", 1.0), pytest.param("t5", "adaptive", 0.0, marks=SLOW)]
 
 
-@pytest.mark.parametrize("kind,parallel,temperature", CASES + TREE_CASES + LOOKUP_CASES)
+@pytest.mark.parametrize("kind,parallel,temperature",
+                         CASES + TREE_CASES + LOOKUP_CASES + ADAPTIVE_CASES)
 def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   """Greedy: the tokens (the random tiny draft is rarely accepted, the decoder-only one on some
   rows); sampling: the acceptance counters too, with every row accepting some drafts. 'tree':
@@ -74,12 +77,16 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   prompt lookup where it matches, the feature draft elsewhere (`LookupFeatureChain`: the
   batch-sharded feature log, the `lax.cond` on a batch-wide choice, the catch-up loop), greedy
   on one prompt in every row: the batch drafts with the lookup only when every row matches,
-  which different random rows of this vocabulary seldom do at once."""
+  which different random rows of this vocabulary seldom do at once; 'adaptive': a per-row
+  block length (`AdaptiveFeatureChain`: the batch-sharded schedule beside the summed call
+  counts, the bucketed verify with states), its proposed lengths equal too."""
   t, tp, d, dp = _pair(kind)
   scheme = (scheme_for(d, TreeScheme((2, 2))) if parallel == "tree"
             else scheme_for(d, DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8))
             if parallel == "dynamic"
             else chain_for(d, GAMMA, lookup_gamma=4, lookup_ngram=1) if parallel == "lookup"
+            else scheme_for(d, AdaptiveConfig(GAMMA + 1, gamma_init=2, confidence_threshold=0.1))
+            if parallel == "adaptive"
             else chain_for(d, GAMMA, parallel=parallel))
   inputs = np.repeat(_inputs()[:1], 4, axis=0) if parallel == "lookup" else _inputs()
   ref = _decode(t, d, scheme, Params(tp, dp), temperature, inputs=inputs)
@@ -102,6 +109,11 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
     lookups, calls = ref.stats.lookups_B, ref.counters.target_calls_B
     assert 0 < lookups.max() and np.any(lookups < calls)
     np.testing.assert_array_equal(got.stats.lookups_B, ref.stats.lookups_B)
+  if parallel == "adaptive":
+    hist = ref.stats.adaptive.proposed_hist
+    assert np.count_nonzero(hist) >= 2, hist  # the block length varied
+    np.testing.assert_array_equal(got.stats.adaptive.proposed_hist, hist)
+    np.testing.assert_array_equal(got.stats.adaptive.gamma_B, ref.stats.adaptive.gamma_B)
 
 
 def test_feature_draft_mesh_that_does_not_divide_is_refused():
