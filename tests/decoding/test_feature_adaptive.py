@@ -48,6 +48,11 @@ def test_greedy_adaptive_feature_equals_autoregressive(kind):
     assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(spec.lengths_B))
   hist = np.asarray(spec.stats.adaptive.proposed_hist)  # the batch of 4
   assert np.count_nonzero(hist) >= 2, hist  # the block length did vary
+  # alpha's positions are the proposed ones: after g_b accepted drafts the token at g_b is a
+  # fresh draw from p (q = 0 there), not a drafted position (it once counted as beta 0)
+  c = spec.counters
+  assert 0 < np.sum(c.accepted_B) and np.all(np.asarray(c.beta_count_B)
+                                             <= np.asarray(c.drafted_B)), c
   assert int(spec.stats.adaptive.draft_calls) < 4 * int(np.max(spec.counters.target_calls_B))
 
 
