@@ -235,6 +235,28 @@ def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, n
   return chi_square_gof(counts, probs)[2], out
 
 
+def vmapped_law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray,
+                       num_tokens: int, num_samples: int, rule: str = "tokenwise", seed: int = 0):
+  """`law_pvalue` with every sample its own batch-1 decode (vmapped over keys): for schemes whose
+  choices are per batch (a draft picked per iteration, a draft loop that ends when every row has
+  stopped), so each sample makes them as a batch-1 request does. (p-value, the decode result
+  with a leading sample axis: tokens [S, 1, N])."""
+  from specdec_jax.decoding.decoder import (  # pylint: disable=import-outside-toplevel
+      Decoder, Params, decode_program)
+  target, tp, draft, dp = models
+  vocab = target.vocab_size
+  decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens)
+  one = jax.vmap(lambda k: decode_program(decoder, Params(tp, dp), jnp.asarray(prompt_P)[None],
+                                          k, None))
+  out = jax.jit(one)(jax.random.split(jax.random.key(seed), num_samples))
+  assert np.all(np.asarray(out.lengths_B) == num_tokens)
+  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN)[:, 0, :num_tokens].T,
+                              (vocab,) * num_tokens)
+  counts = np.bincount(flat, minlength=vocab ** num_tokens)
+  probs = exact_joint(target, tp, prompt_P, num_tokens, sampling).ravel()
+  return chi_square_gof(counts, probs)[2], out
+
+
 def run_in_process(*args: str) -> None:
   """`python -m specdec_jax.run ARGS` in this process (absl flags parsed, gin cleared after), so
   tests reuse the process's compiled programs instead of paying a fresh interpreter per run."""

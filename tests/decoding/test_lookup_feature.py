@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding import lookup_feature, start
-from specdec_jax.decoding.decoder import Decoder, Params, decode_program
+from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.lookup_feature import LookupFeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
-from specdec_jax.testing import (chi_square_gof, exact_joint, sharp_t5_feature_pair,
-                                 teacher_forced_draft_logits, tiny_feature_pair)
+from specdec_jax.testing import (sharp_t5_feature_pair, teacher_forced_draft_logits,
+                                 tiny_feature_pair, vmapped_law_pvalue)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -92,26 +92,16 @@ PROMPT = np.array([3, 5, 2, 1], np.int32)
 def test_speculative_sampling_with_lookup_or_draft_is_exact():
   """Each sample is its own batch-1 decode (vmapped), so each row chooses its own draft per
   iteration, as at batch 1; both choices occur among the samples."""
-  target, tp, draft, dp = sharp_t5_feature_pair(V)
-  sampling = SamplingConfig(temperature=1.0, top_k=5)
-  scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=2, lookup_ngram=1)
-  decoder = Decoder(target, draft, scheme, sampling, max_decode_len=NUM_TOKENS)
-  keys = jax.random.split(jax.random.key(0), NUM_SAMPLES)
-  one = jax.vmap(lambda k: decode_program(decoder, Params(tp, dp), jnp.asarray(PROMPT)[None], k,
-                                          None))
-  out = jax.jit(one)(keys)
-  tokens = np.asarray(out.tokens_BxN)[:, 0, :NUM_TOKENS]
-  assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
+  models = sharp_t5_feature_pair(V)
+  scheme = LookupFeatureChain.for_draft(models[2], 2, lookup_gamma=2, lookup_ngram=1)
+  pvalue, out = vmapped_law_pvalue(models, SamplingConfig(temperature=1.0, top_k=5), scheme,
+                                   PROMPT, NUM_TOKENS, NUM_SAMPLES)
   lookups = np.asarray(out.stats.lookups_B)[:, 0]
   calls = np.asarray(out.counters.target_calls_B)[:, 0]
   assert 0.05 < np.mean(lookups > 0) and np.mean(lookups < calls) > 0.05  # both drafts used
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
   assert 0 < accepted < drafted
-  flat = np.ravel_multi_index(tokens.T, (V,) * NUM_TOKENS)
-  counts = np.bincount(flat, minlength=V ** NUM_TOKENS)
-  stat, dof, pvalue = chi_square_gof(
-      counts, exact_joint(target, tp, PROMPT, NUM_TOKENS, sampling).ravel())
-  assert pvalue > 1e-3, f"chi2={stat:.1f} dof={dof} p={pvalue:.2e}"
+  assert pvalue > 1e-3, f"p={pvalue:.2e}"
 
 
 def test_refusals_name_the_problem():
