@@ -196,10 +196,10 @@ class Pair:
     Args:
       gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
         alone (the baseline); 'adaptive': a per-example draft length up to 8
-        (`decoding.adaptive`; a feature-level draft's, `decoding.feature_adaptive`); 'tree': a static draft tree per target call, `tree`
-        (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
-        dynamic, from the target's states, `decoding.tree.feature`); None: 4 with a draft,
-        else 0.
+        (`decoding.adaptive`; a feature-level draft's, `decoding.feature_adaptive`); 'tree':
+        a static draft tree per target call, `tree` (`decoding.tree`; model drafts only; a
+        feature-level draft drafts it, static or dynamic, from the target's states,
+        `decoding.tree.feature`); None: 4 with a draft, else 0.
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target
@@ -227,6 +227,9 @@ class Pair:
               else chain_for(self.draft, int(gamma), parallel=parallel,
                              lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma
               else Autoregressive())
+    if gamma in ("adaptive", "tree") and (parallel or lookup_gamma):
+      raise ValueError(f"gamma={gamma!r} is not combined with parallel=True or lookup_gamma: "
+                       "those choose a feature-level draft's chain (an int gamma)")
     if lookup_gamma and not is_feature_draft(self.draft):
       raise ValueError("lookup_gamma combines prompt lookup with a feature-level draft; this "
                        "Pair's draft is not one")

@@ -219,14 +219,14 @@ def teacher_forced_draft_logits(target: Model, tp, draft, dp, prompt_P: np.ndarr
 
 
 def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, num_tokens: int,
-               num_samples: int, seed: int = 0):
+               num_samples: int, seed: int = 0, rule: str = "tokenwise"):
   """(chi-square p-value of `num_samples` decodes of `num_tokens` tokens after `prompt_P` by a
   Decoder with `scheme` against the target's exact law (`exact_joint`), the decode result)."""
   from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = models
   vocab = target.vocab_size
   inputs = jnp.asarray(np.broadcast_to(prompt_P, (num_samples, len(prompt_P))))
-  out = Decoder(target, draft, scheme, sampling, max_decode_len=num_tokens).generate(
+  out = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens).generate(
       Params(tp, dp), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == num_tokens)
   flat = np.ravel_multi_index(np.asarray(out.tokens_BxN).T, (vocab,) * num_tokens)

@@ -154,6 +154,8 @@ def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key
 
 
 def unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
+  """[B] bool: the draft's top probability (softmax of its raw logits, so it means something
+  under greedy decoding too) is below `cfg.confidence_threshold` (never, at threshold 0)."""
   if cfg.confidence_threshold <= 0.0:
     return jnp.zeros(logits_BxV.shape[:1], bool)
   return jnp.max(jax.nn.softmax(logits_BxV.astype(jnp.float32), axis=-1), axis=-1) < (

@@ -100,13 +100,15 @@ def bucketed_verify_with_hidden(target, target_params, cache, last_B: jax.Array,
 
   def branch(w):
     def run(cache, last_B, x_BxG):
-      p, hidden, cache = verify_with_hidden(target, target_params, cache, last_B, x_BxG[:, :w],
-                                            layers, sampling)
-      return pad_positions(p, g1, 1.0 / p.shape[2]), pad_positions(hidden, g1), cache
+      p_BxWxV, hidden_BxWxnxD, cache = verify_with_hidden(target, target_params, cache, last_B,
+                                                          x_BxG[:, :w], layers, sampling)
+      return (pad_positions(p_BxWxV, g1, 1.0 / p_BxWxV.shape[2]),
+              pad_positions(hidden_BxWxnxD, g1), cache)
     return run
 
-  (p_BxG1xV, hidden, cache), w_used = at_bucket(cfg, width, branch, cache, last_B, x_BxG)
-  return p_BxG1xV, hidden, cache, w_used
+  (p_BxG1xV, hidden_BxG1xnxD, cache), w_used = at_bucket(cfg, width, branch, cache, last_B,
+                                                         x_BxG)
+  return p_BxG1xV, hidden_BxG1xnxD, cache, w_used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +171,7 @@ class AdaptiveFeatureChain:
         decoder.draft, params.draft, state, stats.carry, stats.adaptive.gamma_B, k_draft, cfg,
         decoder.sampling)
     g_B = proposal.proposed_B
-    p_BxG1xV, hidden, target_cache, w_used = bucketed_verify_with_hidden(
+    p_BxG1xV, hidden_BxG1xnxD, target_cache, w_used = bucketed_verify_with_hidden(
         decoder.target, params.target, state.target_cache, st.last_tokens(state),
         proposal.tokens_BxG, jnp.max(jnp.where(active_B, g_B, 1)), decoder.draft.feature_layers,
         cfg, decoder.sampling)
@@ -177,7 +179,7 @@ class AdaptiveFeatureChain:
                                 p_BxG1xV, g_B)
     new = commit(state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache),
                  proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id, decoder.max_decode_len)
-    g_BxG1xD = decoder.draft.fuse(params.draft, hidden).astype(jnp.float32)
+    g_BxG1xD = decoder.draft.fuse(params.draft, hidden_BxG1xnxD).astype(jnp.float32)
     return new.replace(
         stats=AdaptiveFeatureStats(next_carry(state, new, g_BxG1xD, stats.carry),
                                    next_stats(stats.adaptive, calls, w_used, n_B, g_B, active_B,

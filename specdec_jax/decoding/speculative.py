@@ -156,9 +156,9 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax
     counters' own widths (a tree's are N - 1 and N wide, of which the first D and D + 1 fill).
   beta_BxG1: sum_x min(p, q) at the previous call's bonus position (column 0, counted where the
     row was pending: all its drafts were accepted) and at the drafted positions (columns 1..G, a
-    tree's path nodes by depth, counted where written, where the draft computed q and where
-    it proposed: the adaptive schemes' position g_b, written by a fresh draw from p after g_b
-    accepted drafts, was not drafted). So alpha covers every drafted position.
+    tree's path nodes by depth, counted where written and where the draft computed q: below
+    fed_B, or for a scheme that never leaves its draft pending, below proposed_B). So alpha
+    covers every generated position a draft scored.
   """
   gamma = beta_BxG1.shape[1] - 1
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
@@ -167,10 +167,12 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax
   act_B = active_B.astype(jnp.int32)
   ends_B = done_B & active_B
   drafted_B = jnp.where(ends_B, jnp.minimum(proposal.proposed_B, count_B), proposal.proposed_B)
-  proposed_Bx1 = jnp.reshape(jnp.asarray(proposal.proposed_B), (-1, 1))
+  # A scheme that never leaves its draft pending (fed_B > gamma: the feature schemes) computed no
+  # q past its proposed tokens: the adaptive feature chain's position g_b, written by a fresh
+  # draw from p after g_b accepted drafts, is no drafted position.
+  scored_B = jnp.where(proposal.fed_B > gamma, proposal.proposed_B, proposal.fed_B)
   drafted_mask_BxG = ((g_G1[None, :gamma] < jnp.minimum(count_B, gamma)[:, None])
-                      & (g_G1[None, :gamma] < proposal.fed_B[:, None])
-                      & (g_G1[None, :gamma] < proposed_Bx1))
+                      & (g_G1[None, :gamma] < scored_B[:, None]))
   beta_mask_BxG1 = jnp.concatenate([(pending_B & active_B)[:, None], drafted_mask_BxG], axis=1)
   return c.replace(
       iterations=c.iterations + 1,

@@ -118,6 +118,32 @@ def test_greedy_adaptive_equals_autoregressive_models(kind):
   assert int(np.asarray(stats.proposed_hist).sum()) == int(np.asarray(c.target_calls_B).sum())
 
 
+def test_a_rows_alpha_does_not_depend_on_its_batch():
+  """alpha's counters of one row decoded alone equal its counters beside other rows (greedy: the
+  same tokens and block lengths). Alone, a row whose g_b drafts were all accepted is left
+  pending and position g_b is scored as next iteration's bonus; beside a longer block the draft
+  computed q there in this iteration: either way it counts once, with the same q."""
+  target, tp, _, _ = tiny_pair("decoder", 8)
+  leaves, tree = jax.tree.flatten(tp)  # a draft close to the target: long accepted blocks
+  keys = jax.random.split(jax.random.key(7), len(leaves))
+  dp = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape, x.dtype)
+                                 for x, k in zip(leaves, keys)])
+  inputs = jnp.asarray([[5, 6, 7, 2, 0], [3, 4, 3, 0, 0], [4, 4, 4, 4, 4], [7, 1, 0, 0, 0]],
+                       jnp.int32)
+  cfg = ad.AdaptiveConfig(gamma_max=4, gamma_init=2, confidence_threshold=0.3)
+  batch, _ = _adaptive(target, tp, target, dp, inputs, cfg=cfg, sampling=GREEDY,
+                       max_decode_len=24)
+  for r in range(4):
+    alone, _ = _adaptive(target, tp, target, dp, inputs[r:r + 1], cfg=cfg, sampling=GREEDY,
+                         max_decode_len=24)
+    np.testing.assert_array_equal(np.asarray(alone.tokens_BxN[0]),
+                                  np.asarray(batch.tokens_BxN[r]))
+    for name in ("beta_count_B", "drafted_B", "accepted_B"):
+      assert int(getattr(alone.counters, name)[0]) == int(getattr(batch.counters, name)[r]), name
+    np.testing.assert_allclose(float(alone.counters.beta_sum_B[0]),
+                               float(batch.counters.beta_sum_B[r]), rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_identical_draft_grows_the_schedule():
   """The target drafting for itself accepts everything: the schedule climbs 1 -> 3 -> 4 and the

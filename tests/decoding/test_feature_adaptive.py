@@ -23,8 +23,9 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
-from specdec_jax.testing import (sharp_t5_feature_pair, teacher_forced_draft_logits,
-                                 tiny_feature_pair, vmapped_law_pvalue)
+from specdec_jax.testing import (law_pvalue, sharp_t5_feature_pair,
+                                 teacher_forced_draft_logits, tiny_feature_pair,
+                                 vmapped_law_pvalue)
 
 GREEDY = SamplingConfig(temperature=0.0)
 INPUTS = {
@@ -87,16 +88,25 @@ V, NUM_TOKENS, NUM_SAMPLES = 6, 3, 60_000
 PROMPT = np.array([3, 5, 2, 1], np.int32)
 
 
-@pytest.mark.parametrize("rule", ["tokenwise", pytest.param("block", marks=pytest.mark.slow)])
-def test_adaptive_feature_sampling_is_exact(rule):
-  """Each sample is its own batch-1 decode (vmapped); the threshold stops some blocks at one
-  token, the schedule lets others reach three (both lengths occur among the samples)."""
+@pytest.mark.parametrize("rule,batched", [
+    ("tokenwise", False), ("tokenwise", True), pytest.param("block", False, marks=pytest.mark.slow),
+    pytest.param("block", True, marks=pytest.mark.slow)])
+def test_adaptive_feature_sampling_is_exact(rule, batched):
+  """The threshold stops some blocks at one token, the schedule lets others reach three (both
+  lengths occur). Each sample its own batch-1 decode (vmapped: every verify is as wide as the
+  row's block), or all in one batch (rows with shorter blocks than the verify width: drafted
+  tokens past g_b that the masked rule must never keep)."""
   models = sharp_t5_feature_pair(V)
   scheme = AdaptiveFeatureChain.for_draft(
       models[2], AdaptiveConfig(gamma_max=3, confidence_threshold=0.95))
-  pvalue, out = vmapped_law_pvalue(models, SamplingConfig(temperature=1.0, top_k=5), scheme,
-                                   PROMPT, NUM_TOKENS, NUM_SAMPLES, rule=rule)
-  hist = np.sum(np.asarray(out.stats.adaptive.proposed_hist), axis=0)
+  sampling = SamplingConfig(temperature=1.0, top_k=5)
+  if batched:
+    pvalue, out = law_pvalue(models, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES,
+                             rule=rule)
+  else:
+    pvalue, out = vmapped_law_pvalue(models, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES,
+                                     rule=rule)
+  hist = np.asarray(out.stats.adaptive.proposed_hist).reshape(-1, 4).sum(axis=0)
   assert hist[1] > 0.05 * hist.sum() and hist[3] > 0.05 * hist.sum(), hist
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
   assert 0 < accepted < drafted

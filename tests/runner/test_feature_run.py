@@ -194,6 +194,8 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
                        batch_size=2).ids == spec.ids
   assert isinstance(pair.decoder("adaptive").scheme, AdaptiveFeatureChain)
   assert pair.generate(prompts, gamma="adaptive", max_new_tokens=8, batch_size=2).ids == spec.ids
+  with pytest.raises(ValueError, match="not combined"):
+    pair.decoder("adaptive", parallel=True)
   with pytest.raises(ValueError, match="parallel"):
     sd.load("t5_test_target", "t5_test_draft", vocabulary=False).decoder(2, parallel=True)
 

@@ -78,8 +78,8 @@ def test_feature_draft_sharded_equals_unsharded(kind, parallel, temperature):
   batch-sharded feature log, the `lax.cond` on a batch-wide choice, the catch-up loop), greedy
   on one prompt in every row: the batch drafts with the lookup only when every row matches,
   which different random rows of this vocabulary seldom do at once; 'adaptive': a per-row
-  block length (`AdaptiveFeatureChain`: the batch-sharded schedule beside the summed call
-  counts, the bucketed verify with states), its proposed lengths equal too."""
+  block length (`AdaptiveFeatureChain`: the bucketed verify with states on the mesh), its
+  proposed lengths and schedules equal too."""
   t, tp, d, dp = _pair(kind)
   scheme = (scheme_for(d, TreeScheme((2, 2))) if parallel == "tree"
             else scheme_for(d, DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8))
