@@ -201,6 +201,9 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
                        "which a decode that switches drafts per iteration does not follow")
   trees = ([cfg.tree_scheme()] if TREE in as_list(cfg.gamma) else []) + list(
       cfg.tree_candidate_schemes() if AUTO in as_list(cfg.gamma) else [])
+  if cfg.feature_parallel and trees:
+    raise ValueError("a feature-level draft drafts a tree level by level (GAMMA='tree', or 'auto' "
+                     "with RunConfig.tree_candidates); it is not combined with feature_parallel")
   other = [t for t in trees if not isinstance(t, (TreeScheme, DynamicTreeScheme))]
   if other:
     raise ValueError(f"{type(other[0]).__name__} drafts from tokens; a feature-level draft "

@@ -55,9 +55,10 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"), [feature])
   assert scheme_for(draft, AdaptiveConfig(4)) == AdaptiveFeatureChain(AdaptiveConfig(4),
                                                                       draft.width)
-  with pytest.raises(ValueError, match="not combined with feature_parallel"):
-    drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive",
-                                              feature_parallel=True), [feature])
+  for gamma in ("adaptive", "tree"):  # neither drafts a block in one call
+    with pytest.raises(ValueError, match="not combined with feature_parallel"):
+      drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma=gamma,
+                                                feature_parallel=True), [feature])
   # Static and dynamic trees are drafted from the target's states (tree.feature); the
   # prompt-lookup tree (tokens of the history) is refused.
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="tree"), [feature])
