@@ -119,38 +119,55 @@ def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key
   seen x_gamma yet (pending), else [next, pad]. Returns (Proposal with proposed_B = g_B and
   fed_B = the draft calls made, calls, cache); positions >= g_B hold junk the rule never keeps.
   """
-  gmax = cfg.gamma_max
-  batch = state.num_B.shape[0]
   logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
+
+  def step(cache, x_B):
+    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
+    return logits_Bx1xV[:, 0], cache
+
+  x_BxG, q_BxGxV, g_B, calls, cache = draft_until_stopped(
+      step, cache, logits_BxV, state.done_B, sched_B, key, cfg, sampling)
+  fed_B = jnp.full(g_B.shape, calls, jnp.int32)
+  return (Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B,
+                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), calls, cache)
+
+
+def draft_until_stopped(step, aux, logits_BxV: jax.Array, done_B: jax.Array, sched_B: jax.Array,
+                        key: jax.Array, cfg: AdaptiveConfig, sampling: SamplingConfig):
+  """The adaptive draft loop over any draft: x_1 ~ q from the first call's `logits_BxV`, then
+  `step(aux, x_B) -> (logits [B, V], aux)` (a token draft's `extend`; a feature draft's
+  `extend_features` with its own output feature in `aux`) until every active row has stopped:
+  its schedule `sched_B` reached or its draft top probability below the threshold (a
+  `while_loop`, so short blocks cost fewer calls). Returns (tokens [B, G], q [B, G, V], g_B, the
+  draft calls made counting the first, aux)."""
+  gmax = cfg.gamma_max
   keys = jax.random.split(key, gmax)
   q_BxV = process_logits(logits_BxV, sampling)
   x_B = sample(keys[0], q_BxV)
-  v = q_BxV.shape[-1]
+  batch, v = q_BxV.shape
   x_BxG = jnp.zeros((batch, gmax), jnp.int32).at[:, 0].set(x_B)
   q_BxGxV = jnp.zeros((batch, gmax, v), jnp.float32).at[:, 0].set(q_BxV)
-  stopped_B = state.done_B | (sched_B <= 1) | unconfident(logits_BxV, cfg)
-  g_B = jnp.ones((batch,), jnp.int32)
+  stopped_B = done_B | (sched_B <= 1) | unconfident(logits_BxV, cfg)
 
   def cond(c):
     i, *_, stopped_B = c
     return (i < gmax) & jnp.any(~stopped_B)  # an active example still wants token i + 1
 
   def body(c):
-    i, cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B = c
-    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
-    q_BxV = process_logits(logits_Bx1xV[:, 0], sampling)
+    i, aux, x_B, x_BxG, q_BxGxV, g_B, stopped_B = c
+    logits_BxV, aux = step(aux, x_B)
+    q_BxV = process_logits(logits_BxV, sampling)
     x_B = sample(keys[i], q_BxV)
     x_BxG = jax.lax.dynamic_update_slice(x_BxG, x_B[:, None], (0, i))
     q_BxGxV = jax.lax.dynamic_update_slice(q_BxGxV, q_BxV[:, None], (0, i, 0))
     g_B = jnp.where(stopped_B, g_B, i + 1)
-    stopped_B = stopped_B | (i + 1 >= sched_B) | unconfident(logits_Bx1xV[:, 0], cfg)
-    return i + 1, cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B
+    stopped_B = stopped_B | (i + 1 >= sched_B) | unconfident(logits_BxV, cfg)
+    return i + 1, aux, x_B, x_BxG, q_BxGxV, g_B, stopped_B
 
-  calls, cache, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
-      cond, body, (jnp.ones((), jnp.int32), cache, x_B, x_BxG, q_BxGxV, g_B, stopped_B))
-  fed_B = jnp.full((batch,), calls, jnp.int32)
-  return (Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B,
-                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), calls, cache)
+  calls, aux, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
+      cond, body, (jnp.ones((), jnp.int32), aux, x_B, x_BxG, q_BxGxV,
+                   jnp.ones((batch,), jnp.int32), stopped_B))
+  return x_BxG, q_BxGxV, g_B, calls, aux
 
 
 def unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:

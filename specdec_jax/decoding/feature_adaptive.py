@@ -31,12 +31,12 @@ import jax.numpy as jnp
 
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.adaptive import (AdaptiveConfig, AdaptiveStats, at_bucket,
-                                           masked_accept, next_stats, pad_positions,
-                                           unconfident)
+                                           draft_until_stopped, masked_accept, next_stats,
+                                           pad_positions)
 from specdec_jax.decoding.feature_chain import (FeatureCarry, check_feature_pair,
                                                 first_draft_call, next_carry, prime_carry,
                                                 verify_with_hidden)
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Proposal, commit
 
 
@@ -53,42 +53,23 @@ def adaptive_feature_draft(draft, draft_params, state: st.DecodeState, carry: Fe
                            sched_B: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
                            sampling: SamplingConfig) -> tuple[Proposal, jax.Array, object]:
   """Up to gamma_max draft tokens per row: the pending entries, then (own feature, x_i) calls
-  until every active row has stopped (its schedule reached, or a top probability below the
-  threshold). (Proposal with proposed_B = g_B, draft calls made, cache); positions >= g_B hold
-  tokens the rule never keeps."""
-  gmax = cfg.gamma_max
+  until every active row has stopped (`adaptive.draft_until_stopped`: its schedule reached, or
+  a top probability below the threshold). (Proposal with proposed_B = g_B, draft calls made,
+  cache); positions >= g_B hold tokens the rule never keeps."""
   logits_BxV, out_BxD, cache = first_draft_call(draft, draft_params, state, carry)
-  keys = jax.random.split(key, gmax)
-  q_BxV = process_logits(logits_BxV, sampling)
-  x_B = sample(keys[0], q_BxV)
-  batch, v = q_BxV.shape
-  x_BxG = jnp.zeros((batch, gmax), jnp.int32).at[:, 0].set(x_B)
-  q_BxGxV = jnp.zeros((batch, gmax, v), jnp.float32).at[:, 0].set(q_BxV)
-  stopped_B = state.done_B | (sched_B <= 1) | unconfident(logits_BxV, cfg)
 
-  def cond(c):
-    i, *_, stopped_B = c
-    return (i < gmax) & jnp.any(~stopped_B)
-
-  def body(c):
-    i, cache, x_B, out_BxD, x_BxG, q_BxGxV, g_B, stopped_B = c
+  def step(aux, x_B):
+    cache, out_BxD = aux
     logits_Bx1xV, out_Bx1xD, cache = draft.extend_features(draft_params, cache, x_B[:, None],
                                                            out_BxD[:, None])
-    q_BxV = process_logits(logits_Bx1xV[:, 0], sampling)
-    x_B = sample(keys[i], q_BxV)
-    x_BxG = jax.lax.dynamic_update_slice(x_BxG, x_B[:, None], (0, i))
-    q_BxGxV = jax.lax.dynamic_update_slice(q_BxGxV, q_BxV[:, None], (0, i, 0))
-    g_B = jnp.where(stopped_B, g_B, i + 1)
-    stopped_B = stopped_B | (i + 1 >= sched_B) | unconfident(logits_Bx1xV[:, 0], cfg)
-    return i + 1, cache, x_B, out_Bx1xD[:, 0], x_BxG, q_BxGxV, g_B, stopped_B
+    return logits_Bx1xV[:, 0], (cache, out_Bx1xD[:, 0])
 
-  calls, cache, _, _, x_BxG, q_BxGxV, g_B, _ = jax.lax.while_loop(
-      cond, body, (jnp.ones((), jnp.int32), cache, x_B, out_BxD, x_BxG, q_BxGxV,
-                   jnp.ones((batch,), jnp.int32), stopped_B))
+  x_BxG, q_BxGxV, g_B, calls, (cache, _) = draft_until_stopped(
+      step, (cache, out_BxD), logits_BxV, state.done_B, sched_B, key, cfg, sampling)
   # fed_B = gamma_max + 1: the accepted drafts are fed next iteration with the target's
   # features, so `commit` never marks the draft pending; no bonus q (`feature_chain`).
-  return Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=jnp.full_like(g_B, gmax + 1),
-                  bonus_q_BxV=jnp.zeros_like(q_BxV)), calls, cache
+  return Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=jnp.full_like(g_B, cfg.gamma_max + 1),
+                  bonus_q_BxV=jnp.zeros_like(q_BxGxV[:, 0])), calls, cache
 
 
 def bucketed_verify_with_hidden(target, target_params, cache, last_B: jax.Array,
