@@ -224,15 +224,22 @@ def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, n
   Decoder with `scheme` against the target's exact law (`exact_joint`), the decode result)."""
   from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = models
-  vocab = target.vocab_size
   inputs = jnp.asarray(np.broadcast_to(prompt_P, (num_samples, len(prompt_P))))
   out = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens).generate(
       Params(tp, dp), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == num_tokens)
-  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN).T, (vocab,) * num_tokens)
+  tokens_SxN = np.asarray(out.tokens_BxN)[:, :num_tokens]
+  return _joint_pvalue(target, tp, prompt_P, sampling, tokens_SxN), out
+
+
+def _joint_pvalue(target: Model, tp, prompt_P: np.ndarray, sampling: SamplingConfig,
+                  tokens_SxN: np.ndarray) -> float:
+  """Chi-square p-value of the sampled continuations `tokens_SxN` against `exact_joint`."""
+  vocab, num_tokens = target.vocab_size, tokens_SxN.shape[1]
+  flat = np.ravel_multi_index(tokens_SxN.T, (vocab,) * num_tokens)
   counts = np.bincount(flat, minlength=vocab ** num_tokens)
   probs = exact_joint(target, tp, prompt_P, num_tokens, sampling).ravel()
-  return chi_square_gof(counts, probs)[2], out
+  return chi_square_gof(counts, probs)[2]
 
 
 def vmapped_law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray,
@@ -244,17 +251,13 @@ def vmapped_law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.nd
   from specdec_jax.decoding.decoder import (  # pylint: disable=import-outside-toplevel
       Decoder, Params, decode_program)
   target, tp, draft, dp = models
-  vocab = target.vocab_size
   decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens)
   one = jax.vmap(lambda k: decode_program(decoder, Params(tp, dp), jnp.asarray(prompt_P)[None],
                                           k, None))
   out = jax.jit(one)(jax.random.split(jax.random.key(seed), num_samples))
   assert np.all(np.asarray(out.lengths_B) == num_tokens)
-  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN)[:, 0, :num_tokens].T,
-                              (vocab,) * num_tokens)
-  counts = np.bincount(flat, minlength=vocab ** num_tokens)
-  probs = exact_joint(target, tp, prompt_P, num_tokens, sampling).ravel()
-  return chi_square_gof(counts, probs)[2], out
+  tokens_SxN = np.asarray(out.tokens_BxN)[:, 0, :num_tokens]
+  return _joint_pvalue(target, tp, prompt_P, sampling, tokens_SxN), out
 
 
 def run_in_process(*args: str) -> None:
