@@ -1,0 +1,171 @@
+r"""Where a speculative iteration's time goes, inside the decode loop: the draft model's calls,
+the verify's growth with its width, and the loop's own glue.
+
+Why: lone `extend` timings (the cost model's c and v) time a model call with its weights hot in
+cache and nothing around it. Inside the loop each draft call comes after the target's, and each
+drafted token also pays for sampling, its q row, acceptance and counting over the vocabulary.
+Which of those a speedup is waiting on decides what to build next (a cheaper draft step, a
+wider verify, a leaner loop); this script measures it instead of guessing.
+
+How: on a run config's calibration prompts (held out: never the prompts a run reports), in one
+process, interleaved (`timing.interleaved`, medians of `--repeats` rounds), it times
+- the autoregressive loop;
+- per gamma, the chain with the run's model draft;
+- per gamma, the same chain with a FREE draft: the same model, whose `extend` returns one-hot
+  logits computed from the fed tokens (no weights read), so the loop runs the same glue over the
+  same shapes at no model cost.
+Each program is timed uncapped and at 0 iterations (`Decoder.generate(max_iterations=...)`, as
+`runner.costs.measure_loops` does), so the per-request fixed costs drop out: T = (uncapped -
+capped) / iterations. Then per gamma:
+  draft_ms  = T(model draft) - T(free draft)      the draft's calls inside the loop
+  verify_ms = (v(gamma + 1) - 1) x target step    the verify's growth (lone extends)
+  glue_ms   = T(free draft) - T(autoregressive) - verify_ms
+beside the lone-extend draft step (`runner.costs.measure`, weights hot).
+
+  python scripts/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
+      --output=/tmp/loop_anatomy.json [--record=NAME]
+
+`--record NAME` also writes docs/results/NAME.json (a results record; `--load` / `--commit` as
+`scripts/results.py record` takes them).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from specdec_jax import gin_utils, timing
+from specdec_jax import run as run_lib
+from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.speculative import Chain
+from specdec_jax.metrics import results as results_lib
+from specdec_jax.runner import costs as costs_lib, pipeline
+
+flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
+flags.DEFINE_list("gammas", ["1", "2", "4"], "Chain gammas to take apart.")
+flags.DEFINE_integer("num_prompts", 24, "Calibration prompts decoded per timed call (the "
+                     "first of the run's held-out calibration set; 0: all).")
+flags.DEFINE_integer("repeats", 5, "Timed rounds (medians).")
+flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
+flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
+                    "read at the end).")
+flags.DEFINE_string("commit", None, "The commit for the record (default: HEAD).")
+FLAGS = flags.FLAGS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_draft(draft):
+  """`draft` whose `extend` reads no weights: logits one-hot at a token computed from the fed
+  tokens and the cache index (data, so nothing downstream folds to a constant), the cache
+  index moved as a real call moves it. Same type, same fields: the loop builds the same
+  program around it."""
+  cls = type(draft)
+
+  def extend(self, params, cache, tokens_BxT):
+    del params
+    v = self.vocab_size
+    hot_BxTx1 = (tokens_BxT[..., None] * 7 + cache.index_B[:, None, None] + 3) % v
+    logits_BxTxV = jnp.where(jnp.arange(v) == hot_BxTx1, 1.0, -1.0).astype(jnp.float32)
+    return logits_BxTxV, cache.replace(index_B=cache.index_B + tokens_BxT.shape[1])
+
+  free_cls = type(f"Free{cls.__name__}", (cls,), {"extend": extend})
+  return free_cls(**{f.name: getattr(draft, f.name) for f in dataclasses.fields(draft)})
+
+
+def main(argv):
+  del argv
+  if FLAGS.output is None or os.path.exists(FLAGS.output):
+    raise app.UsageError(f"--output must name a new file, got {FLAGS.output!r}")
+  gammas = sorted({int(g) for g in FLAGS.gammas})
+  if not gammas or gammas[0] < 1:
+    raise app.UsageError(f"--gammas must be integers >= 1, got {FLAGS.gammas}")
+  cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
+  loaded = pipeline.load(cfg)
+  models = [s for s in loaded.drafts if s.kind == "model"]
+  if not models:
+    raise app.UsageError("the config has no model draft (DRAFT = 'model') to take apart")
+  spec = models[0]
+  draft, draft_params = loaded.drafts[spec]
+  cal = loaded.calibration
+  ids = list(range(len(cal.ids) if FLAGS.num_prompts <= 0 else min(FLAGS.num_prompts,
+                                                                     len(cal.ids))))
+  batches = [jax.device_put(cal.batch(ids[i:i + cfg.batch_size]))
+             for i in range(0, len(ids), cfg.batch_size)]
+  temperature = float(np.atleast_1d(cfg.temperature)[0])
+  rng = jax.random.key(cfg.seed)
+  full, zero = jnp.int32(cfg.max_decode_length + 1), jnp.int32(0)
+
+  programs = {}
+
+  def add(name, spec_, scheme, swap=None):
+    decoder, params = pipeline.decoder_for(cfg, loaded, temperature, spec_, scheme)
+    if swap is not None:
+      decoder = dataclasses.replace(decoder, draft=swap(decoder.draft))
+    for cap_name, cap in (("full", full), ("zero", zero)):
+      programs[(name, cap_name)] = (lambda d=decoder, p=params, c=cap:
+                                    [d.generate(p, x, rng, max_iterations=c) for x in batches])
+
+  add("autoregressive", None, Autoregressive())
+  for g in gammas:
+    add(f"g{g} model", spec, Chain(g))
+    add(f"g{g} free", spec, Chain(g), swap=free_draft)
+  t0 = time.time()
+  outs, seconds = timing.interleaved(programs, FLAGS.repeats)
+  lone = costs_lib.measure(loaded.target, loaded.target_params, {spec: (draft, draft_params)},
+                           batches[0], list(range(1, max(gammas) + 2)), repeats=10,
+                           max_decode_len=cfg.max_decode_length)[spec]
+
+  def per_iteration(name):
+    iters = sum(int(r.counters.target_calls_B.sum()) for r in outs[(name, "full")])
+    emitted = sum(int(r.counters.emitted_B.sum()) for r in outs[(name, "full")])
+    ms = 1e3 * max(seconds[(name, "full")] - seconds[(name, "zero")], 0.0)  # all batches
+    return ms / max(iters, 1), emitted / max(iters, 1)
+
+  ar_ms, _ = per_iteration("autoregressive")
+  rows = {}
+  print(f"autoregressive iteration {ar_ms:.3f} ms; lone extends: target {lone.target_ms:.3f} ms, "
+        f"draft {lone.draft_ms:.3f} ms (c {lone.c:.3f})")
+  for g in gammas:
+    model_ms, tokens = per_iteration(f"g{g} model")
+    free_ms, _ = per_iteration(f"g{g} free")
+    verify_ms = (lone.v[g + 1] - 1.0) * lone.target_ms
+    draft_ms = model_ms - free_ms
+    glue_ms = free_ms - ar_ms - verify_ms
+    rows[f"gamma{g}"] = {
+        "gamma": g, "iteration_ms": model_ms, "iteration_ms_free_draft": free_ms,
+        "tokens_per_target_call": tokens, "draft_ms_per_iteration": draft_ms,
+        "draft_ms_per_call": draft_ms / g, "verify_growth_ms": verify_ms, "glue_ms": glue_ms,
+        "glue_ms_per_drafted_token": glue_ms / g, "v": lone.v[g + 1],
+        "speedup_without_fixed_costs": tokens * ar_ms / model_ms,
+        "speedup_with_free_draft": tokens * ar_ms / free_ms}
+    print(f"gamma {g}: iteration {model_ms:.3f} ms (free draft {free_ms:.3f}), {tokens:.2f} "
+          f"tokens/call; draft {draft_ms:.3f} ms/iteration ({draft_ms / g:.3f} per call); "
+          f"verify growth {verify_ms:.3f}; glue {glue_ms:.3f} ({glue_ms / g:.3f} per drafted "
+          f"token); {rows[f'gamma{g}']['speedup_without_fixed_costs']:.2f}x, with a free draft "
+          f"{rows[f'gamma{g}']['speedup_with_free_draft']:.2f}x")
+  metrics = {"gin_files": FLAGS.gin_file, "bindings": FLAGS.gin_bindings, "draft": spec.name,
+             "temperature": temperature, "prompts": len(ids), "held_out": loaded.held_out,
+             "repeats": FLAGS.repeats, "seconds": time.time() - t0,
+             "autoregressive_iteration_ms": ar_ms, "lone_target_ms": lone.target_ms,
+             "lone_draft_ms": lone.draft_ms, "lone_c": lone.c,
+             "lone_v": {str(k): v for k, v in sorted(lone.v.items())}, "rows": rows}
+  with open(FLAGS.output, "x") as f:
+    json.dump(metrics, f, indent=1)
+  if FLAGS.record:
+    path = results_lib.save_record(os.path.join(ROOT, "docs", "results"), FLAGS.record, metrics,
+                                   command=" ".join(["python", "scripts/loop_anatomy.py"]
+                                                    + sys.argv[1:]),
+                                   commit=FLAGS.commit, load=FLAGS.load)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  gin_utils.run(main)

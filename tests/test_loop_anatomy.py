@@ -1,0 +1,71 @@
+"""scripts/loop_anatomy.py: the free draft is the same draft minus its weights; the script runs.
+
+Why the free draft is tested: the script's 'draft' and 'glue' figures are differences between
+the loop with the model draft and with the free one, so the free draft must build the same
+loop (same type and fields, the cache index moved as a real call moves it) while reading
+nothing.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from specdec_jax.checkpoints import loader
+from specdec_jax.paths import PACKAGE_PARENT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _script():
+  spec = importlib.util.spec_from_file_location(
+      "loop_anatomy", os.path.join(ROOT, "scripts", "loop_anatomy.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def test_free_draft_reads_no_weights_and_moves_the_index():
+  draft, params = loader.load_model("t5_test_draft")
+  free = _script().free_draft(draft)
+  assert isinstance(free, type(draft)) and free.config == draft.config
+  inputs = jnp.asarray([[5, 6, 7, 1], [8, 9, 1, 0]], jnp.int32)
+  target, tparams = loader.load_model("t5_test_target")
+  encoded = target.encode(tparams, inputs) if draft.shares_encoder else None
+  cache = draft.prefill(params, inputs, 8, encoded=encoded)
+  tokens = jnp.asarray([[3, 4], [5, 6]], jnp.int32)
+  zeros = jax.tree.map(jnp.zeros_like, params)  # no weights: the same logits
+  logits, after = free.extend(zeros, cache, tokens)
+  again, _ = free.extend(params, cache, tokens)
+  assert jnp.array_equal(logits, again)
+  assert jnp.array_equal(after.index_B, cache.index_B + 2)
+  hot = (tokens * 7 + cache.index_B[:, None] + 3) % draft.vocab_size
+  assert jnp.array_equal(jnp.argmax(logits, axis=-1), hot)
+  _, real = draft.extend(params, cache, tokens)
+  assert jnp.array_equal(after.index_B, real.index_B)
+
+
+@pytest.mark.slow
+def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
+  out = tmp_path / "anatomy.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")
+  proc = subprocess.run(
+      [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
+       "--gammas=1,2", "--num_prompts=4", "--repeats=1", f"--output={out}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = json.loads(out.read_text())
+  assert set(res["rows"]) == {"gamma1", "gamma2"} and res["prompts"] == 4
+  for row in res["rows"].values():
+    assert row["iteration_ms"] > 0 and row["iteration_ms_free_draft"] > 0
+    assert 1.0 <= row["tokens_per_target_call"] <= row["gamma"] + 1
+  again = subprocess.run(
+      [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
+       f"--output={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert again.returncode != 0 and "--output must name a new file" in again.stderr
