@@ -9,6 +9,13 @@ A `Decoder` (decoding/decoder.py) with `scheme=Chain(gamma)` runs `Chain.iterati
 The adaptive scheme (decoding/adaptive.py) composes the same `commit` with its own draft and
 verify steps; a new scheme (a tree verifier, a parallel draft) does the same.
 
+At temperature 0 with an exact rule (token-wise or block: at T = 0 both keep exactly the
+leading drafts that equal the target's argmax, then emit the target's argmax) the iteration
+carries token ids instead of one-hot distributions (`greedy_draft_step`, `greedy_accept`,
+`greedy_beta`): the same tokens, counters and state, bit for bit, without the vocabulary-wide
+one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about as much per
+drafted token inside the loop as a third of the zoo draft's call (scripts/loop_anatomy.py).
+
 When all gamma tokens are accepted the draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
 invalidated right after), so the draft costs exactly gamma calls per iteration with static shapes.
@@ -23,7 +30,7 @@ import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
 from specdec_jax.seam import Cache
 
 
@@ -93,6 +100,46 @@ def draft_step(draft, draft_params, state: st.DecodeState, key: jax.Array, gamma
                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), cache
 
 
+def greedy_draft_step(draft, draft_params, state: st.DecodeState, gamma: int
+                      ) -> tuple[Proposal, jax.Array, Cache]:
+  """`draft_step` at temperature 0, as token ids: (Proposal without q rows, the draft's argmax at
+  the previous bonus position [B], draft cache). Each x_i is `sample(process_logits(.))`'s token
+  at temperature 0 (the argmax, the first maximal entry), without the one-hot row."""
+  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
+
+  def one(carry, _):
+    cache, x_B = carry
+    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
+    x_next = argmax(logits_Bx1xV[:, 0].astype(jnp.float32))
+    return (cache, x_next), x_next
+
+  x_B = argmax(logits_BxV.astype(jnp.float32))
+  (cache, _), xs_GxB = jax.lax.scan(one, (cache, x_B), None, length=gamma - 1)
+  tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
+  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
+  proposal = Proposal(tokens_BxG, None, proposed_B=gamma_B, fed_B=gamma_B, bonus_q_BxV=None)
+  return proposal, argmax(bonus_logits_BxV.astype(jnp.float32)), cache
+
+
+def greedy_accept(tokens_BxG: jax.Array, target_BxG1: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Token-wise (and block) verification at temperature 0, from the target's argmax tokens
+  [B, G + 1]: p_i(x_i) / q_i(x_i) is 1 where x_i is the target's argmax and 0 elsewhere, so the
+  rule keeps the leading matches; the residual of two different one-hot rows is the target's,
+  and after G matches the bonus draw is the target's argmax. (n [B], next token [B])."""
+  n_B = acc.leading_count(tokens_BxG == target_BxG1[:, :-1])
+  return n_B, jnp.take_along_axis(target_BxG1, n_B[:, None], axis=1)[:, 0]
+
+
+def greedy_beta(state: st.DecodeState, tokens_BxG: jax.Array, target_BxG1: jax.Array,
+                bonus_draft_B: jax.Array) -> jax.Array:
+  """`commit`'s beta_BxG1 = sum_x min(p, q) at temperature 0: 1 where the draft's and the
+  target's argmax agree, else 0; at the bonus position p is the state's one-hot row (zeros where
+  not pending), read at the draft's token."""
+  bonus_B = jnp.take_along_axis(state.bonus_p_BxV, bonus_draft_B[:, None], axis=1)[:, 0]
+  drafted_BxG = (tokens_BxG == target_BxG1[:, :-1]).astype(jnp.float32)
+  return jnp.concatenate([bonus_B[:, None], drafted_BxG], axis=1)
+
+
 def verify_step(target, target_params, cache: Cache, last_B: jax.Array,
                 draft_tokens_BxG: jax.Array, sampling: SamplingConfig
                 ) -> tuple[jax.Array, Cache]:
@@ -111,6 +158,22 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
   counters only count written tokens (`kept_B` = accepted and written).
   """
   gamma = proposal.tokens_BxG.shape[1]
+  # beta = sum_x min(p, q) at the previous call's bonus position (its p kept in the state, its q
+  # from this call's first draft call), then at each drafted position.
+  bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, proposal.bonus_q_BxV), axis=-1)
+  drafted_beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
+  beta_BxG1 = jnp.concatenate([bonus_beta_B[:, None], drafted_beta_BxG], axis=1)
+  p_n_BxV = jnp.take_along_axis(p_BxG1xV, n_B[:, None, None], axis=1)[:, 0]
+  return commit_with(state, proposal, n_B, next_B, beta_BxG1, p_n_BxV, eos_id, max_decode_len)
+
+
+def commit_with(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: jax.Array,
+                beta_BxG1: jax.Array, p_n_BxV: jax.Array, eos_id: int, max_decode_len: int
+                ) -> st.DecodeState:
+  """`commit` given beta_BxG1 (see `count`) and p_n_BxV (the target's processed distribution at
+  position n, kept where the draft is left pending): what the chain and its temperature-0 path
+  (which has no q rows to compute them from) share."""
+  gamma = proposal.tokens_BxG.shape[1]
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
   padded_BxG1 = jnp.concatenate([proposal.tokens_BxG, jnp.zeros_like(next_B)[:, None]], axis=1)
   new_BxG1 = jnp.where(g_G1[None, :] == n_B[:, None], next_B[:, None], padded_BxG1)
@@ -118,14 +181,8 @@ def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: ja
                                   max_decode_len)
   num_B = state.num_B + count_B
   pending_B = jnp.where(state.done_B, state.draft_pending_B, n_B == proposal.fed_B)
-  # beta = sum_x min(p, q) at the previous call's bonus position (its p kept in the state, its q
-  # from this call's first draft call), then at each drafted position.
-  bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, proposal.bonus_q_BxV), axis=-1)
-  drafted_beta_BxG = jnp.sum(jnp.minimum(p_BxG1xV[:, :gamma], proposal.q_BxGxV), axis=-1)
-  beta_BxG1 = jnp.concatenate([bonus_beta_B[:, None], drafted_beta_BxG], axis=1)
   counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B, proposal,
                    jnp.minimum(n_B, count_B), count_B, beta_BxG1)
-  p_n_BxV = jnp.take_along_axis(p_BxG1xV, n_B[:, None, None], axis=1)[:, 0]
   return write_back(state, num_B, done_B, counters, pending_B, new_BxG1, count_B, p_n_BxV)
 
 
@@ -188,6 +245,12 @@ def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax
       beta_count_B=c.beta_count_B + jnp.sum(beta_mask_BxG1, axis=1, dtype=jnp.int32))
 
 
+# The rules whose temperature-0 result `greedy_accept` computes: the registered exact rules (a
+# rule registered for a test, e.g. the exactness checker's deliberately wrong ones, keeps the
+# general path and shows what it does).
+GREEDY_RULES = ("tokenwise", "block")
+
+
 @dataclasses.dataclass(frozen=True)
 class Chain:
   """Draft a chain of `gamma` tokens per iteration, verify them in one target call.
@@ -213,6 +276,8 @@ class Chain:
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """One draft -> verify -> accept -> commit iteration."""
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
+    if decoder.sampling.greedy and decoder.rule in GREEDY_RULES:
+      return self._greedy_iteration(decoder, params, state.replace(rng=rng))
     proposal, draft_cache = draft_step(decoder.draft, params.draft, state, k_draft, self.gamma,
                                        decoder.sampling)
     p_BxG1xV, target_cache = verify_step(decoder.target, params.target, state.target_cache,
@@ -223,3 +288,19 @@ class Chain:
     state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
     return commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
                   decoder.max_decode_len)
+
+  def _greedy_iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
+    """`iteration` at temperature 0 with an exact rule, as token ids (the module docstring):
+    the same tokens, counters and state as the general path."""
+    proposal, bonus_draft_B, draft_cache = greedy_draft_step(decoder.draft, params.draft, state,
+                                                             self.gamma)
+    block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
+    logits_BxG1xV, target_cache = decoder.target.extend(params.target, state.target_cache,
+                                                        block_BxG1)
+    target_BxG1 = argmax(logits_BxG1xV.astype(jnp.float32))
+    n_B, next_B = greedy_accept(proposal.tokens_BxG, target_BxG1)
+    beta_BxG1 = greedy_beta(state, proposal.tokens_BxG, target_BxG1, bonus_draft_B)
+    p_n_BxV = jax.nn.one_hot(next_B, logits_BxG1xV.shape[-1], dtype=jnp.float32)
+    state = state.replace(target_cache=target_cache, draft_cache=draft_cache)
+    return commit_with(state, proposal, n_B, next_B, beta_BxG1, p_n_BxV, decoder.target.eos_id,
+                       decoder.max_decode_len)
