@@ -25,11 +25,15 @@ beside the lone-extend draft step (`runner.costs.measure`, weights hot).
   python scripts/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
       --output=/tmp/loop_anatomy.json [--record=NAME]
 
+`--general_path` also times each chain through the general path (q rows, draws, residuals)
+beside the temperature-0 token-id path `speculative.Chain` takes, in the same rounds.
+
 `--record NAME` also writes docs/results/NAME.json (a results record; `--load` / `--commit` as
 `scripts/results.py record` takes them).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -43,6 +47,7 @@ from absl import app, flags
 
 from specdec_jax import gin_utils, timing
 from specdec_jax import run as run_lib
+from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import results as results_lib
@@ -53,6 +58,9 @@ flags.DEFINE_list("gammas", ["1", "2", "4"], "Chain gammas to take apart.")
 flags.DEFINE_integer("num_prompts", 24, "Calibration prompts decoded per timed call (the "
                      "first of the run's held-out calibration set; 0: all).")
 flags.DEFINE_integer("repeats", 5, "Timed rounds (medians).")
+flags.DEFINE_bool("general_path", False, "Also time each chain through its general path (the "
+                  "run's rule registered under another name: at temperature 0 the chain's "
+                  "token-id path is then not taken), side by side.")
 flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
 flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
                     "read at the end).")
@@ -105,20 +113,28 @@ def main(argv):
 
   programs = {}
 
-  def add(name, spec_, scheme, swap=None):
+  def add(name, spec_, scheme, swap=None, rule=None):
     decoder, params = pipeline.decoder_for(cfg, loaded, temperature, spec_, scheme)
     if swap is not None:
       decoder = dataclasses.replace(decoder, draft=swap(decoder.draft))
+    if rule is not None:
+      decoder = dataclasses.replace(decoder, rule=rule)
     for cap_name, cap in (("full", full), ("zero", zero)):
       programs[(name, cap_name)] = (lambda d=decoder, p=params, c=cap:
                                     [d.generate(p, x, rng, max_iterations=c) for x in batches])
 
   add("autoregressive", None, Autoregressive())
-  for g in gammas:
-    add(f"g{g} model", spec, Chain(g))
-    add(f"g{g} free", spec, Chain(g), swap=free_draft)
-  t0 = time.time()
-  outs, seconds = timing.interleaved(programs, FLAGS.repeats)
+  general = f"_{cfg.rule}_general_path"
+  with contextlib.ExitStack() as stack:
+    if FLAGS.general_path:
+      stack.enter_context(acc.registered_rule(general, acc.get_rule(cfg.rule)))
+    for g in gammas:
+      add(f"g{g} model", spec, Chain(g))
+      add(f"g{g} free", spec, Chain(g), swap=free_draft)
+      if FLAGS.general_path:
+        add(f"g{g} general", spec, Chain(g), rule=general)
+    t0 = time.time()
+    outs, seconds = timing.interleaved(programs, FLAGS.repeats)
   lone = costs_lib.measure(loaded.target, loaded.target_params, {spec: (draft, draft_params)},
                            batches[0], list(range(1, max(gammas) + 2)), repeats=10,
                            max_decode_len=cfg.max_decode_length)[spec]
@@ -146,6 +162,13 @@ def main(argv):
         "glue_ms_per_drafted_token": glue_ms / g, "v": lone.v[g + 1],
         "speedup_without_fixed_costs": tokens * ar_ms / model_ms,
         "speedup_with_free_draft": tokens * ar_ms / free_ms}
+    if FLAGS.general_path:
+      general_ms, general_tokens = per_iteration(f"g{g} general")
+      assert general_tokens == tokens, (general_tokens, tokens)  # the same decode, bit for bit
+      rows[f"gamma{g}"].update(iteration_ms_general_path=general_ms,
+                               general_over_this_path=general_ms / model_ms)
+      print(f"  general path {general_ms:.3f} ms per iteration ({general_ms / model_ms:.3f}x "
+            f"this path's)")
     print(f"gamma {g}: iteration {model_ms:.3f} ms (free draft {free_ms:.3f}), {tokens:.2f} "
           f"tokens/call; draft {draft_ms:.3f} ms/iteration ({draft_ms / g:.3f} per call); "
           f"verify growth {verify_ms:.3f}; glue {glue_ms:.3f} ({glue_ms / g:.3f} per drafted "
