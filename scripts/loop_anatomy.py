@@ -53,21 +53,26 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import results as results_lib
 from specdec_jax.runner import costs as costs_lib, pipeline
 
-flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
-flags.DEFINE_list("gammas", ["1", "2", "4"], "Chain gammas to take apart.")
-flags.DEFINE_integer("num_prompts", 24, "Calibration prompts decoded per timed call (the "
-                     "first of the run's held-out calibration set; 0: all).")
-flags.DEFINE_integer("repeats", 5, "Timed rounds (medians).")
-flags.DEFINE_bool("general_path", False, "Also time each chain through its general path (the "
-                  "run's rule registered under another name: at temperature 0 the chain's "
-                  "token-id path is then not taken), side by side.")
-flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
-flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
-                    "read at the end).")
-flags.DEFINE_string("commit", None, "The commit for the record (default: HEAD).")
 FLAGS = flags.FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def define_flags() -> None:
+  """The script's flags, defined when it runs (not when a test imports `free_draft`: absl
+  refuses a flag name another module defined, and `--output` is common)."""
+  flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
+  flags.DEFINE_list("gammas", ["1", "2", "4"], "Chain gammas to take apart.")
+  flags.DEFINE_integer("num_prompts", 24, "Calibration prompts decoded per timed call (the "
+                       "first of the run's held-out calibration set; 0: all).")
+  flags.DEFINE_integer("repeats", 5, "Timed rounds (medians).")
+  flags.DEFINE_bool("general_path", False, "Also time each chain through its general path (the "
+                    "run's rule registered under another name: at temperature 0 the chain's "
+                    "token-id path is then not taken), side by side.")
+  flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
+  flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
+                      "read at the end).")
+  flags.DEFINE_string("commit", None, "The commit for the record (default: HEAD).")
 
 
 def free_draft(draft):
@@ -191,4 +196,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   gin_utils.run(main)
