@@ -13,8 +13,8 @@ At temperature 0 with an exact rule (token-wise or block: at T = 0 both keep exa
 leading drafts that equal the target's argmax, then emit the target's argmax) the iteration
 carries token ids instead of one-hot distributions (`greedy_draft_step`, `greedy_accept`,
 `greedy_beta`): the same tokens, counters and state, bit for bit, without the vocabulary-wide
-one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about as much per
-drafted token inside the loop as a third of the zoo draft's call (scripts/loop_anatomy.py).
+one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about half a zoo draft
+call per drafted token inside the loop (scripts/loop_anatomy.py, DESIGN.md).
 
 When all gamma tokens are accepted the draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
