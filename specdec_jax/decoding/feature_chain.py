@@ -40,8 +40,9 @@ import jax.numpy as jnp
 from specdec_jax import seam
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Proposal, commit
+from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
+from specdec_jax.decoding.speculative import (GREEDY_RULES, Proposal, commit, commit_with,
+                                              greedy_accept)
 
 
 @flax.struct.dataclass
@@ -142,6 +143,27 @@ def chain_from(draft, draft_params, logits_BxV: jax.Array, out_BxD: jax.Array, c
                   bonus_q_BxV=jnp.zeros_like(q_BxV)), cache
 
 
+def greedy_draft_step(draft, draft_params, state: st.DecodeState, carry: FeatureCarry,
+                      gamma: int) -> tuple[Proposal, object]:
+  """`draft_step` at temperature 0 as token ids (`speculative.greedy_draft_step`'s twin): each
+  x_i is the draft's argmax, the token `sample(process_logits(.))` gives there, without the
+  one-hot q rows (Proposal.q_BxGxV None; `verify_commit` then takes the token-id path)."""
+  logits_BxV, out_BxD, cache = first_draft_call(draft, draft_params, state, carry)
+
+  def one(c, _):
+    cache, x_B, g_BxD = c
+    logits_Bx1xV, out_Bx1xD, cache = draft.extend_features(draft_params, cache, x_B[:, None],
+                                                           g_BxD[:, None])
+    x_next = argmax(logits_Bx1xV[:, 0].astype(jnp.float32))
+    return (cache, x_next, out_Bx1xD[:, 0]), x_next
+
+  x_B = argmax(logits_BxV.astype(jnp.float32))
+  (cache, _, _), xs_GxB = jax.lax.scan(one, (cache, x_B, out_BxD), None, length=gamma - 1)
+  gamma_B = jnp.full(x_B.shape, gamma, jnp.int32)
+  return Proposal(jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1), None, proposed_B=gamma_B,
+                  fed_B=gamma_B + 1, bonus_q_BxV=None), cache
+
+
 def verify_with_hidden(target, target_params, cache, last_B: jax.Array,
                        draft_tokens_BxG: jax.Array, layers, sampling: SamplingConfig):
   """One target call over [last, x_1..x_G]: (processed p [B, G+1, V], states [B, G+1, n, D],
@@ -163,6 +185,9 @@ class FeatureChain:
 
   needs_draft = True
   stats_batched = True  # FeatureCarry is per example: batch-sharded on a mesh (`Decoder`)
+  # Temperature 0 with an exact rule: draft and verify as token ids (`greedy_draft_step`); a
+  # subclass whose `propose` drafts otherwise (the parallel draft) sets False.
+  greedy_ids = True
 
   def __post_init__(self):
     if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
@@ -198,8 +223,11 @@ class FeatureChain:
     draft = decoder.draft
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
     carry = state.stats
-    proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
-                                         decoder.sampling)
+    if self.greedy_ids and decoder.sampling.greedy and decoder.rule in GREEDY_RULES:
+      proposal, draft_cache = greedy_draft_step(draft, params.draft, state, carry, self.gamma)
+    else:
+      proposal, draft_cache = self.propose(draft, params.draft, state, carry, k_draft,
+                                           decoder.sampling)
     new, g_BxG1xD = verify_commit(decoder, params, state.replace(rng=rng), proposal,
                                   draft_cache, k_accept)
     return new.replace(stats=next_carry(state, new, g_BxG1xD, carry),
@@ -219,13 +247,29 @@ def verify_commit(decoder, params, state: st.DecodeState, proposal: Proposal, dr
                   key: jax.Array) -> tuple[st.DecodeState, jax.Array]:
   """The feature schemes' verify -> accept -> commit: (the state after `commit`, the fused
   target features of the block's positions [B, G + 1, D], float32). `state` holds this
-  iteration's rng; `draft_cache` is the draft's after its calls."""
-  p_BxG1xV, hidden, target_cache = verify_with_hidden(
-      decoder.target, params.target, state.target_cache, st.last_tokens(state),
-      proposal.tokens_BxG, decoder.draft.feature_layers, decoder.sampling)
-  n_B, next_B = acc.get_rule(decoder.rule)(key, proposal.tokens_BxG, proposal.q_BxGxV, p_BxG1xV)
-  new = commit(state.replace(target_cache=target_cache, draft_cache=draft_cache), proposal, n_B,
-               next_B, p_BxG1xV, decoder.target.eos_id, decoder.max_decode_len)
+  iteration's rng; `draft_cache` is the draft's after its calls. A proposal without q rows
+  (`greedy_draft_step`) is verified as token ids (`speculative.greedy_accept`): the same tokens,
+  counters and state, the bonus column's beta 0 as the general path's zero bonus q gives it."""
+  target, tokens_BxG = decoder.target, proposal.tokens_BxG
+  state = state.replace(draft_cache=draft_cache)
+  if proposal.q_BxGxV is None:
+    block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], tokens_BxG], axis=1)
+    logits_BxG1xV, hidden, target_cache = target.extend_with_hidden(
+        params.target, state.target_cache, block_BxG1, decoder.draft.feature_layers)
+    target_BxG1 = argmax(logits_BxG1xV.astype(jnp.float32))
+    n_B, next_B = greedy_accept(tokens_BxG, target_BxG1)
+    agree_BxG = (tokens_BxG == target_BxG1[:, :-1]).astype(jnp.float32)
+    beta_BxG1 = jnp.concatenate([jnp.zeros_like(agree_BxG[:, :1]), agree_BxG], axis=1)
+    p_n_BxV = jax.nn.one_hot(next_B, logits_BxG1xV.shape[-1], dtype=jnp.float32)
+    new = commit_with(state.replace(target_cache=target_cache), proposal, n_B, next_B,
+                      beta_BxG1, p_n_BxV, target.eos_id, decoder.max_decode_len)
+  else:
+    p_BxG1xV, hidden, target_cache = verify_with_hidden(
+        target, params.target, state.target_cache, st.last_tokens(state), tokens_BxG,
+        decoder.draft.feature_layers, decoder.sampling)
+    n_B, next_B = acc.get_rule(decoder.rule)(key, tokens_BxG, proposal.q_BxGxV, p_BxG1xV)
+    new = commit(state.replace(target_cache=target_cache), proposal, n_B, next_B, p_BxG1xV,
+                 target.eos_id, decoder.max_decode_len)
   return new, decoder.draft.fuse(params.draft, hidden).astype(jnp.float32)
 
 

@@ -85,6 +85,7 @@ class ParallelFeatureChain(FeatureChain):
   training used, else its pad id). Hashable: a static part of the Decoder."""
 
   mask_id: int = 0
+  greedy_ids = False  # its `propose` drafts the block in one call, also at temperature 0
 
   @classmethod
   def for_draft(cls, draft, gamma: int, mask_id: int | None = None) -> "ParallelFeatureChain":

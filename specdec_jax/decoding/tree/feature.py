@@ -52,9 +52,10 @@ from specdec_jax.decoding.feature_chain import FeatureCarry
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.tree import dynamic
 from specdec_jax.decoding.tree.commit import commit_path
+from specdec_jax.decoding.tree import token_path
 from specdec_jax.decoding.tree.scheme import (TreeScheme, TreeStats, child_plan,
-                                              level_ranges, commit_tree, draw_children, tree_stats,
-                                              tree_verifier)
+                                              commit_tree_with, draw_children, level_ranges,
+                                              row_beta, tree_stats, tree_verifier)
 from specdec_jax.decoding.tree.shape import DynamicTree, Tree
 
 
@@ -72,14 +73,16 @@ class FeatureTreeStats:
 
 
 def draft_tree(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, key: jax.Array,
-               tree: Tree, sampling: SamplingConfig):
+               tree: Tree, sampling: SamplingConfig, token_ids: bool = False):
   """Drafts the tree from the pending entries and the draft's own features: (node tokens [B, N],
-  q per node [B, N, V] (rows of leaves 0), the draft's cache)."""
+  q per node [B, N, V] (rows of leaves 0), the draft's cache). token_ids (temperature 0,
+  `tree.token_path`): the draft's argmax per node [B, N] (-1 at leaves) instead of q."""
   levels, depths = level_ranges(tree), tree.depths_N
   logits_BxV, out_BxD, cache = feature_chain.first_draft_call(draft, draft_params, state, carry)
   batch, vocab = logits_BxV.shape
   tokens_BxN = jnp.zeros((batch, tree.num_nodes), jnp.int32).at[:, 0].set(st.last_tokens(state))
-  q_BxNxV = jnp.zeros((batch, tree.num_nodes, vocab), jnp.float32)
+  rows = (jnp.full((batch, tree.num_nodes), -1, jnp.int32) if token_ids
+          else jnp.zeros((batch, tree.num_nodes, vocab), jnp.float32))
   # Every node's output feature (the root's from the pending entries' call): a child's input.
   out_BxNxD = jnp.zeros((batch, tree.num_nodes, out_BxD.shape[-1]), jnp.float32)
   out_BxNxD = out_BxNxD.at[:, 0].set(out_BxD.astype(jnp.float32))
@@ -94,21 +97,25 @@ def draft_tree(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, 
           offsets=jnp.asarray(depths[1:end] - 1),
           visible=jnp.asarray(tree.ancestor_mask_NxN[start:end, 1:end]))
       out_BxNxD = out_BxNxD.at[:, start:end].set(level_out_BxLxD.astype(jnp.float32))
-    q_BxLxV = process_logits(logits_BxLxV, sampling)
-    q_BxNxV = q_BxNxV.at[:, start:end].set(q_BxLxV)
+    q_BxLxV = None if token_ids else process_logits(logits_BxLxV, sampling)
+    rows = rows.at[:, start:end].set(token_path.logits_argmax(logits_BxLxV) if token_ids
+                                     else q_BxLxV)
     child_C, pos_C, rank_C = child_plan(tree, start, end)
     kids_BxLxK = draw_children(keys[d], logits_BxLxV, q_BxLxV, int(rank_C.max()) + 1, sampling)
     tokens_BxN = tokens_BxN.at[:, child_C].set(kids_BxLxK[:, pos_C, rank_C])
-  return tokens_BxN, q_BxNxV, cache
+  return tokens_BxN, rows, cache
 
 
 def verify_tree_with_hidden(target, target_params, cache: seam.Cache, tokens_BxN: jax.Array,
-                            tree: Tree, layers, sampling: SamplingConfig):
+                            tree: Tree, layers, sampling: SamplingConfig | None):
   """One target call over every node (node n at slot root + n, position root + depth, seeing
-  its ancestors): (processed p [B, N, V], states [B, N, n_layers, D], cache)."""
+  its ancestors): (processed p [B, N, V], states [B, N, n_layers, D], cache); sampling None:
+  the raw logits in p's place."""
   logits_BxNxV, hidden, cache = target.extend_with_hidden(
       target_params, cache, tokens_BxN, layers, offsets=jnp.asarray(tree.depths_N),
       visible=jnp.asarray(tree.ancestor_mask_NxN))
+  if sampling is None:
+    return logits_BxNxV, hidden, cache
   return process_logits(logits_BxNxV, sampling), hidden, cache
 
 
@@ -177,30 +184,41 @@ class FeatureTreeScheme:
     return tree_verifier(self.verifier, sampling)
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
-    """Draft the tree -> verify with states -> keep a path -> commit -> pending entries."""
+    """Draft the tree -> verify with states -> keep a path -> commit -> pending entries; at
+    temperature 0 with a named verifier as token ids (`tree.token_path`: bit for bit the same)."""
     tree, sampling, draft = self.tree, decoder.sampling, decoder.draft
     rng, k_draft, k_verify = jax.random.split(state.rng, 3)
     root_B = state.target_cache.index_B
-    tokens_BxN, q_BxNxV, draft_cache = draft_tree(draft, params.draft, state, state.stats.carry,
-                                                  k_draft, tree, sampling)
-    p_BxNxV, hidden, target_cache = verify_tree_with_hidden(
+    token_ids = token_path.uses_token_path(self.verifier, sampling)
+    tokens_BxN, rows, draft_cache = draft_tree(draft, params.draft, state, state.stats.carry,
+                                               k_draft, tree, sampling, token_ids)
+    out, hidden, target_cache = verify_tree_with_hidden(
         decoder.target, params.target, state.target_cache, tokens_BxN, tree,
-        draft.feature_layers, sampling)
-    verdict = self.verify_fn(sampling)(k_verify, tree, tokens_BxN, q_BxNxV, p_BxNxV)
+        draft.feature_layers, None if token_ids else sampling)
+    if token_ids:  # out: the target's raw logits
+      target_BxN = token_path.logits_argmax(out)
+      verdict = token_path.argmax_walk(tree, tokens_BxN, target_BxN)
+      beta_BxD1 = token_path.path_beta(state, verdict, target_BxN, rows, None)
+      p_last_BxV = token_path.next_row(verdict, out.shape[-1])
+    else:  # out: p
+      verdict = self.verify_fn(sampling)(k_verify, tree, tokens_BxN, rows, out)
+      beta_BxD1, p_last_BxV = row_beta(state, verdict, out, rows, jnp.zeros_like(out[:, 0]))
     target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
     return self._commit(decoder, params, state.replace(rng=rng, target_cache=target_cache,
                                                        draft_cache=draft_cache),
-                        state, verdict, p_BxNxV, q_BxNxV, hidden)
+                        state, verdict, beta_BxD1, p_last_BxV, hidden)
 
   def _commit(self, decoder, params, state: st.DecodeState, before: st.DecodeState, verdict,
-              p_BxNxV: jax.Array, q_BxNxV: jax.Array, hidden) -> st.DecodeState:
-    """`commit_tree` on `state` (the target's path gathered, both caches after this iteration's
-    calls), then the pending entries (the fused target states at the root and the kept path)
-    and the draft's cache rolled back to before the tree. `before`: the iteration's input."""
+              beta_BxD1: jax.Array, p_last_BxV: jax.Array, hidden) -> st.DecodeState:
+    """`commit_tree_with` on `state` (the target's path gathered, both caches after this
+    iteration's calls; beta and the last node's row as `row_beta` or `tree.token_path` give them,
+    without a bonus q: 0 at column 0), then the pending entries (the fused target states at the
+    root and the kept path) and the draft's cache rolled back to before the tree. `before`: the
+    iteration's input."""
     # The draft is never pending: its kept positions are fed again with the target's states.
     never_B = jnp.zeros_like(state.done_B)
-    new = commit_tree(state, verdict, p_BxNxV, q_BxNxV, jnp.zeros_like(q_BxNxV[:, 0]),
-                      decoder.target.eos_id, decoder.max_decode_len, pending_B=never_B)
+    new = commit_tree_with(state, verdict, beta_BxD1, p_last_BxV, decoder.target.eos_id,
+                           decoder.max_decode_len, pending_B=never_B)
     carry, active_B = before.stats.carry, ~before.done_B
     written_B = new.num_B - before.num_B
     g_BxD1xD = decoder.draft.fuse(params.draft, path_hidden(hidden, verdict.path_BxD))
@@ -277,7 +295,9 @@ class FeatureDynamicTreeScheme(FeatureTreeScheme):
         offsets=lay.depths_BxN, visible=lay.visible_BxNxN)
     p_BxNxV = process_logits(logits_BxNxV, sampling)
     verdict = self.verify_fn(sampling)(k_verify, lay.walk, lay.tokens_BxN, lay.q_BxNxV, p_BxNxV)
+    beta_BxD1, p_last_BxV = row_beta(state, verdict, p_BxNxV, lay.q_BxNxV,
+                                     jnp.zeros_like(p_BxNxV[:, 0]))
     target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
     return self._commit(decoder, params, state.replace(rng=rng, target_cache=target_cache,
                                                        draft_cache=draft_cache),
-                        state, verdict, p_BxNxV, lay.q_BxNxV, hidden)
+                        state, verdict, beta_BxD1, p_last_BxV, hidden)

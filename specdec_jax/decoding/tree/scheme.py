@@ -37,7 +37,7 @@ from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.speculative import count, first_draft_call, write_back
-from specdec_jax.decoding.tree import verify
+from specdec_jax.decoding.tree import token_path, verify
 from specdec_jax.decoding.tree.commit import commit_path
 from specdec_jax.decoding.tree.shape import Tree
 
@@ -97,15 +97,18 @@ def draw_children(key: jax.Array, logits_BxLxV: jax.Array, q_BxLxV: jax.Array, k
 
 
 def draft_tree(draft, draft_params, state: st.DecodeState, key: jax.Array, tree: Tree,
-               sampling: SamplingConfig):
+               sampling: SamplingConfig, token_ids: bool = False):
   """Drafts the tree: (node tokens [B, N], q per node [B, N, V] (rows of leaves 0), the processed
   q at the previous iteration's bonus position [B, V], the draft cache holding the root at its
-  slot and node n (every depth < D) at root + n)."""
+  slot and node n (every depth < D) at root + n). token_ids (temperature 0, `tree.token_path`): the
+  draft's argmax per node [B, N] (-1 at leaves) and at the bonus position [B] instead of the
+  one-hot rows."""
   levels, depths = level_ranges(tree), tree.depths_N
   logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
   batch, vocab = logits_BxV.shape
   tokens_BxN = jnp.zeros((batch, tree.num_nodes), jnp.int32).at[:, 0].set(st.last_tokens(state))
-  q_BxNxV = jnp.zeros((batch, tree.num_nodes, vocab), jnp.float32)
+  rows = (jnp.full((batch, tree.num_nodes), -1, jnp.int32) if token_ids
+          else jnp.zeros((batch, tree.num_nodes, vocab), jnp.float32))
   keys = jax.random.split(key, tree.max_depth)
   logits_BxLxV = logits_BxV[:, None]
   for d, (start, end) in enumerate(levels[:-1]):
@@ -113,21 +116,29 @@ def draft_tree(draft, draft_params, state: st.DecodeState, key: jax.Array, tree:
       logits_BxLxV, cache = draft.extend_with_mask(
           draft_params, cache, tokens_BxN[:, start:end], jnp.asarray(depths[1:end] - 1),
           jnp.asarray(tree.ancestor_mask_NxN[start:end, 1:end]))
-    q_BxLxV = process_logits(logits_BxLxV, sampling)
-    q_BxNxV = q_BxNxV.at[:, start:end].set(q_BxLxV)
+    q_BxLxV = None if token_ids else process_logits(logits_BxLxV, sampling)
+    rows = rows.at[:, start:end].set(token_path.logits_argmax(logits_BxLxV) if token_ids
+                                     else q_BxLxV)
     child_C, pos_C, rank_C = child_plan(tree, start, end)
     kids_BxLxK = draw_children(keys[d], logits_BxLxV, q_BxLxV, int(rank_C.max()) + 1, sampling)
     tokens_BxN = tokens_BxN.at[:, child_C].set(kids_BxLxK[:, pos_C, rank_C])
-  return tokens_BxN, q_BxNxV, process_logits(bonus_logits_BxV, sampling), cache
+  bonus = (token_path.logits_argmax(bonus_logits_BxV) if token_ids
+           else process_logits(bonus_logits_BxV, sampling))
+  return tokens_BxN, rows, bonus, cache
+
+
+def tree_logits(target, target_params, cache: seam.Cache, tokens_BxN: jax.Array, tree: Tree
+                ) -> tuple[jax.Array, seam.Cache]:
+  """One target call over every node (node n at slot root + n, position root + depth, seeing
+  its ancestors): the raw logits [B, N, V] and the cache."""
+  return target.extend_with_mask(target_params, cache, tokens_BxN, jnp.asarray(tree.depths_N),
+                                 jnp.asarray(tree.ancestor_mask_NxN))
 
 
 def verify_tree(target, target_params, cache: seam.Cache, tokens_BxN: jax.Array, tree: Tree,
                 sampling: SamplingConfig) -> tuple[jax.Array, seam.Cache]:
-  """One target call over every node (node n at slot root + n, position root + depth, seeing
-  its ancestors): the processed p per node [B, N, V] (float32) and the cache."""
-  logits_BxNxV, cache = target.extend_with_mask(target_params, cache, tokens_BxN,
-                                                jnp.asarray(tree.depths_N),
-                                                jnp.asarray(tree.ancestor_mask_NxN))
+  """`tree_logits`, processed: p per node [B, N, V] (float32) and the cache."""
+  logits_BxNxV, cache = tree_logits(target, target_params, cache, tokens_BxN, tree)
   return process_logits(logits_BxNxV, sampling), cache
 
 
@@ -147,6 +158,33 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
   `first_draft_call`, as in the chain). A static tree's draft fed every node above depth D, so
   None means: the path reached depth D. Where pending, the draft computed no q after that node,
   so alpha's columns stop at it (the next token's q comes as next iteration's bonus q)."""
+  beta_BxD1, p_last_BxV = row_beta(state, verdict, p_BxNxV, q_BxNxV, bonus_q_BxV)
+  return commit_tree_with(state, verdict, beta_BxD1, p_last_BxV, eos_id, max_decode_len,
+                          pending_B)
+
+
+def row_beta(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax.Array,
+             q_BxNxV: jax.Array, bonus_q_BxV: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """What `commit_tree` reads of the rows: beta_BxD1 = sum_x min(p, q) at the previous call's
+  bonus position, then at the root and each path node above depth D (past the path the root:
+  columns the counters mask), and the target's processed row at the last kept node."""
+  depth = verdict.path_BxD.shape[1]
+  nodes_BxD1 = jnp.concatenate([jnp.zeros_like(verdict.num_accepted_B)[:, None],
+                                verdict.path_BxD], axis=1)
+  path_beta_BxD = jnp.sum(jnp.minimum(_path_rows(p_BxNxV, nodes_BxD1),
+                                      _path_rows(q_BxNxV, nodes_BxD1)), axis=-1)[:, :depth]
+  bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, bonus_q_BxV), axis=-1)
+  beta_BxD1 = jnp.concatenate([bonus_beta_B[:, None], path_beta_BxD], axis=1)
+  p_last_BxV = jnp.take_along_axis(p_BxNxV, verdict.last_node_B[:, None, None], axis=1)[:, 0]
+  return beta_BxD1, p_last_BxV
+
+
+def commit_tree_with(state: st.DecodeState, verdict: verify.TreeVerdict, beta_BxD1: jax.Array,
+                     p_last_BxV: jax.Array, eos_id: int, max_decode_len: int,
+                     pending_B: jax.Array | None = None) -> st.DecodeState:
+  """`commit_tree` given beta_BxD1 (`speculative.count`) and the target's processed row at the
+  last kept node: what the general tree path and its temperature-0 path (`tree.token_path`, no rows
+  to compute them from) share."""
   n_B, depth = verdict.num_accepted_B, verdict.path_BxD.shape[1]
   d_D1 = jnp.arange(depth + 1, dtype=jnp.int32)
   padded_BxD1 = jnp.concatenate([verdict.tokens_BxD, jnp.zeros_like(n_B)[:, None]], axis=1)
@@ -156,18 +194,11 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
   num_B = state.num_B + count_B
   fresh_B = n_B == depth if pending_B is None else pending_B
   pending_B = jnp.where(state.done_B, state.draft_pending_B, fresh_B)
-  # beta = sum_x min(p, q): the previous call's bonus position, then each path node above D.
-  nodes_BxD1 = jnp.concatenate([jnp.zeros_like(n_B)[:, None], verdict.path_BxD], axis=1)
-  path_beta_BxD = jnp.sum(jnp.minimum(_path_rows(p_BxNxV, nodes_BxD1),
-                                      _path_rows(q_BxNxV, nodes_BxD1)), axis=-1)[:, :depth]
-  bonus_beta_B = jnp.sum(jnp.minimum(state.bonus_p_BxV, bonus_q_BxV), axis=-1)
-  beta_BxD1 = jnp.concatenate([bonus_beta_B[:, None], path_beta_BxD], axis=1)
   path_B = jnp.full_like(n_B, depth)  # one path offers D drafts: a per-path acceptance rate
   drafted = PathDrafted(path_B, jnp.where(fresh_B, n_B, path_B))
   kept_B = jnp.minimum(n_B + verdict.pruned_B.astype(n_B.dtype), count_B)
   counters = count(state.counters, ~state.done_B, done_B, state.draft_pending_B, drafted, kept_B,
                    count_B, beta_BxD1)
-  p_last_BxV = jnp.take_along_axis(p_BxNxV, verdict.last_node_B[:, None, None], axis=1)[:, 0]
   return write_back(state, num_B, done_B, counters, pending_B, new_BxD1, count_B,
                     p_last_BxV)
 
@@ -261,19 +292,32 @@ class TreeScheme(ModelTree):
 
 def tree_iteration(decoder, params, state: st.DecodeState, scheme: TreeScheme
                    ) -> st.DecodeState:
-  """One draft -> verify -> keep a path -> commit iteration (one target call)."""
+  """One draft -> verify -> keep a path -> commit iteration (one target call); at temperature 0
+  with a named verifier as token ids (`tree.token_path`: the same result, bit for bit)."""
   tree, sampling = scheme.tree, decoder.sampling
   rng, k_draft, k_verify = jax.random.split(state.rng, 3)
   root_B = state.target_cache.index_B
-  tokens_BxN, q_BxNxV, bonus_q_BxV, draft_cache = draft_tree(
-      decoder.draft, params.draft, state, k_draft, tree, sampling)
-  p_BxNxV, target_cache = verify_tree(decoder.target, params.target, state.target_cache,
-                                      tokens_BxN, tree, sampling)
-  verdict = scheme.verify_fn(sampling)(k_verify, tree, tokens_BxN, q_BxNxV, p_BxNxV)
+  token_ids = token_path.uses_token_path(scheme.verifier, sampling)
+  tokens_BxN, rows, bonus, draft_cache = draft_tree(decoder.draft, params.draft, state, k_draft,
+                                                    tree, sampling, token_ids)
+  if token_ids:
+    logits_BxNxV, target_cache = tree_logits(decoder.target, params.target, state.target_cache,
+                                             tokens_BxN, tree)
+    target_BxN = token_path.logits_argmax(logits_BxNxV)
+    verdict = token_path.argmax_walk(tree, tokens_BxN, target_BxN)
+  else:
+    p_BxNxV, target_cache = verify_tree(decoder.target, params.target, state.target_cache,
+                                        tokens_BxN, tree, sampling)
+    verdict = scheme.verify_fn(sampling)(k_verify, tree, tokens_BxN, rows, p_BxNxV)
   keep = functools.partial(commit_path, root_slot_B=root_B, path_BxD=verdict.path_BxD,
                            num_accepted_B=verdict.num_accepted_B)
   state = state.replace(rng=rng, target_cache=keep(target_cache), draft_cache=keep(draft_cache))
-  new = commit_tree(state, verdict, p_BxNxV, q_BxNxV, bonus_q_BxV, decoder.target.eos_id,
-                    decoder.max_decode_len)
+  if token_ids:
+    beta_BxD1 = token_path.path_beta(state, verdict, target_BxN, rows, bonus)
+    p_last_BxV = token_path.next_row(verdict, logits_BxNxV.shape[-1])
+  else:
+    beta_BxD1, p_last_BxV = row_beta(state, verdict, p_BxNxV, rows, bonus)
+  new = commit_tree_with(state, verdict, beta_BxD1, p_last_BxV, decoder.target.eos_id,
+                         decoder.max_decode_len)
   kept_B = new.counters.accepted_B - state.counters.accepted_B
   return new.replace(stats=tree_stats(state.stats, verdict, ~state.done_B, kept_B))
