@@ -27,6 +27,11 @@ beside the lone-extend draft step (`runner.costs.measure`, weights hot).
 
 `--general_path` also times each chain through the general path (q rows, draws, residuals)
 beside the temperature-0 token-id path `speculative.Chain` takes, in the same rounds.
+`--trees="2;2,1"` also times static trees (`TreeScheme`, branchings separated by ';'; with
+`--general_path`, each beside its general path: the verifier passed as the function
+`verify.greedy`). A feature-level draft's config (configs/local/feature.gin) times its
+`FeatureChain` and `FeatureTreeScheme`; it has no free twin, so its rows hold the iteration, the
+tokens per call and the general path only.
 
 `--record NAME` also writes docs/results/NAME.json (a results record; `--load` / `--commit` as
 `scripts/results.py record` takes them).
@@ -49,7 +54,10 @@ from specdec_jax import gin_utils, timing
 from specdec_jax import run as run_lib
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.draft_schemes import chain_for
+from specdec_jax.decoding.feature_chain import is_feature_draft
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree import TreeScheme, verify
 from specdec_jax.metrics import results as results_lib
 from specdec_jax.runner import costs as costs_lib, pipeline
 
@@ -69,10 +77,27 @@ def define_flags() -> None:
   flags.DEFINE_bool("general_path", False, "Also time each chain through its general path (the "
                     "run's rule registered under another name: at temperature 0 the chain's "
                     "token-id path is then not taken), side by side.")
+  flags.DEFINE_list("trees", [], "Static tree branchings to time, ';'-separated (e.g. "
+                    "'2;2,1'); none by default.", )
   flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
   flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
                       "read at the end).")
   flags.DEFINE_string("commit", None, "The commit for the record (default: HEAD).")
+
+
+def parse_trees(text: str) -> list[tuple[int, ...]]:
+  """'2;2,1' -> [(2,), (2, 1)] (the --trees flag, whose commas absl splits and we rejoin)."""
+  trees = []
+  for part in filter(None, (p.strip() for p in text.replace(" ", "").split(";"))):
+    try:
+      branching = tuple(int(x) for x in part.split(",") if x)
+    except ValueError:
+      branching = ()
+    if not branching or min(branching) < 1:
+      raise app.UsageError(f"--trees: each tree is a branching of positive integers such as "
+                           f"'2,1', got {part!r}")
+    trees.append(branching)
+  return trees
 
 
 def free_draft(draft):
@@ -130,14 +155,21 @@ def main(argv):
 
   add("autoregressive", None, Autoregressive())
   general = f"_{cfg.rule}_general_path"
+  feature = is_feature_draft(draft)
+  trees = parse_trees(",".join(FLAGS.trees))
   with contextlib.ExitStack() as stack:
     if FLAGS.general_path:
       stack.enter_context(acc.registered_rule(general, acc.get_rule(cfg.rule)))
     for g in gammas:
-      add(f"g{g} model", spec, Chain(g))
-      add(f"g{g} free", spec, Chain(g), swap=free_draft)
+      add(f"g{g} model", spec, chain_for(draft, g))
+      if not feature:
+        add(f"g{g} free", spec, Chain(g), swap=free_draft)
       if FLAGS.general_path:
-        add(f"g{g} general", spec, Chain(g), rule=general)
+        add(f"g{g} general", spec, chain_for(draft, g), rule=general)
+    for b in trees:
+      add(f"tree{b} model", spec, TreeScheme(b))
+      if FLAGS.general_path:
+        add(f"tree{b} general", spec, TreeScheme(b, verify.greedy))
     t0 = time.time()
     outs, seconds = timing.interleaved(programs, FLAGS.repeats)
   lone = costs_lib.measure(loaded.target, loaded.target_params, {spec: (draft, draft_params)},
@@ -150,12 +182,29 @@ def main(argv):
     ms = 1e3 * max(seconds[(name, "full")] - seconds[(name, "zero")], 0.0)  # all batches
     return ms / max(iters, 1), emitted / max(iters, 1)
 
+  def add_general(row, name, model_ms, tokens):
+    """The general path's iteration beside this path's (the same decode, bit for bit)."""
+    if not FLAGS.general_path:
+      return
+    general_ms, general_tokens = per_iteration(f"{name} general")
+    assert general_tokens == tokens, (general_tokens, tokens)
+    row.update(iteration_ms_general_path=general_ms, general_over_this_path=general_ms / model_ms)
+    print(f"  general path {general_ms:.3f} ms per iteration ({general_ms / model_ms:.3f}x "
+          f"this path's)")
+
   ar_ms, _ = per_iteration("autoregressive")
   rows = {}
   print(f"autoregressive iteration {ar_ms:.3f} ms; lone extends: target {lone.target_ms:.3f} ms, "
         f"draft {lone.draft_ms:.3f} ms (c {lone.c:.3f})")
   for g in gammas:
     model_ms, tokens = per_iteration(f"g{g} model")
+    if feature:
+      rows[f"gamma{g}"] = {"gamma": g, "iteration_ms": model_ms, "tokens_per_target_call": tokens,
+                           "speedup_without_fixed_costs": tokens * ar_ms / model_ms}
+      print(f"gamma {g}: iteration {model_ms:.3f} ms, {tokens:.2f} tokens/call, "
+            f"{tokens * ar_ms / model_ms:.2f}x")
+      add_general(rows[f"gamma{g}"], f"g{g}", model_ms, tokens)
+      continue
     free_ms, _ = per_iteration(f"g{g} free")
     verify_ms = (lone.v[g + 1] - 1.0) * lone.target_ms
     draft_ms = model_ms - free_ms
@@ -167,18 +216,20 @@ def main(argv):
         "glue_ms_per_drafted_token": glue_ms / g, "v": lone.v[g + 1],
         "speedup_without_fixed_costs": tokens * ar_ms / model_ms,
         "speedup_with_free_draft": tokens * ar_ms / free_ms}
-    if FLAGS.general_path:
-      general_ms, general_tokens = per_iteration(f"g{g} general")
-      assert general_tokens == tokens, (general_tokens, tokens)  # the same decode, bit for bit
-      rows[f"gamma{g}"].update(iteration_ms_general_path=general_ms,
-                               general_over_this_path=general_ms / model_ms)
-      print(f"  general path {general_ms:.3f} ms per iteration ({general_ms / model_ms:.3f}x "
-            f"this path's)")
+    add_general(rows[f"gamma{g}"], f"g{g}", model_ms, tokens)
     print(f"gamma {g}: iteration {model_ms:.3f} ms (free draft {free_ms:.3f}), {tokens:.2f} "
           f"tokens/call; draft {draft_ms:.3f} ms/iteration ({draft_ms / g:.3f} per call); "
           f"verify growth {verify_ms:.3f}; glue {glue_ms:.3f} ({glue_ms / g:.3f} per drafted "
           f"token); {rows[f'gamma{g}']['speedup_without_fixed_costs']:.2f}x, with a free draft "
           f"{rows[f'gamma{g}']['speedup_with_free_draft']:.2f}x")
+  for b in trees:
+    model_ms, tokens = per_iteration(f"tree{b} model")
+    row = rows[f"tree{b}"] = {"tree": list(b), "iteration_ms": model_ms,
+                              "tokens_per_target_call": tokens,
+                              "speedup_without_fixed_costs": tokens * ar_ms / model_ms}
+    print(f"tree {b}: iteration {model_ms:.3f} ms, {tokens:.2f} tokens/call, "
+          f"{row['speedup_without_fixed_costs']:.2f}x")
+    add_general(row, f"tree{b}", model_ms, tokens)
   metrics = {"gin_files": FLAGS.gin_file, "bindings": FLAGS.gin_bindings, "draft": spec.name,
              "temperature": temperature, "prompts": len(ids), "held_out": loaded.held_out,
              "repeats": FLAGS.repeats, "seconds": time.time() - t0,
