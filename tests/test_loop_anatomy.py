@@ -49,6 +49,14 @@ def test_free_draft_reads_no_weights_and_moves_the_index():
   assert jnp.array_equal(after.index_B, real.index_B)
 
 
+def test_trees_flag_parses_branchings_and_refuses_bad_ones():
+  mod = _script()
+  assert mod.parse_trees("2;2,1") == [(2,), (2, 1)] and mod.parse_trees("") == []
+  for bad in ("2;x", "0,1", "2;-1"):
+    with pytest.raises(mod.app.UsageError, match="--trees"):
+      mod.parse_trees(bad)
+
+
 @pytest.mark.slow
 def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
   out = tmp_path / "anatomy.json"
@@ -56,14 +64,19 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
   env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")
   proc = subprocess.run(
       [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
-       "--gammas=1,2", "--num_prompts=4", "--repeats=1", f"--output={out}"],
+       "--gammas=1,2", "--trees=2;2,1", "--general_path", "--num_prompts=4", "--repeats=1",
+       f"--output={out}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads(out.read_text())
-  assert set(res["rows"]) == {"gamma1", "gamma2"} and res["prompts"] == 4
-  for row in res["rows"].values():
+  assert set(res["rows"]) == {"gamma1", "gamma2", "tree(2,)", "tree(2, 1)"}
+  assert res["prompts"] == 4
+  for name in ("gamma1", "gamma2"):
+    row = res["rows"][name]
     assert row["iteration_ms"] > 0 and row["iteration_ms_free_draft"] > 0
     assert 1.0 <= row["tokens_per_target_call"] <= row["gamma"] + 1
+  for row in res["rows"].values():
+    assert row["iteration_ms_general_path"] > 0
   again = subprocess.run(
       [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
        f"--output={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
