@@ -59,7 +59,7 @@ from specdec_jax.decoding.feature_chain import is_feature_draft
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme, verify
 from specdec_jax.metrics import results as results_lib
-from specdec_jax.runner import costs as costs_lib, pipeline
+from specdec_jax.runner import costs as costs_lib, drafts as drafts_lib, pipeline
 
 FLAGS = flags.FLAGS
 
@@ -127,9 +127,11 @@ def main(argv):
     raise app.UsageError(f"--gammas must be integers >= 1, got {FLAGS.gammas}")
   cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
   loaded = pipeline.load(cfg)
-  models = [s for s in loaded.drafts if s.kind == "model"]
+  models = [s for s in loaded.drafts if s.kind in (drafts_lib.MODEL_DRAFT,
+                                                    drafts_lib.FEATURE_DRAFT)]
   if not models:
-    raise app.UsageError("the config has no model draft (DRAFT = 'model') to take apart")
+    raise app.UsageError("the config has no model draft (DRAFT = 'model', or a feature-level "
+                         "draft's checkpoint) to take apart")
   spec = models[0]
   draft, draft_params = loaded.drafts[spec]
   cal = loaded.calibration
