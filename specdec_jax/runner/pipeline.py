@@ -99,7 +99,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
       drafts[spec] = drafts_lib.load_draft(spec, target, tparams, settings, tables_fn=tables_fn,
                                            target_name=cfg.target_checkpoint)
   both = inputs_lib.Prompts.tokenized(data, target, cfg.max_input_length,
-                                      truncate=cfg.truncate_inputs)
+                                      truncate=cfg.truncate_inputs, buckets=cfg.prompt_buckets)
   where = {i: j for j, i in enumerate(chosen)}
   prompts = both.take([where[i] for i in sets.measured])
   calibration = both.take([where[i] for i in sets.calibration])
