@@ -75,9 +75,7 @@ class RunConfig:
   # A prompt longer than max_input_length: True cuts it (a T5 input keeps its EOS last) and logs
   # one warning with the count; False refuses the run, naming the first such example.
   truncate_inputs: bool = True
-  # Pad each batch of prompts to its width bucket (the next power of two >= 16 above its longest
-  # prompt, `runner.inputs.bucket_width`): a compile per bucket, and no request pays the encoder
-  # and cross-attention over the run's longest prompt. False: every batch padded to the longest.
+  # Pad each batch to its width bucket (`runner.inputs.bucket_width`); False: to the longest.
   prompt_buckets: bool = True
   # A SentencePiece .model, or a Hugging Face tokenizer.json (or the directory holding it); None:
   # the tokenizer.json of an HF checkpoint directory the target is read from, else the shipped one.
