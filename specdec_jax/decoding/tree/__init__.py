@@ -11,6 +11,8 @@
   draft log-probability, the best N - 1 candidates verified, exact (pruned children are tried).
 - `feature`: `FeatureTreeScheme` / `FeatureDynamicTreeScheme`, the same trees drafted by a
   feature-level draft from the target's states (`draft_schemes.scheme_for` makes them).
+- `token_path`: the static trees at temperature 0 as token ids (argmax tables, not one-hot rows;
+  the same result bit for bit).
 """
 from specdec_jax.decoding.tree.shape import Tree  # noqa: F401
 from specdec_jax.decoding.tree.verify import TreeVerdict, greedy  # noqa: F401
