@@ -78,7 +78,7 @@ def define_flags() -> None:
                     "run's rule registered under another name: at temperature 0 the chain's "
                     "token-id path is then not taken), side by side.")
   flags.DEFINE_list("trees", [], "Static tree branchings to time, ';'-separated (e.g. "
-                    "'2;2,1'); none by default.", )
+                    "'2;2,1'); none by default.")
   flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
   flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
                       "read at the end).")

@@ -41,8 +41,7 @@ from specdec_jax import seam
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
-from specdec_jax.decoding.speculative import (GREEDY_RULES, Proposal, commit, commit_with,
-                                              greedy_accept)
+from specdec_jax.decoding.speculative import GREEDY_RULES, Proposal, commit, greedy_commit
 
 
 @flax.struct.dataclass
@@ -248,7 +247,7 @@ def verify_commit(decoder, params, state: st.DecodeState, proposal: Proposal, dr
   """The feature schemes' verify -> accept -> commit: (the state after `commit`, the fused
   target features of the block's positions [B, G + 1, D], float32). `state` holds this
   iteration's rng; `draft_cache` is the draft's after its calls. A proposal without q rows
-  (`greedy_draft_step`) is verified as token ids (`speculative.greedy_accept`): the same tokens,
+  (`greedy_draft_step`) is verified as token ids (`speculative.greedy_commit`): the same tokens,
   counters and state, the bonus column's beta 0 as the general path's zero bonus q gives it."""
   target, tokens_BxG = decoder.target, proposal.tokens_BxG
   state = state.replace(draft_cache=draft_cache)
@@ -256,13 +255,9 @@ def verify_commit(decoder, params, state: st.DecodeState, proposal: Proposal, dr
     block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], tokens_BxG], axis=1)
     logits_BxG1xV, hidden, target_cache = target.extend_with_hidden(
         params.target, state.target_cache, block_BxG1, decoder.draft.feature_layers)
-    target_BxG1 = argmax(logits_BxG1xV.astype(jnp.float32))
-    n_B, next_B = greedy_accept(tokens_BxG, target_BxG1)
-    agree_BxG = (tokens_BxG == target_BxG1[:, :-1]).astype(jnp.float32)
-    beta_BxG1 = jnp.concatenate([jnp.zeros_like(agree_BxG[:, :1]), agree_BxG], axis=1)
-    p_n_BxV = jax.nn.one_hot(next_B, logits_BxG1xV.shape[-1], dtype=jnp.float32)
-    new = commit_with(state.replace(target_cache=target_cache), proposal, n_B, next_B,
-                      beta_BxG1, p_n_BxV, target.eos_id, decoder.max_decode_len)
+    new = greedy_commit(state.replace(target_cache=target_cache), proposal,
+                        argmax(logits_BxG1xV.astype(jnp.float32)), None,
+                        logits_BxG1xV.shape[-1], target.eos_id, decoder.max_decode_len)
   else:
     p_BxG1xV, hidden, target_cache = verify_with_hidden(
         target, params.target, state.target_cache, st.last_tokens(state), tokens_BxG,

@@ -130,14 +130,33 @@ def greedy_accept(tokens_BxG: jax.Array, target_BxG1: jax.Array) -> tuple[jax.Ar
   return n_B, jnp.take_along_axis(target_BxG1, n_B[:, None], axis=1)[:, 0]
 
 
+def greedy_bonus_beta(state: st.DecodeState, bonus_draft_B: jax.Array | None) -> jax.Array:
+  """beta at the previous call's bonus position at temperature 0: the state's one-hot row
+  (zeros where not pending) read at the draft's argmax there; 0 for a scheme that scores no bonus
+  position (None: its general path's q there is zero)."""
+  if bonus_draft_B is None:
+    return jnp.zeros(state.num_B.shape, jnp.float32)
+  return jnp.take_along_axis(state.bonus_p_BxV, bonus_draft_B[:, None], axis=1)[:, 0]
+
+
 def greedy_beta(state: st.DecodeState, tokens_BxG: jax.Array, target_BxG1: jax.Array,
-                bonus_draft_B: jax.Array) -> jax.Array:
+                bonus_draft_B: jax.Array | None) -> jax.Array:
   """`commit`'s beta_BxG1 = sum_x min(p, q) at temperature 0: 1 where the draft's and the
-  target's argmax agree, else 0; at the bonus position p is the state's one-hot row (zeros where
-  not pending), read at the draft's token."""
-  bonus_B = jnp.take_along_axis(state.bonus_p_BxV, bonus_draft_B[:, None], axis=1)[:, 0]
+  target's argmax agree, else 0; the bonus column as `greedy_bonus_beta`."""
   drafted_BxG = (tokens_BxG == target_BxG1[:, :-1]).astype(jnp.float32)
-  return jnp.concatenate([bonus_B[:, None], drafted_BxG], axis=1)
+  return jnp.concatenate([greedy_bonus_beta(state, bonus_draft_B)[:, None], drafted_BxG], axis=1)
+
+
+def greedy_commit(state: st.DecodeState, proposal: Proposal, target_BxG1: jax.Array,
+                  bonus_draft_B: jax.Array | None, vocab: int, eos_id: int,
+                  max_decode_len: int) -> st.DecodeState:
+  """Accept and `commit` at temperature 0 from the target's argmax tokens [B, G + 1] (the
+  chain's and the feature chain's token-id paths): `greedy_accept`, `greedy_beta`, the kept row
+  one-hot at the next token."""
+  n_B, next_B = greedy_accept(proposal.tokens_BxG, target_BxG1)
+  beta_BxG1 = greedy_beta(state, proposal.tokens_BxG, target_BxG1, bonus_draft_B)
+  p_n_BxV = jax.nn.one_hot(next_B, vocab, dtype=jnp.float32)
+  return commit_with(state, proposal, n_B, next_B, beta_BxG1, p_n_BxV, eos_id, max_decode_len)
 
 
 def verify_step(target, target_params, cache: Cache, last_B: jax.Array,
@@ -297,10 +316,7 @@ class Chain:
     block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
     logits_BxG1xV, target_cache = decoder.target.extend(params.target, state.target_cache,
                                                         block_BxG1)
-    target_BxG1 = argmax(logits_BxG1xV.astype(jnp.float32))
-    n_B, next_B = greedy_accept(proposal.tokens_BxG, target_BxG1)
-    beta_BxG1 = greedy_beta(state, proposal.tokens_BxG, target_BxG1, bonus_draft_B)
-    p_n_BxV = jax.nn.one_hot(next_B, logits_BxG1xV.shape[-1], dtype=jnp.float32)
     state = state.replace(target_cache=target_cache, draft_cache=draft_cache)
-    return commit_with(state, proposal, n_B, next_B, beta_BxG1, p_n_BxV, decoder.target.eos_id,
-                       decoder.max_decode_len)
+    return greedy_commit(state, proposal, argmax(logits_BxG1xV.astype(jnp.float32)),
+                         bonus_draft_B, logits_BxG1xV.shape[-1], decoder.target.eos_id,
+                         decoder.max_decode_len)

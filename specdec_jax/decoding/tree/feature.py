@@ -107,16 +107,12 @@ def draft_tree(draft, draft_params, state: st.DecodeState, carry: FeatureCarry, 
 
 
 def verify_tree_with_hidden(target, target_params, cache: seam.Cache, tokens_BxN: jax.Array,
-                            tree: Tree, layers, sampling: SamplingConfig | None):
+                            tree: Tree, layers):
   """One target call over every node (node n at slot root + n, position root + depth, seeing
-  its ancestors): (processed p [B, N, V], states [B, N, n_layers, D], cache); sampling None:
-  the raw logits in p's place."""
-  logits_BxNxV, hidden, cache = target.extend_with_hidden(
-      target_params, cache, tokens_BxN, layers, offsets=jnp.asarray(tree.depths_N),
-      visible=jnp.asarray(tree.ancestor_mask_NxN))
-  if sampling is None:
-    return logits_BxNxV, hidden, cache
-  return process_logits(logits_BxNxV, sampling), hidden, cache
+  its ancestors): (raw logits [B, N, V], states [B, N, n_layers, D], cache)."""
+  return target.extend_with_hidden(target_params, cache, tokens_BxN, layers,
+                                   offsets=jnp.asarray(tree.depths_N),
+                                   visible=jnp.asarray(tree.ancestor_mask_NxN))
 
 
 def path_hidden(hidden_BxNxnxD: jax.Array, path_BxD: jax.Array) -> jax.Array:
@@ -192,17 +188,19 @@ class FeatureTreeScheme:
     token_ids = token_path.uses_token_path(self.verifier, sampling)
     tokens_BxN, rows, draft_cache = draft_tree(draft, params.draft, state, state.stats.carry,
                                                k_draft, tree, sampling, token_ids)
-    out, hidden, target_cache = verify_tree_with_hidden(
+    logits_BxNxV, hidden, target_cache = verify_tree_with_hidden(
         decoder.target, params.target, state.target_cache, tokens_BxN, tree,
-        draft.feature_layers, None if token_ids else sampling)
-    if token_ids:  # out: the target's raw logits
-      target_BxN = token_path.logits_argmax(out)
+        draft.feature_layers)
+    if token_ids:
+      target_BxN = token_path.logits_argmax(logits_BxNxV)
       verdict = token_path.argmax_walk(tree, tokens_BxN, target_BxN)
       beta_BxD1 = token_path.path_beta(state, verdict, target_BxN, rows, None)
-      p_last_BxV = token_path.next_row(verdict, out.shape[-1])
-    else:  # out: p
-      verdict = self.verify_fn(sampling)(k_verify, tree, tokens_BxN, rows, out)
-      beta_BxD1, p_last_BxV = row_beta(state, verdict, out, rows, jnp.zeros_like(out[:, 0]))
+      p_last_BxV = token_path.next_row(verdict, logits_BxNxV.shape[-1])
+    else:
+      p_BxNxV = process_logits(logits_BxNxV, sampling)
+      verdict = self.verify_fn(sampling)(k_verify, tree, tokens_BxN, rows, p_BxNxV)
+      beta_BxD1, p_last_BxV = row_beta(state, verdict, p_BxNxV, rows,
+                                       jnp.zeros_like(p_BxNxV[:, 0]))
     target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
     return self._commit(decoder, params, state.replace(rng=rng, target_cache=target_cache,
                                                        draft_cache=draft_cache),

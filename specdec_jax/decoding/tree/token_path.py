@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, argmax
+from specdec_jax.decoding.speculative import greedy_bonus_beta
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.decoding.tree.verify import TreeVerdict, Walk
 
@@ -101,11 +102,8 @@ def path_beta(state: st.DecodeState, verdict: TreeVerdict, target_BxN: jax.Array
                                jnp.maximum(verdict.path_BxD[:, :depth - 1], 0)], axis=1)
   agree_BxD = (jnp.take_along_axis(draft_BxN, nodes_BxD, axis=1)
                == jnp.take_along_axis(target_BxN, nodes_BxD, axis=1))
-  if bonus_draft_B is None:
-    bonus_B = jnp.zeros(agree_BxD.shape[:1], jnp.float32)
-  else:
-    bonus_B = jnp.take_along_axis(state.bonus_p_BxV, bonus_draft_B[:, None], axis=1)[:, 0]
-  return jnp.concatenate([bonus_B[:, None], agree_BxD.astype(jnp.float32)], axis=1)
+  return jnp.concatenate([greedy_bonus_beta(state, bonus_draft_B)[:, None],
+                          agree_BxD.astype(jnp.float32)], axis=1)
 
 
 def next_row(verdict: TreeVerdict, vocab: int) -> jax.Array:
