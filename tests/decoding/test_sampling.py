@@ -1,21 +1,20 @@
 """`sampling.sample`: the one draw every loop makes (draft tokens, the AR token, the residual).
 
 Why: at temperature 0 every distribution drawn from has a single nonzero entry, and `sample` then
-skips the Gumbel noise (a threefry draw over V per row, about a third of the zoo target's decode
-step on the 2-core CPU). These tests pin that the shortcut is invisible: the same token as the
-Gumbel draw for every key, the Gumbel draw itself whenever one row has more than one candidate,
-and the shortcut really taken (no random bits generated) on the greedy path.
+takes the argmax and draws no random bits; otherwise it inverts the row's cumulative sum with one
+uniform (`inverse_cdf`: a threefry Gumbel draw over V cost ~30x more on the 2-core CPU). These
+tests pin that the shortcut is invisible (the inversion's token for every key), that the draw
+follows the row's law (chi-square, zero-mass tokens never drawn, unnormalised rows), and that the
+shortcut is really taken on the greedy path.
 """
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
-
-
-def _gumbel(key, probs):
-  return jax.random.categorical(key, jnp.log(probs), axis=-1).astype(jnp.int32)
+from specdec_jax.decoding.sampling import (SamplingConfig, argmax, inverse_cdf, process_logits,
+                                           sample)
+from specdec_jax.testing import chi_square_gof
 
 
 def test_single_entry_rows_give_that_entry_for_every_key():
@@ -26,22 +25,61 @@ def test_single_entry_rows_give_that_entry_for_every_key():
   for seed in range(20):
     key = jax.random.key(seed)
     np.testing.assert_array_equal(sample(key, probs), hot)
-    np.testing.assert_array_equal(sample(key, probs), _gumbel(key, probs))
+    np.testing.assert_array_equal(inverse_cdf(key, probs), hot)
 
 
-def test_a_row_with_two_candidates_draws_the_gumbel_sample_for_the_whole_batch():
-  """One non-degenerate row: every row comes from the same Gumbel draw as before the shortcut
-  (bit for bit, so seeded runs at temperature > 0 are unchanged)."""
+def test_a_row_with_two_candidates_draws_by_inversion_for_the_whole_batch():
+  """One non-degenerate row: every row comes from `inverse_cdf` with the same key, the one-hot
+  row included (its entry whatever the uniform)."""
   rng = np.random.default_rng(0)
   mixed = jnp.asarray(rng.dirichlet(np.ones(11), size=3), jnp.float32)
   mixed = mixed.at[0].set(jax.nn.one_hot(4, 11))
   for seed in range(10):
     key = jax.random.key(seed)
-    np.testing.assert_array_equal(sample(key, mixed), _gumbel(key, mixed))
-  # ... and it is a real draw: frequencies follow the row (chi-square would be overkill here).
-  p = jnp.asarray([0.1, 0.6, 0.3], jnp.float32)
-  draws = jax.vmap(lambda k: sample(k, p[None])[0])(jax.random.split(jax.random.key(1), 20000))
-  np.testing.assert_allclose(np.bincount(np.asarray(draws), minlength=3) / 20000, p, atol=0.015)
+    got = sample(key, mixed)
+    np.testing.assert_array_equal(got, inverse_cdf(key, mixed))
+    assert int(got[0]) == 4
+
+
+def _draws(probs_V, n, seed=1):
+  rows = jnp.broadcast_to(jnp.asarray(probs_V, jnp.float32), (n, len(probs_V)))
+  return np.asarray(jax.jit(sample)(jax.random.key(seed), rows))
+
+
+@pytest.mark.parametrize("probs", [
+    [0.1, 0.6, 0.3],
+    [0.0, 0.25, 0.0, 0.0, 0.5, 0.125, 0.0, 0.125, 0.0, 0.0],  # zero mass inside and at the end
+    [3.0, 1.0, 0.0, 4.0],                                      # unnormalised (a residual's scale)
+    [1e-4, 0.0, 0.9999, 0.0],                                  # a rare token next to a sure one
+])
+def test_the_draw_follows_the_row_and_never_takes_a_token_without_mass(probs):
+  p = np.asarray(probs, np.float64) / np.sum(probs)
+  counts = np.bincount(_draws(probs, 200_000), minlength=len(p))
+  assert np.all(counts[p == 0] == 0), counts
+  assert chi_square_gof(counts, p)[2] > 1e-3
+
+
+def test_a_shifted_inversion_fails_the_same_check():
+  """The check above can fail: the inversion off by one token (counting the exclusive running
+  sums, cdf_i - p_i, as a hand-written inversion easily does) is caught."""
+  p = np.asarray([0.1, 0.6, 0.3])
+  rows = jnp.broadcast_to(jnp.asarray(p, jnp.float32), (50_000, 3))
+  u = jax.random.uniform(jax.random.key(3), (50_000, 1))
+  wrong = np.asarray(jnp.minimum(jnp.sum(jnp.cumsum(rows, -1) - rows <= u, -1), 2))
+  assert chi_square_gof(np.bincount(wrong, minlength=3), p)[2] < 1e-6
+
+
+def test_a_uniform_at_the_top_of_its_range_stays_inside_the_row(monkeypatch):
+  """u * total may round up to the total; the last token with mass is drawn, never a trailing
+  zero-mass one (nor an index past the row)."""
+  monkeypatch.setattr(jax.random, "uniform",
+                      lambda key, shape, dtype=jnp.float32: jnp.full(shape, 1.0 - 2**-24, dtype))
+  probs = jnp.asarray([[0.2, 0.7, 0.1, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3, 0.0, 0.0]], jnp.float32)
+  np.testing.assert_array_equal(inverse_cdf(jax.random.key(0), probs), [2, 2])
+  monkeypatch.setattr(jax.random, "uniform",
+                      lambda key, shape, dtype=jnp.float32: jnp.zeros(shape, dtype))
+  probs = jnp.asarray([[0.0, 0.0, 0.4, 0.6]], jnp.float32)
+  np.testing.assert_array_equal(inverse_cdf(jax.random.key(0), probs), [2])
 
 
 @pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=1)])

@@ -4,7 +4,7 @@ A `Decoder` with `scheme=DynamicTreeScheme(depth=4, width=4, branch=4, nodes=32)
 gin/decoding/dynamic_tree.gin) runs `dynamic_iteration`, static shapes throughout:
 1. Expansion (D draft calls, as the static tree): the draft's first call
    (`speculative.first_draft_call`) gives q at the root, which draws k children (T = 0: the top k
-   of the raw logits; T > 0: Gumbel-top-k without replacement from the processed q, rank = draw
+   of the raw logits; T > 0: sequential draws without replacement from the processed q, rank = draw
    order). A candidate's score is the cumulative log q along its path (T = 0: log_softmax of the
    raw logits, so scores are not all 0 under a one-hot q). For depth d = 1..D-1 the beam is the
    top W candidates of depth d by score; its W tokens are fed in ONE windowed `extend_with_mask`

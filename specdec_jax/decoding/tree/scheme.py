@@ -9,8 +9,8 @@ A `Decoder` (decoding/decoder.py) with `scheme=TreeScheme(Tree.from_branching((3
    sees its ancestors among the levels cached before and not their cousins, positions by depth
    (`transformer.masked_block`'s window). D draft calls in all, as the chain's gamma. Each
    expanded node's children are the draft's top-k: ranked by the raw logits at temperature 0,
-   drawn without replacement from the processed q at T > 0 (Gumbel-top-k), q kept for the
-   verifier.
+   drawn without replacement from the processed q at T > 0
+   (`verify.sample_without_replacement`), q kept for the verifier.
 2. `verify_tree`: one target `extend_with_mask` over all N nodes: node n at slot root + n.
 3. a tree verifier (`verify.greedy` at T = 0, `verify.recursive_rejection` at T > 0): the kept
    path and the next token.

@@ -12,7 +12,7 @@ Conventions every tree user relies on:
   root-to-leaf path the indices increase and a path's cache entries can be gathered into
   consecutive slots in one pass.
 - siblings appear in rank order: the first child of a node is rank 0 (the draft's first draw
-  without replacement, its most likely token under Gumbel-top-k), the next rank 1, and so on.
+  without replacement), the next rank 1, and so on.
   The recursive rejection verifier tries siblings in this order.
 """
 from __future__ import annotations
