@@ -81,13 +81,13 @@ def sample(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
 
   When every row has a single nonzero entry (every distribution drawn from at temperature 0:
   `process_logits`' one-hot, the acceptance rules' residuals of one-hot p and q) the argmax is
-  taken and no random bits are drawn. Otherwise `inverse_cdf`: one uniform per row against the
-  row's cumulative sum. Why not Gumbel-max (`jax.random.categorical`, what this was until
-  2026-11-28): its threefry draw of V uniforms, a log and a log-log over V cost 0.38 ms per
-  8,192-entry row on the 2-core CPU (inverse_cdf: 0.013 ms), and at temperature 1 a gamma-1
-  iteration of the zoo pair makes two such draws (the drafted token, the residual or bonus) and an
-  autoregressive step one: 0.9 of the 2.4 ms iteration and 0.2 of the 1.4 ms step went to them
-  (docs/results.md, "Sampling by inverse CDF"). Both draws are exact up to float32 spacing (see
+  taken and no random bits are drawn. Otherwise `inverse_cdf`: two uniforms per row against
+  running sums of the row. Why not Gumbel-max (`jax.random.categorical`, what this was until
+  2026-11-28): its threefry draw of V uniforms, a log and a log-log over V took 0.54 ms to draw
+  from a processed 8,192-entry row inside a jitted loop on the 2-core CPU (`inverse_cdf`: 0.03 ms,
+  the softmax included), and at temperature 1 a gamma-1 iteration of the zoo pair makes two
+  draws (the drafted token, the residual or bonus) and an autoregressive step one
+  (docs/results.md, "Sampling by inverse CDF"). Both are exact up to float32 spacing (see
   `inverse_cdf`); the tokens a seed gives at temperature > 0 changed with the switch.
   """
   single_B = jnp.sum(probs_NxV > 0, axis=-1) == 1
@@ -95,22 +95,45 @@ def sample(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
                       lambda: inverse_cdf(key, probs_NxV))
 
 
-def inverse_cdf(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
-  """One token per row by inversion: the first i whose cumulative mass exceeds u * total,
-  u ~ U[0, 1) (one uniform per row from `key`), int32 [N].
+# `inverse_cdf` inverts in two levels above this many entries: blocks of INVERSION_BLOCK entries,
+# then one block. A cumulative sum over 8,192 entries (XLA's reduce-window) cost 42 us on the
+# 2-core CPU and its running maximum 91; over 64 block masses and 128 entries, a few.
+INVERSION_BLOCK = 128
 
-  Exactness: token i is drawn iff m_{i-1} <= u * total < m_i, an interval whose length is p_i up
-  to float32 rounding of the running sum (a few spacings of the total: ~2^-23 for a normalised
-  row), and u's own grid is 2^-23; Gumbel-max over float32 was exact to the same order (it never
-  drew a token about 19 nats below the top one). A token of probability 0 is never drawn, whatever
-  order XLA sums in: m is the running maximum of the cumulative sums at the tokens with mass, so
-  at a token without mass it repeats its predecessor (an empty interval), and u * total is kept
-  strictly below the last m. A row of all zeros gives V - 1 (callers never draw from one)."""
+
+def inverse_cdf(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
+  """One token per row by inversion, int32 [N]: a block of INVERSION_BLOCK tokens drawn by its
+  mass, then a token of that block by its probability, each by `_invert` with its own uniform
+  (two per row from `key`). P(token i of block b) = (mass_b / total) (p_i / mass_b) = p_i / total.
+
+  Exactness: each `_invert` draws an entry with probability its weight over the total up to
+  float32 rounding of the running sum (a few spacings of the total: ~2^-23 relative), and u's own
+  grid is 2^-23; Gumbel-max over float32 was exact to the same order (it never drew a token about
+  19 nats below the top one). A token of probability 0 is never drawn (nor a block without
+  mass). A row of all zeros gives some token (callers never draw from one)."""
   probs_NxV = probs_NxV.astype(jnp.float32)
-  v = probs_NxV.shape[-1]
-  cdf_NxV = jnp.cumsum(probs_NxV, axis=-1)
-  m_NxV = jax.lax.cummax(jnp.where(probs_NxV > 0, cdf_NxV, -jnp.inf), axis=probs_NxV.ndim - 1)
-  total_Nx1 = jnp.maximum(m_NxV[..., -1:], 0.0)
-  u_Nx1 = jax.random.uniform(key, total_Nx1.shape, jnp.float32)
-  point_Nx1 = jnp.minimum(u_Nx1 * total_Nx1, jnp.nextafter(total_Nx1, jnp.float32(0)))
-  return jnp.minimum(jnp.sum(m_NxV <= point_Nx1, axis=-1), v - 1).astype(jnp.int32)
+  *lead, v = probs_NxV.shape
+  u_Nx2 = jax.random.uniform(key, (*lead, 2), jnp.float32)
+  if v <= 2 * INVERSION_BLOCK:
+    return _invert(probs_NxV, u_Nx2[..., 0])
+  w = INVERSION_BLOCK
+  nb = -(-v // w)
+  padded_NxV = jnp.pad(probs_NxV, [(0, 0)] * len(lead) + [(0, nb * w - v)])
+  blocks_NxBxW = padded_NxV.reshape(*lead, nb, w)
+  block_N = _invert(jnp.sum(blocks_NxBxW, axis=-1), u_Nx2[..., 0])
+  inner_NxW = jnp.take_along_axis(blocks_NxBxW, block_N[..., None, None], axis=-2)[..., 0, :]
+  return jnp.minimum(block_N * w + _invert(inner_NxW, u_Nx2[..., 1]), v - 1).astype(jnp.int32)
+
+
+def _invert(weights_NxK: jax.Array, u_N: jax.Array) -> jax.Array:
+  """The entry k of each row with m_{k-1} <= u * total < m_k, int32 [N]: m the running maximum of
+  the cumulative sums at the entries with weight (-inf before the first), total the last m. An
+  entry of weight 0 repeats its predecessor's m, an empty interval, whatever order XLA sums in;
+  u * total is kept strictly below the total, so a row whose last entries weigh 0 never falls off
+  its end."""
+  k = weights_NxK.shape[-1]
+  cdf_NxK = jnp.cumsum(weights_NxK, axis=-1)
+  m_NxK = jax.lax.cummax(jnp.where(weights_NxK > 0, cdf_NxK, -jnp.inf), axis=weights_NxK.ndim - 1)
+  total_Nx1 = jnp.maximum(m_NxK[..., -1:], 0.0)
+  point_Nx1 = jnp.minimum(u_N[..., None] * total_Nx1, jnp.nextafter(total_Nx1, jnp.float32(0)))
+  return jnp.minimum(jnp.sum(m_NxK <= point_Nx1, axis=-1), k - 1).astype(jnp.int32)

@@ -51,6 +51,10 @@ def _draws(probs_V, n, seed=1):
     [0.0, 0.25, 0.0, 0.0, 0.5, 0.125, 0.0, 0.125, 0.0, 0.0],  # zero mass inside and at the end
     [3.0, 1.0, 0.0, 4.0],                                      # unnormalised (a residual's scale)
     [1e-4, 0.0, 0.9999, 0.0],                                  # a rare token next to a sure one
+    # Two levels (V > 2 x INVERSION_BLOCK): mass at block edges, a block without mass, the last
+    # entry of a padded last block.
+    np.bincount([0, 127, 128, 300, 640, 699], [0.1, 0.2, 0.3, 0.15, 0.05, 0.2], minlength=700),
+    np.random.default_rng(5).dirichlet(np.ones(1000)),
 ])
 def test_the_draw_follows_the_row_and_never_takes_a_token_without_mass(probs):
   p = np.asarray(probs, np.float64) / np.sum(probs)
@@ -80,6 +84,13 @@ def test_a_uniform_at_the_top_of_its_range_stays_inside_the_row(monkeypatch):
                       lambda key, shape, dtype=jnp.float32: jnp.zeros(shape, dtype))
   probs = jnp.asarray([[0.0, 0.0, 0.4, 0.6]], jnp.float32)
   np.testing.assert_array_equal(inverse_cdf(jax.random.key(0), probs), [2])
+  # Two levels: the first block with mass, then its first token with mass.
+  wide = np.zeros((1, 1000), np.float32)
+  wide[0, [300, 301, 900]] = [0.0, 0.5, 0.5]
+  np.testing.assert_array_equal(inverse_cdf(jax.random.key(0), jnp.asarray(wide)), [301])
+  monkeypatch.setattr(jax.random, "uniform",
+                      lambda key, shape, dtype=jnp.float32: jnp.full(shape, 1.0 - 2**-24, dtype))
+  np.testing.assert_array_equal(inverse_cdf(jax.random.key(0), jnp.asarray(wide)), [900])
 
 
 @pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=1)])

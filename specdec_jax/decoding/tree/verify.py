@@ -247,9 +247,10 @@ def sample_without_replacement(key: jax.Array, probs_BxV: jax.Array, k: int) -> 
   """k distinct tokens per row, int32 [B, k]: k sequential draws, each from probs with the
   tokens already drawn removed (`sampling.inverse_cdf`, one uniform per row and draw): how a
   node's children are drafted for `recursive_rejection`. The law of Gumbel-top-k (what this was
-  until 2026-11-28), from k uniforms per row instead of V Gumbel draws (on the 2-core CPU a
-  Gumbel draw over 8,192 tokens cost 0.38 ms, `sampling.sample`). Where fewer than k tokens have
-  mass, the rest are the first tokens not yet drawn (probability 0: the verifier skips them)."""
+  until 2026-11-28) from 2k uniforms per row instead of V Gumbel draws (two children of a
+  processed 8,192-token row: 0.07 ms against 0.19 ms on the 2-core CPU). Where fewer than k
+  tokens have mass, the rest are the first tokens not yet drawn (probability 0: the verifier
+  skips them)."""
   probs_BxV = probs_BxV.astype(jnp.float32)
   v = probs_BxV.shape[-1]
   taken_BxV = jnp.zeros(probs_BxV.shape, bool)
