@@ -2,7 +2,7 @@
 
 Why: at temperature 0 every distribution drawn from has a single nonzero entry, and `sample` then
 takes the argmax and draws no random bits; otherwise it inverts the row's cumulative sum with one
-uniform (`inverse_cdf`: a threefry Gumbel draw over V cost ~30x more on the 2-core CPU). These
+uniform (`inverse_cdf`: a threefry Gumbel draw over V cost ~18x more on the 2-core CPU). These
 tests pin that the shortcut is invisible (the inversion's token for every key), that the draw
 follows the row's law (chi-square, zero-mass tokens never drawn, unnormalised rows), and that the
 shortcut is really taken on the greedy path.
@@ -96,7 +96,7 @@ def test_a_uniform_at_the_top_of_its_range_stays_inside_the_row(monkeypatch):
 @pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=1)])
 def test_greedy_path_takes_the_argmax_without_random_bits(cfg):
   """Temperature 0 (or top-k 1) gives one-hot rows; the branch that serves them draws no random
-  bits, and the other branch (the Gumbel draw) does."""
+  bits, and the other branch (the inversion) does."""
   logits = jnp.asarray([[0.1, 2.0, -1.0, 0.5], [3.0, 2.0, 1.0, 0.0]], jnp.float32)
   probs = process_logits(logits, cfg)
   np.testing.assert_array_equal(sample(jax.random.key(0), probs), [1, 0])

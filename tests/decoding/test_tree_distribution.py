@@ -4,7 +4,7 @@ Why: the promise of `tree.verify.recursive_rejection` is the promise of the whol
 the full pipeline of one tree iteration runs in JAX on context-dependent random tables (a small
 vocabulary, p(.|prefix) and q(.|prefix) for every prefix, processed by the repository's own
 `sampling.process_logits` with temperature, top-k and top-p): draft a (3, 2) tree from q without
-replacement (Gumbel-top-k), verify it, then fill the rest of the first three tokens from the
+replacement (sequential draws), verify it, then fill the rest of the first three tokens from the
 target. The joint law of those three tokens (every depth of the tree and the bonus) is tested
 against the exact product of the target's processed rows by a chi-square goodness-of-fit test
 (`testing.chi_square_gof`, as the chain's test_distribution.py does). Seeds are fixed, so the
@@ -122,8 +122,10 @@ def _counts(tokens_BxL):
 def _pvalue(sampling, verifier, seed=1):
   p_raw, q_raw = _logit_tables(seed)
   p_tables, q_tables = _processed(p_raw, sampling), _processed(q_raw, sampling)
-  run = jax.jit(lambda k: one_iteration(k, p_tables, q_tables, verifier, NUM_SAMPLES))
-  counts = _counts(run(jax.random.key(seed + 100)))
+  # The tables go in as arguments, not constants: XLA would fold the draws' running sums over
+  # the constant root rows at compile time (seconds per [NUM_SAMPLES, V] sum).
+  run = jax.jit(lambda k, p, q: one_iteration(k, p, q, verifier, NUM_SAMPLES))
+  counts = _counts(run(jax.random.key(seed + 100), p_tables, q_tables))
   probs = exact_joint(p_tables).ravel()
   stat, dof, pvalue = chi_square_gof(counts, probs)
   tv_dist = 0.5 * np.abs(counts / counts.sum() - probs).sum()

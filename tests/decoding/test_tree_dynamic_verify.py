@@ -118,8 +118,10 @@ def skip_pruned(key, walk, node_tokens_BxN, draft_probs_BxNxV, target_probs_BxNx
 
 def _pvalue(sampling, verifier, seed=1):
   p_tables, q_tables = _tables(seed, sampling)
-  run = jax.jit(lambda k: one_iteration(k, p_tables, q_tables, verifier, NUM_SAMPLES))
-  tokens_BxL, pruned = run(jax.random.key(seed + 100))
+  # The tables go in as arguments, not constants: XLA would fold the draws' running sums over
+  # the constant root rows at compile time (seconds per [NUM_SAMPLES, V] sum).
+  run = jax.jit(lambda k, p, q: one_iteration(k, p, q, verifier, NUM_SAMPLES))
+  tokens_BxL, pruned = run(jax.random.key(seed + 100), p_tables, q_tables)
   flat = np.ravel_multi_index(np.asarray(tokens_BxL).T, (V,) * LENGTH)
   counts = np.bincount(flat, minlength=V ** LENGTH)
   rows = [np.asarray(t, np.float64) for t in p_tables]

@@ -2,7 +2,7 @@
 
 Why: `test_tree_distribution.py` checks one tree iteration on synthetic tables; this drives real
 (tiny) models through everything the scheme adds around the verifier: the level-by-level draft
-with Gumbel-top-k children from the processed q, the masked verify call, the path commit in both
+with children drawn without replacement from q, the masked verify call, the path commit in both
 caches, the draft's catch-up after a whole path, several iterations per sample. As the chain's
 `test_distribution.py`: vocabulary 6, the exact law of every 3-token continuation enumerated from
 the target's uncached forward pass, 100k samples, chi-square; seeds fixed (1e-3 is the

@@ -271,7 +271,8 @@ def test_chain_tree_matches_tokenwise_in_law():
 
 
 def test_sample_without_replacement_law():
-  """Gumbel-top-k draws ordered pairs with P(x1, x2) = q(x1) q(x2) / (1 - q(x1))."""
+  """Sequential draws without replacement give ordered pairs with P(x1, x2) = q(x1) q(x2) /
+  (1 - q(x1)), the law Gumbel-top-k gave."""
   q = np.array([0.4, 0.3, 0.2, 0.1, 0.0], np.float32)
   b = 100_000
   xs = np.asarray(jax.jit(tv.sample_without_replacement, static_argnums=2)(

@@ -253,9 +253,10 @@ def sample_without_replacement(key: jax.Array, probs_BxV: jax.Array, k: int) -> 
   skips them)."""
   probs_BxV = probs_BxV.astype(jnp.float32)
   v = probs_BxV.shape[-1]
-  taken_BxV = jnp.zeros(probs_BxV.shape, bool)
-  drawn = []
-  for key_j in jax.random.split(key, k):
+  keys = jax.random.split(key, k)
+  drawn = [inverse_cdf(keys[0], probs_BxV)]
+  taken_BxV = jax.nn.one_hot(drawn[0], v, dtype=bool)
+  for key_j in keys[1:]:
     left_BxV = jnp.where(taken_BxV, 0.0, probs_BxV)
     x_B = jnp.where(jnp.any(left_BxV > 0, axis=-1), inverse_cdf(key_j, left_BxV),
                     argmax((~taken_BxV).astype(jnp.int32)))
