@@ -64,7 +64,7 @@ pass_at_k = code_exec.score
 
 def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None,
          head_vocab: int = 0, vocabulary: Any = None, max_input_length: int = 512,
-         dtype: Optional[str] = None, seed: int = 0) -> Pair:
+         dtype: Optional[str] = None, seed: int = 0, draft_panels: str = "auto") -> Pair:
   """Loads a target and a draft exactly as `python -m specdec_jax.run` loads them.
 
   Args:
@@ -92,6 +92,10 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     dtype: the compute dtype ('float32' or 'bfloat16'); None: the checkpoint's (the zoo computes
       in float32; bfloat16 is ~20x slower on CPU).
     seed: the random init of a preset (a preset draft gets seed + 1, so it is not a copy).
+    draft_panels: a model draft's packed weights (the run's `draft_panels`): 'auto' (lossless
+      bfloat16 or float32 panels), 'float32', or 'int8' (per-column int8: a cheaper, different
+      draft; outputs keep the target's distribution). 'int8' needs the CPU kernel (one CPU
+      device).
 
   Returns:
     A `Pair`, its weights packed for the CPU matmul kernel where that is faster (one CPU device).
@@ -102,6 +106,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     another target, `head_vocab` without a ranking, a missing checkpoint, an unknown task.
   """
   _check_load_args(task, head_vocab, max_input_length)
+  if draft_panels not in packed.PANELS:
+    raise ValueError(f"draft_panels must be one of {packed.PANELS}, got {draft_panels!r}")
   task = _standing_for(task)
   vocab = None if vocabulary is False else tasks.load_vocabulary(vocabulary, required=False)
   preset_vocab = None if vocab is None else vocab.padded_vocab_size
@@ -114,7 +120,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     draft_model, draft_params = drafts_lib.load_draft(
         _draft_spec(draft), target_model, target_params, settings,
         tables_fn=_tables_fn(task, vocab, target_model), target_name=target)
-    draft_model, draft_params = packed.for_backend(draft_model, draft_params)
+    draft_model, draft_params = packed.for_backend(draft_model, draft_params,
+                                                   panels=draft_panels, role="draft")
   target_model, target_params = packed.for_backend(target_model, target_params)
   return Pair(target_model, draft_model, Params(target_params, draft_params), vocab=vocab,
               task=task, max_input_length=max_input_length, names=(target, draft))

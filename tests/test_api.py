@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -116,10 +117,15 @@ def test_foreign_shared_encoder_draft_is_refused_as_the_cli_refuses_it(tmp_path)
   assert re.sub(r"digest \w+", "", str(ours.value)) == re.sub(r"digest \w+", "", str(theirs.value))
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
-def test_greedy_speculative_equals_autoregressive(kind):
-  """Token for token, from ragged prompts in one padded batch; the counters add up."""
-  pair = sd.load(f"{kind}_test_target", f"{kind}_test_draft", vocabulary=False)
+@pytest.mark.parametrize("kind,draft_panels", [("t5", "auto"), ("decoder", "auto"),
+                                               ("t5", "int8")])
+def test_greedy_speculative_equals_autoregressive(kind, draft_panels):
+  """Token for token, from ragged prompts in one padded batch; the counters add up. An int8
+  draft (`draft_panels='int8'`) is another draft: the same output."""
+  pair = sd.load(f"{kind}_test_target", f"{kind}_test_draft", vocabulary=False,
+                 draft_panels=draft_panels)
+  if draft_panels == "int8":
+    assert pair.params.draft["decoder"]["logits_dense"]["kernel_panels"].dtype == jnp.int8
   prompts = [[5, 6, 7, 1], [9, 3, 1], [4, 4, 4, 4, 4, 2, 1]]
   spec = pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=4)
   ar = pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=4)
@@ -212,6 +218,8 @@ def test_bad_arguments_are_named(ids_pair):
     sd.load("t5_test_target", task="translate")
   with pytest.raises(ValueError, match="draft_head_vocab = 8 needs a draft checkpoint"):
     sd.load("t5_test_target", "t5_test_draft", head_vocab=8, vocabulary=False)
+  with pytest.raises(ValueError, match="draft_panels must be one of"):
+    sd.load("t5_test_target", "t5_test_draft", vocabulary=False, draft_panels="int4")
 
 
 def test_humaneval_problems_decode_and_score():

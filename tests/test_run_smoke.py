@@ -68,3 +68,20 @@ def test_config_and_tensorboard(smoke_dir):
   root = EventAccumulator(os.path.join(smoke_dir, "tensorboard"))
   root.Reload()
   assert any("config" in t for t in root.Tags()["tensors"])
+
+
+def test_an_int8_draft_through_the_entry_point(tmp_path):
+  """`RunConfig.draft_panels = 'int8'`: the run decodes with the quantized draft (another draft:
+  the target's greedy output all the same), records the setting in its fingerprint, and refuses
+  a bad value before writing anything."""
+  from specdec_jax.runner.config import RunConfig
+  assert "draft_panels" not in RunConfig().fingerprint()
+  assert RunConfig(draft_panels="int8").fingerprint()["draft_panels"] == "int8"
+  with pytest.raises(ValueError, match="draft_panels must be one of"):
+    RunConfig(draft_panels="int4")
+  out = str(tmp_path / "int8")
+  run_in_process("--gin_file=configs/local/smoke.gin", f"--output_dir={out}",
+                 "--gin.RunConfig.repeats=1", "--gin.RunConfig.draft_panels='int8'")
+  with open(os.path.join(out, "metrics.json")) as f:
+    m = json.load(f)
+  assert m["greedy_match_rate"] == 1.0 and m["num_examples"] == 8

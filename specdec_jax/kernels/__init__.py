@@ -8,5 +8,7 @@ shared/reference/CPU_VERIFY.md). The kernel reads each weight once for any row c
 verify cost follows the memory roofline. `build` compiles the C++ source shipped here against
 `jax.ffi.include_dir()` into a per-user cache and registers it as an XLA FFI target; without a
 compiler the packed layers use XLA's dot, with one log line. `specdec_jax.models.packed` packs a
-model's params and chooses the kernel by config ('auto', 'xla', 'kernel').
+model's params and chooses the kernel by config ('auto', 'xla', 'kernel'). Panels are float32,
+bfloat16 (lossless for bfloat16-valued weights) or int8 with per-column scales (lossy: drafts
+only, `RunConfig.draft_panels`).
 """

@@ -30,6 +30,8 @@ TARGET_NAME = "specdec_packed_matmul"  # the custom call's name in the compiled 
 SYMBOL = "SpecdecPackedMatmul"
 TARGET_NAME_BF16 = "specdec_packed_matmul_bf16"  # the same product over bfloat16 panels
 SYMBOL_BF16 = "SpecdecPackedMatmulBf16"
+TARGET_NAME_INT8 = "specdec_packed_matmul_int8"  # over int8 panels with their column scales
+SYMBOL_INT8 = "SpecdecPackedMatmulI8"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 BUILD_TIMEOUT_S = 300
 
@@ -111,7 +113,8 @@ def load() -> bool:
     if not os.path.exists(path):
       build(cxx, path)
     lib = ctypes.cdll.LoadLibrary(path)
-    for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16)):
+    for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16),
+                         (TARGET_NAME_INT8, SYMBOL_INT8)):
       jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (RuntimeError, OSError, AttributeError) as e:
     logging.warning("specdec_jax kernels off: building or loading %s failed (%s); dense layers "

@@ -7,10 +7,17 @@ zero-padded. `packed_matmul(x, w_PxDx16, F)` computes x @ W with the C++ kernel 
 any op, with no host callback), or with XLA's dot over the same panels when the kernel could not be
 built. Why a kernel at all: see DESIGN.md, "Machine facts", and the package docstring.
 
-Panels are float32 or bfloat16. bfloat16 panels hold weights that ARE bfloat16 values (a checkpoint
-stored in bfloat16 and loaded as float32: `is_bfloat16_exact`): the kernel widens each one exactly
-and multiplies in float32 in the same order, so the result is bit-for-bit the float32 panels' while
-the call streams half the bytes (the decode step is memory-bound on CPU).
+Panels are float32, bfloat16 or int8. bfloat16 panels hold weights that ARE bfloat16 values (a
+checkpoint stored in bfloat16 and loaded as float32: `is_bfloat16_exact`): the kernel widens each
+one exactly and multiplies in float32 in the same order, so the result is bit-for-bit the float32
+panels' while the call streams half the bytes (the decode step is memory-bound on CPU).
+
+int8 panels (`pack_int8_panels`) are lossy: symmetric per output column (scale = max |w| / 127),
+each panel [D + 4, 16] its D rows of int8 weights followed by its 16 column scales stored as
+float32 bytes, so a panel is one contiguous stream and the layout one array. They are for drafts:
+a draft may propose from any distribution (the verifier uses the q it actually drew from, so the
+output stays the target's), and its step inside the loop is paced by the bytes it reads back from
+L3 after each target call (DESIGN.md, "Machine facts"). Never for a target.
 """
 from __future__ import annotations
 
@@ -21,6 +28,13 @@ from specdec_jax.kernels import build
 
 PANEL = 16
 PANEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+INT8 = jnp.dtype(jnp.int8)
+SCALE_ROWS = 4  # an int8 panel's 16 float32 column scales, as 4 rows of 16 bytes
+
+
+def panel_inputs(w_PxDx16: jax.Array) -> int:
+  """D, the input features of panels (an int8 panel's rows include its scales)."""
+  return w_PxDx16.shape[-2] - (SCALE_ROWS if w_PxDx16.dtype == INT8 else 0)
 
 
 def num_panels(features: int) -> int:
@@ -40,43 +54,85 @@ def pack_panels(w_DxF, dtype=jnp.float32) -> jax.Array:
   Leading axes (the layer axis of scanned layers) are kept."""
   if w_DxF.ndim < 2:
     raise ValueError(f"pack_panels expects an [..., in, out] kernel, got shape {w_DxF.shape}")
+  if jnp.dtype(dtype) not in PANEL_DTYPES:
+    raise ValueError(f"pack_panels: dtype must be float32 or bfloat16, got {jnp.dtype(dtype)} "
+                     "(int8: pack_int8_panels)")
+  return pack_panels_raw(jnp.asarray(w_DxF, jnp.float32).astype(dtype))
+
+
+def pack_int8_panels(w_DxF) -> jax.Array:
+  """[..., D, F] -> int8 panels [..., ceil(F / 16), D + 4, 16]: per output column the scale
+  max |w| / 127 (1 for an all-zero column), the weights round(w / scale), the 16 scales of a panel
+  as float32 bytes in its last 4 rows. Lossy (a draft's layout, never a target's)."""
+  if w_DxF.ndim < 2:
+    raise ValueError(f"pack_int8_panels expects an [..., in, out] kernel, got shape {w_DxF.shape}")
+  *lead, d, f = w_DxF.shape
+  w = jnp.asarray(w_DxF, jnp.float32)
+  amax_F = jnp.max(jnp.abs(w), axis=-2)
+  scale_F = jnp.where(amax_F > 0, amax_F / 127.0, 1.0)
+  q = jnp.clip(jnp.round(w / scale_F[..., None, :]), -127, 127).astype(jnp.int8)
+  q_PxDx16 = pack_panels_raw(q)
+  scale_Px1x16 = pack_panels_raw(scale_F[..., None, :])  # [..., P, 1, 16] float32
+  scale_bytes = jax.lax.bitcast_convert_type(scale_Px1x16, jnp.int8)  # [..., P, 1, 16, 4]
+  scale_Px4x16 = scale_bytes.reshape(*scale_bytes.shape[:-3], SCALE_ROWS * PANEL // 4, 4
+                                     ).reshape(*scale_bytes.shape[:-3], SCALE_ROWS, PANEL)
+  return jnp.concatenate([q_PxDx16, scale_Px4x16], axis=-2)
+
+
+def pack_panels_raw(w_DxF) -> jax.Array:
+  """[..., D, F] -> [..., ceil(F / 16), D, 16] keeping the dtype (columns past F zero)."""
   *lead, d, f = w_DxF.shape
   p = num_panels(f)
-  if jnp.dtype(dtype) not in PANEL_DTYPES:
-    raise ValueError(f"pack_panels: dtype must be float32 or bfloat16, got {jnp.dtype(dtype)}")
-  w = jnp.asarray(w_DxF, jnp.float32).astype(dtype)
-  w = jnp.pad(w, [(0, 0)] * (len(lead) + 1) + [(0, p * PANEL - f)])
+  w = jnp.pad(w_DxF, [(0, 0)] * (len(lead) + 1) + [(0, p * PANEL - f)])
   return jnp.moveaxis(w.reshape(*lead, d, p, PANEL), -2, -3)
+
+
+def int8_scales(w_PxDx16: jax.Array) -> jax.Array:
+  """An int8 panel tree's column scales [..., P * 16] (float32)."""
+  *lead, p, rows, _ = w_PxDx16.shape
+  tail = w_PxDx16[..., rows - SCALE_ROWS:, :].reshape(*lead, p, PANEL, 4)
+  return jax.lax.bitcast_convert_type(tail, jnp.float32).reshape(*lead, p * PANEL)
+
+
+def dequantize_panels(w_PxDx16: jax.Array) -> jax.Array:
+  """float32 panels [..., P, D, 16] holding what int8 panels compute with (q x scale)."""
+  *lead, p, rows, _ = w_PxDx16.shape
+  q = w_PxDx16[..., :rows - SCALE_ROWS, :].astype(jnp.float32)
+  return q * int8_scales(w_PxDx16).reshape(*lead, p, 1, PANEL)
 
 
 def unpack_panels(w_PxDx16, features: int) -> jax.Array:
   """The inverse of `pack_panels`, float32 (tests, and a packed tree's way back to the T5X
-  layout)."""
+  layout); int8 panels come back dequantized."""
+  if w_PxDx16.dtype == INT8:
+    w_PxDx16 = dequantize_panels(w_PxDx16)
   *lead, p, d, _ = w_PxDx16.shape
   w_PxDx16 = jnp.asarray(w_PxDx16, jnp.float32)
   return jnp.moveaxis(w_PxDx16, -3, -2).reshape(*lead, d, p * PANEL)[..., :features]
 
 
 def packed_matmul(x_NxD: jax.Array, w_PxDx16: jax.Array, features: int) -> jax.Array:
-  """x [..., D] @ W [D, features] with W given as panels (float32 or bfloat16); float32 in and
-  out.
+  """x [..., D] @ W [D, features] with W given as panels (float32, bfloat16 or int8 with its
+  scales); float32 in and out.
 
   Leading dimensions of x are flattened into rows: batch x tokens rows share one pass over the
   weights. Not differentiable (inference only: training never sees packed weights).
   """
   *lead, d = x_NxD.shape
-  p, dw, panel = w_PxDx16.shape
-  if dw != d or panel != PANEL or num_panels(features) != p:
+  p, _, panel = w_PxDx16.shape
+  if panel_inputs(w_PxDx16) != d or panel != PANEL or num_panels(features) != p:
     raise ValueError(f"packed_matmul: x [..., {d}] does not fit panels {w_PxDx16.shape} for "
-                     f"{features} output features (need [ceil(F / 16), D, 16])")
+                     f"{features} output features (need [ceil(F / 16), D, 16]; int8: "
+                     f"[ceil(F / 16), D + {SCALE_ROWS}, 16])")
   x2 = jnp.asarray(x_NxD, jnp.float32).reshape(-1, d)
-  bf16 = w_PxDx16.dtype == jnp.bfloat16
+  dtype = w_PxDx16.dtype
   if build.load():
-    call = jax.ffi.ffi_call(build.TARGET_NAME_BF16 if bf16 else build.TARGET_NAME,
-                            jax.ShapeDtypeStruct((x2.shape[0], features), jnp.float32))
-    y = call(x2, w_PxDx16 if bf16 else jnp.asarray(w_PxDx16, jnp.float32))
+    name = {jnp.dtype(jnp.bfloat16): build.TARGET_NAME_BF16,
+            INT8: build.TARGET_NAME_INT8}.get(dtype, build.TARGET_NAME)
+    call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((x2.shape[0], features), jnp.float32))
+    y = call(x2, w_PxDx16 if name != build.TARGET_NAME else jnp.asarray(w_PxDx16, jnp.float32))
   else:  # no compiler: the same product through XLA's dot (one log line said so)
-    w = jnp.asarray(w_PxDx16, jnp.float32)
+    w = dequantize_panels(w_PxDx16) if dtype == INT8 else jnp.asarray(w_PxDx16, jnp.float32)
     y = jnp.einsum("nd,pdk->npk", x2, w).reshape(x2.shape[0], p * PANEL)[:, :features]
   return y.reshape(*lead, features)
 

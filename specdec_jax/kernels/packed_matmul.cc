@@ -10,10 +10,15 @@
 //
 // Panel p holds columns [16p, 16p + 16) of W; columns past F are zero padding (never stored).
 //
-// Weights come as float32 or as bfloat16 panels (two handlers, one template). bfloat16 -> float32
-// is exact (the 16 bits become the high half of the float), and the products and their order are
-// the same, so bfloat16 panels of weights that are bfloat16 values (every checkpoint stored in
-// bfloat16: the zoo, T5X's) give bit-for-bit the float32 panels' result from half the bytes.
+// Weights come as float32, bfloat16 or int8 panels (three handlers, one template). bfloat16 ->
+// float32 is exact (the 16 bits become the high half of the float), and the products and their
+// order are the same, so bfloat16 panels of weights that are bfloat16 values (every checkpoint
+// stored in bfloat16: the zoo, T5X's) give bit-for-bit the float32 panels' result from half the
+// bytes. int8 panels are a LOSSY layout, for drafts only (a draft may be any distribution; the
+// target never is quantized): panel p is [D + 4, 16] int8, its D weight rows followed by the 16
+// column scales as float32 bytes (4 rows of 16), so one buffer holds both and a panel stays one
+// contiguous stream; y[:, j] = scale_j * sum_d x[:, d] * q[d, j], the sum in the same order as
+// the other layouts.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -22,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -43,6 +49,13 @@ constexpr int kMaxChunkRows = 6;  // rows per pass over a panel (register budget
 constexpr int64_t kMinParallelFloats = 64 * 1024;
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kClaimFloats = 64 * 1024;  // 256 KB of weights per claim at most
+constexpr int64_t kScaleRows = 4;             // int8 panels: 16 float32 scales = 4 rows of 16
+
+// Rows a panel holds for D inputs: int8 panels carry their scales after the weights.
+template <typename W>
+constexpr int64_t PanelRows(int64_t d) {
+  return std::is_same_v<W, int8_t> ? d + kScaleRows : d;
+}
 
 // How a pass over a panel prefetches: one core alone keeps too few cache misses in flight to read
 // DRAM at full speed while it also does the arithmetic (measured on the 2-core EPYC: 64 MB at
@@ -64,8 +77,14 @@ inline void LoadRow(const uint16_t* w, __m256& w0, __m256& w1) {
   w1 = _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
 }
+inline void LoadRow(const int8_t* w, __m256& w0, __m256& w1) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
 #endif
 inline float ToFloat(float w) { return w; }
+inline float ToFloat(int8_t w) { return static_cast<float>(w); }
 inline float ToFloat(uint16_t w) {
   const uint32_t bits = static_cast<uint32_t>(w) << 16;
   float f;
@@ -91,7 +110,8 @@ void PanelChunk(const float* x, int64_t D, const W* w_Dx16, float* out, int64_t 
       _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + d * kPanel) + kPrefetchBytes,
                    _MM_HINT_T0);
     } else if (kPrefetch == kNextPanel) {
-      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (D + d) * kPanel), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (PanelRows<W>(D) + d) * kPanel),
+                   _MM_HINT_T1);
     }
     __m256 w0, w1;
     LoadRow(w_Dx16 + d * kPanel, w0, w1);
@@ -100,6 +120,15 @@ void PanelChunk(const float* x, int64_t D, const W* w_Dx16, float* out, int64_t 
       const __m256 b = _mm256_broadcast_ss(x + r * D + d);
       acc0[r] = _mm256_fmadd_ps(b, w0, acc0[r]);
       acc1[r] = _mm256_fmadd_ps(b, w1, acc1[r]);
+    }
+  }
+  if constexpr (std::is_same_v<W, int8_t>) {  // the column scales, after the D weight rows
+    const float* scale = reinterpret_cast<const float*>(w_Dx16 + D * kPanel);
+    const __m256 s0 = _mm256_loadu_ps(scale), s1 = _mm256_loadu_ps(scale + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm256_mul_ps(acc0[r], s0);
+      acc1[r] = _mm256_mul_ps(acc1[r], s1);
     }
   }
   if (cols == kPanel) {
@@ -126,6 +155,13 @@ void PanelChunk(const float* x, int64_t D, const W* w_Dx16, float* out, int64_t 
     for (int r = 0; r < R; ++r) {
       const float b = x[r * D + d];
       for (int c = 0; c < kPanel; ++c) acc[r][c] += b * ToFloat(w[c]);
+    }
+  }
+  if constexpr (std::is_same_v<W, int8_t>) {
+    float scale[kPanel];
+    std::memcpy(scale, w_Dx16 + D * kPanel, sizeof(scale));
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < kPanel; ++c) acc[r][c] *= scale[c];
     }
   }
   for (int r = 0; r < R; ++r) std::memcpy(out + r * ldo, acc[r], cols * sizeof(float));
@@ -166,7 +202,7 @@ template <typename W>
 void RunPanels(const Job<W>& job, int64_t p0, int64_t p1) {
   const int64_t chunks = (job.n + kMaxChunkRows - 1) / kMaxChunkRows;
   for (int64_t p = p0; p < p1; ++p) {
-    const W* w = job.w + p * job.d * kPanel;
+    const W* w = job.w + p * PanelRows<W>(job.d) * kPanel;
     const int64_t cols = std::min(kPanel, job.f - p * kPanel);
     int64_t row = 0;
     for (int64_t c = 0; c < chunks; ++c) {
@@ -208,13 +244,14 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
         std::to_string(yd.size()));
   }
   const int64_t n = xd[0], d = xd[1], panels = wd[0], f = yd[1];
-  if (wd[1] != d || wd[2] != kPanel || yd[0] != n || f > panels * kPanel ||
+  if (wd[1] != PanelRows<W>(d) || wd[2] != kPanel || yd[0] != n || f > panels * kPanel ||
       f <= (panels - 1) * kPanel) {
     return ffi::Error::InvalidArgument(
         "specdec_packed_matmul: shapes do not agree: x [" + std::to_string(n) + ", " +
         std::to_string(d) + "], w [" + std::to_string(wd[0]) + ", " + std::to_string(wd[1]) +
         ", " + std::to_string(wd[2]) + "], y [" + std::to_string(yd[0]) + ", " +
-        std::to_string(f) + "]; w must hold ceil(F / 16) panels of D x 16");
+        std::to_string(f) + "]; w must hold ceil(F / 16) panels of D x 16 (int8: D + 4 x 16, the " +
+        "scales after the weights)");
   }
   if (n == 0 || f == 0) return ffi::Error::Success();
   if (d == 0) {
@@ -229,13 +266,13 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   job->d = d;
   job->f = f;
   job->panels = panels;
-  const int64_t threads = panels * d * kPanel < kMinParallelFloats
+  const int64_t threads = panels * PanelRows<W>(d) * kPanel < kMinParallelFloats
                               ? 1 : std::max<int64_t>(1, std::min(pool.num_threads(), MaxThreads()));
   // At least eight claims per thread and at most kClaimFloats weights per claim: even shares
   // when one thread is slowed by another process, and little left to wait for at the end (claims
   // of 8 MB left the caller waiting 5 ms of a 20 ms call on a 128 MB matrix).
   job->grain = std::max<int64_t>(
-      1, std::min(panels / (8 * threads), kClaimFloats / (d * kPanel)));
+      1, std::min(panels / (8 * threads), kClaimFloats / (PanelRows<W>(d) * kPanel)));
   const int64_t blocks = (panels + job->grain - 1) / job->grain;
   for (int64_t t = 1; t < std::min(threads, blocks); ++t) {
     pool.Schedule([job] { Claim(*job); });
@@ -261,4 +298,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulBf16, PackedMatmulImpl<ffi::BF1
                                   .Arg<ffi::Buffer<ffi::F32>>()   // x [N, D]
                                   .Arg<ffi::Buffer<ffi::BF16>>()  // w [P, D, 16], bfloat16
                                   .Ret<ffi::Buffer<ffi::F32>>()   // y [N, F]
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulI8, PackedMatmulImpl<ffi::S8>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // x [N, D]
+                                  .Arg<ffi::Buffer<ffi::S8>>()   // w [P, D + 4, 16], int8 + scales
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
 );

@@ -58,9 +58,10 @@ class Dense(nn.Module):
     (`specdec_jax.kernels.matmul.packed_matmul`: one pass over the weights for any row count);
   - "hybrid": both parameters; the kernel for 2..HYBRID_MAX_KERNEL_ROWS rows (verification
     blocks, where XLA's dot re-reads the weights) and for one row of a matrix up to
-    HYBRID_GEMV_MAX_BYTES or in bfloat16 panels; XLA's dot for one row of a larger float32 one
-    (its matrix-vector product streams those faster) and for more rows (a GEMM with arithmetic
-    to amortise).
+    HYBRID_GEMV_MAX_BYTES or in bfloat16 / int8 panels; XLA's dot for one row of a larger
+    float32 one (its matrix-vector product streams those faster) and for more rows (a GEMM with
+    arithmetic to amortise). Panels may be int8 with their scales (a draft's lossy layout,
+    `models.packed.pack(panels='int8')`: then `kernel` holds the dequantized matrix).
   """
 
   features: int
@@ -91,9 +92,14 @@ class Dense(nn.Module):
       kernel = self.param("kernel", nn.with_logical_partitioning(init, self.kernel_axes), shape,
                           jnp.float32)
       return _xla_dot(x, kernel, self.dtype)
-    panels = self.param("kernel_panels",
-                        lambda key, shape: kmatmul.pack_panels(init(key, shape, jnp.float32)),
-                        shape)
+    if self.has_variable("params", "kernel_panels"):
+      # Read as given: int8 panels carry their scales in 4 extra rows (`kmatmul`), a shape the
+      # float32 initializer below would refuse; `packed_matmul` checks it against x.
+      panels = self.get_variable("params", "kernel_panels")
+    else:
+      panels = self.param("kernel_panels",
+                          lambda key, shape: kmatmul.pack_panels(init(key, shape, jnp.float32)),
+                          shape)
     if self.matmul == "hybrid":
       kernel = self.param("kernel", init, shape, jnp.float32)
       rows = math.prod(x.shape[:-1])

@@ -18,7 +18,12 @@ kernel streams each weight once for any number of rows, but it needs the weights
   float32: the kernel widens bfloat16 exactly and multiplies in float32 in the same order, so the
   logits are bit-for-bit those of float32 panels from half the bytes (on the zoo target a decode
   step reads 20 MB instead of 40; a step is memory-bound on CPU). `panels='float32'` keeps float32.
-- `unpack(packed_model, packed_params)` gives the T5X-layout tree back.
+- `panels='int8'` (drafts only: `RunConfig.draft_panels`) quantizes every packed projection to
+  int8 panels with per-column scales (`kmatmul.pack_int8_panels`): a different, cheaper draft,
+  not the checkpoint's distribution; exactness does not depend on it (the verifier uses the q the
+  draft drew from). "hybrid" then keeps the DEQUANTIZED matrix as `kernel`, so XLA's dot computes
+  the same draft. Never a target's layout (`for_backend` refuses it for one).
+- `unpack(packed_model, packed_params)` gives the T5X-layout tree back (int8: dequantized).
 - A feature-level draft (`models.feature_draft.FeatureDraft`) packs the same way: the same
   draft with `matmul` set, its block, fusion, input projection and head in panels.
 - Checkpoints, training and sharding see only unpacked trees: a packed tree has no logical-axis
@@ -48,7 +53,7 @@ Params = Any
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 PACKED_MATMULS = ("kernel", "hybrid")
 PACKED_NAME = "kernel_panels"
-PANELS = ("auto", "float32")
+PANELS = ("auto", "float32", "int8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +98,7 @@ def _packed_shapes(model: PackedModel) -> Params:
 # Per leaf, so the leaves that are not packed stay the very same arrays (no copy).
 _pack_jit = jax.jit(kmatmul.pack_panels, static_argnums=1)
 _unpack_jit = jax.jit(kmatmul.unpack_panels, static_argnums=1)
+_pack_int8_jit = jax.jit(kmatmul.pack_int8_panels)
 
 
 def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
@@ -127,19 +133,33 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
     packed_model = PackedModel(**_model_fields(model), matmul=matmul)
   template = _packed_shapes(packed_model)
 
+  def template_of(here):
+    node = template
+    for part in here[:-1]:
+      node = node[part]
+    return node
+
   def convert(tree, name, shape, here):
     if name == PACKED_NAME:
       if "kernel" not in tree:
         raise ValueError(f"pack: params have no {'/'.join(here[:-1] + ('kernel',))}")
       kernel = tree["kernel"]
-      exact = panels == "auto" and kmatmul.is_bfloat16_exact(kernel)
-      packed_w = _pack_jit(kernel, jnp.bfloat16 if exact else jnp.float32)
-      if packed_w.shape != shape.shape:
+      if panels == "int8":
+        packed_w = _pack_int8_jit(kernel)
+        expected = shape.shape[:-2] + (shape.shape[-2] + kmatmul.SCALE_ROWS, shape.shape[-1])
+      else:
+        exact = panels == "auto" and kmatmul.is_bfloat16_exact(kernel)
+        packed_w = _pack_jit(kernel, jnp.bfloat16 if exact else jnp.float32)
+        expected = shape.shape
+      if packed_w.shape != expected:
         raise ValueError(f"pack: {'/'.join(here)} packs to {packed_w.shape}, the model expects "
-                         f"{shape.shape}")
+                         f"{expected}")
       return packed_w
     if name not in tree:
       raise ValueError(f"pack: params have no {'/'.join(here)}")
+    if name == "kernel" and panels == "int8" and PACKED_NAME in template_of(here):
+      # "hybrid" with int8 panels: XLA's dot computes with what the panels hold
+      return _unpack_jit(_pack_int8_jit(tree[name]), tree[name].shape[-1])
     return tree[name]
 
   return packed_model, _rebuild(template, params, convert)
@@ -185,8 +205,13 @@ def resolve_matmul(matmul: str, mesh: Optional[jax.sharding.Mesh] = None) -> str
 
 
 def for_backend(model: Model, params: Params, matmul: str = "auto",
-                mesh: Optional[jax.sharding.Mesh] = None) -> tuple[Model, Params]:
+                mesh: Optional[jax.sharding.Mesh] = None, panels: str = "auto",
+                role: str = "target") -> tuple[Model, Params]:
   """(model, params) to decode with: packed for the kernel, or unchanged for XLA's dot.
+
+  `panels`: see `pack`; 'int8' only with `role='draft'` (a lossy layout: never a target's), and
+  only where the model is packed (a CPU run on one device; elsewhere it is an error, not a
+  silent float32 draft).
 
   A `FeatureDraft` packs like a model; anything else that is not a `Model` (the n-gram and
   prompt-lookup drafts) comes back unchanged.
@@ -194,11 +219,19 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
   Call once after loading (packing reads every projection once: 0.8-2.5 s for the zoo target on
   the 2-core machine, the first call compiling the packing).
   """
+  if panels not in PANELS:
+    raise ValueError(f"panels must be one of {PANELS}, got {panels!r}")
+  if panels == "int8" and role != "draft":
+    raise ValueError("int8 panels are lossy: a draft's layout (RunConfig.draft_panels), never a "
+                     "target's")
   if is_packed(model) or not isinstance(model, (Model, FeatureDraft)):  # model-free drafts
     return model, params
   chosen = resolve_matmul(matmul, mesh)
   if chosen in PACKED_MATMULS:
     if not build.load():  # asked for explicitly: the packed tree still computes (XLA's dot)
       logging.warning("matmul=%r without a kernel library: packed weights use XLA's dot", chosen)
-    return pack(model, params, chosen)
+    return pack(model, params, chosen, panels)
+  if panels == "int8":
+    raise ValueError(f"int8 draft panels need the packed CPU kernel (one CPU device, matmul "
+                     f"'auto', 'kernel' or 'hybrid'); this run's matmul resolves to {chosen!r}")
   return model, params

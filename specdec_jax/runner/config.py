@@ -29,6 +29,7 @@ NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
 MATMULS = ("auto", "xla", "kernel", "hybrid")
+DRAFT_PANELS = ("auto", "float32", "int8")
 GAMMA_WORDS = (AUTO, ADAPTIVE, TREE)
 
 
@@ -118,6 +119,10 @@ class RunConfig:
   # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
   # keeps the full head.
   draft_head_vocab: int = 0
+  # Model drafts' packed weights (models/packed.py): 'auto' (bfloat16 panels where the weights
+  # are bfloat16 values, lossless), 'float32', or 'int8' (per-column int8: a cheaper, different
+  # draft; the output distribution stays the target's). Needs the CPU kernel (one CPU device).
+  draft_panels: str = "auto"
   # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.chain_for`; token
   # drafts ignore both): feature_parallel, `ParallelFeatureChain` (one call per block, for a
   # block-trained draft); feature_lookup_gamma > 0, prompt lookup (that many tokens) where the
@@ -158,6 +163,9 @@ class RunConfig:
                        f"{self.draft_head_vocab!r}")
     if self.matmul not in MATMULS:
       raise ValueError(f"RunConfig.matmul must be one of {MATMULS}, got {self.matmul!r}")
+    if self.draft_panels not in DRAFT_PANELS:
+      raise ValueError(f"RunConfig.draft_panels must be one of {DRAFT_PANELS}, got "
+                       f"{self.draft_panels!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:

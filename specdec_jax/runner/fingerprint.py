@@ -36,6 +36,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["tree_candidates"] = cfg.tree_candidates
   if cfg.matmul != "auto":
     fingerprint["matmul"] = cfg.matmul
+  if cfg.draft_panels != "auto":
+    fingerprint["draft_panels"] = cfg.draft_panels
   if cfg.draft_head_vocab:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
   if cfg.feature_parallel:

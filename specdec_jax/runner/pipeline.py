@@ -109,7 +109,8 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   # The weights in the layout the decode's matmul reads (packed once for the CPU kernel; on a
   # mesh XLA's dot, unchanged); everything below decodes, calibrates and times these.
   target, tparams = packed.for_backend(target, tparams, matmul=cfg.matmul, mesh=mesh)
-  drafts = {k: packed.for_backend(d, dp, matmul=cfg.matmul, mesh=mesh)
+  drafts = {k: packed.for_backend(d, dp, matmul=cfg.matmul, mesh=mesh,
+                                  panels=cfg.draft_panels, role="draft")
             for k, (d, dp) in drafts.items()}
   name = DraftSpec("model", cfg.target_checkpoint).name
   return Loaded(target, tparams, name, drafts, prompts, calibration, mesh, sets.held_out)

@@ -29,10 +29,11 @@ INPUTS["llama"] = INPUTS["decoder"]
 CUSTOM_CALL = f'custom_call_target="{build.TARGET_NAME}"'
 
 
-def _packed_pair(kind, matmul="kernel"):
-  """Packed tiny pair. "kernel" by default: every extend, T = 1 included, runs the kernel."""
+def _packed_pair(kind, matmul="kernel", draft_panels="auto"):
+  """Packed tiny pair. "kernel" by default: every extend, T = 1 included, runs the kernel.
+  `draft_panels='int8'`: the draft quantized (a different draft; the target untouched)."""
   target, tp, draft, dp = tiny_pair(kind)
-  return (*packed.pack(target, tp, matmul), *packed.pack(draft, dp, matmul))
+  return (*packed.pack(target, tp, matmul), *packed.pack(draft, dp, matmul, draft_panels))
 
 
 @pytest.mark.parametrize("kind", ["t5", "decoder"])
@@ -57,10 +58,11 @@ def test_autoregressive_loop_with_kernel_is_one_while_without_host_ops():
   assert not HOST_OPS.search(hlo)
 
 
-@pytest.mark.parametrize("kind,matmul", [("t5", "kernel"), ("decoder", "kernel"),
-                                         ("decoder", "hybrid"), ("llama", "hybrid")])
-def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul):
-  target, tp, draft, dp = _packed_pair(kind, matmul)
+@pytest.mark.parametrize("kind,matmul,draft_panels", [
+    ("t5", "kernel", "auto"), ("decoder", "kernel", "auto"), ("decoder", "hybrid", "auto"),
+    ("llama", "hybrid", "auto"), ("t5", "hybrid", "int8"), ("llama", "kernel", "int8")])
+def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul, draft_panels):
+  target, tp, draft, dp = _packed_pair(kind, matmul, draft_panels)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=14).generate(Params(tp), inputs)
   spec = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=14).generate(Params(tp, dp),
@@ -71,17 +73,24 @@ def test_greedy_speculative_equals_autoregressive_with_kernel(kind, matmul):
 
 @pytest.fixture(scope="module")
 def dist_models():
-  """tests/decoding/test_distribution's pair, packed; the truth stays the unpacked target's."""
+  """tests/decoding/test_distribution's pair, packed (the draft also as int8 panels); the truth
+  stays the unpacked target's."""
   target, tp, draft, dp = dist.models.__wrapped__()
-  return (target, tp), (*packed.pack(target, tp, "kernel"), *packed.pack(draft, dp, "kernel"))
+  ptarget = packed.pack(target, tp, "kernel")
+  return (target, tp), {"auto": (*ptarget, *packed.pack(draft, dp, "kernel")),
+                        "int8": (*ptarget, *packed.pack(draft, dp, "kernel", "int8"))}
 
 
 @pytest.mark.slow  # 100k samples per configuration: ~45 s each on the 2-core machine
-@pytest.mark.parametrize("name", list(dist.CONFIGS))
-def test_speculative_with_kernel_matches_exact_target_distribution(dist_models, name):
+@pytest.mark.parametrize("name,draft_panels", [(n, "auto") for n in dist.CONFIGS]
+                         + [("t1", "int8"), ("t0.7_topk4", "int8")])
+def test_speculative_with_kernel_matches_exact_target_distribution(dist_models, name,
+                                                                   draft_panels):
+  """With the kernel, and with an int8 draft: the target's distribution either way (the draft's
+  q is whatever the quantized draft computes; acceptance uses that q)."""
   (target, tp), packed_models = dist_models
   sampling = dist.CONFIGS[name]
   probs = dist._exact((target, tp, None, None), sampling)  # pylint: disable=protected-access
-  counts = dist._spec_counts(packed_models, sampling)  # pylint: disable=protected-access
+  counts = dist._spec_counts(packed_models[draft_panels], sampling)  # pylint: disable=protected-access
   _, _, pvalue = chi_square_gof(counts, probs)
   assert pvalue > 1e-3

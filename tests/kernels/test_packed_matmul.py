@@ -140,3 +140,47 @@ def test_bfloat16_panels_are_bit_identical_to_float32_panels_of_bfloat16_weights
 def test_pack_panels_refuses_other_dtypes():
   with pytest.raises(ValueError, match="float32 or bfloat16"):
     km.pack_panels(np.ones((4, 4), np.float32), jnp.float16)
+
+
+@pytest.mark.parametrize("d,f", SHAPES + [(256, 1030)])
+def test_int8_panels_compute_their_dequantized_weights(d, f):
+  """int8 panels (a draft's lossy layout): per column, the weights round to the nearest multiple
+  of scale = max |w| / 127 (an all-zero column stays zero), the scales ride in each panel's last
+  4 rows, and the kernel computes x @ (q x scale) to float32 accuracy for every row count, each
+  row bitwise the same whatever rows it comes with. (256, 1030) runs on the thread pool."""
+  rng = np.random.default_rng(d + 11 * f)
+  w = rng.standard_normal((d, f)).astype(np.float32)
+  w[:, 0] = 0.0
+  p8 = km.pack_int8_panels(w)
+  assert p8.dtype == jnp.int8 and p8.shape == (km.num_panels(f), d + km.SCALE_ROWS, 16)
+  assert km.panel_inputs(p8) == d
+  scale_F = np.asarray(km.int8_scales(p8))[:f]
+  np.testing.assert_allclose(scale_F[1:], np.abs(w[:, 1:]).max(axis=0) / 127, rtol=1e-6)
+  assert scale_F[0] == 1.0
+  deq = np.asarray(km.unpack_panels(p8, f))
+  assert (np.abs(deq - w) <= scale_F / 2 * (1 + 1e-5)).all()
+  np.testing.assert_allclose(deq / scale_F, np.round(w / scale_F), atol=1e-4)
+  assert not deq[:, 0].any()
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  x = rng.standard_normal((16, d)).astype(np.float32)
+  alone = np.asarray(mm(x[:1], p8, f))
+  for t in range(1, 17):
+    y = mm(x[:t], p8, f)
+    _check(y, x[:t], deq)
+    np.testing.assert_array_equal(np.asarray(y)[:1], alone)
+  hlo = mm.lower(x, p8, f).compile().as_text()
+  assert f'custom_call_target="{build.TARGET_NAME_INT8}"' in hlo
+
+
+def test_int8_panels_without_the_kernel_compute_the_same(monkeypatch):
+  """No compiler: XLA's dot over the dequantized panels, the same product."""
+  rng = np.random.default_rng(5)
+  w = rng.standard_normal((40, 37)).astype(np.float32)
+  x = rng.standard_normal((3, 40)).astype(np.float32)
+  p8 = km.pack_int8_panels(w)
+  with_kernel = np.asarray(km.packed_matmul(x, p8, 37))
+  monkeypatch.setattr(build, "load", lambda: False)
+  without = np.asarray(km.packed_matmul(x, p8, 37))
+  np.testing.assert_allclose(without, with_kernel, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="does not fit panels"):
+    km.packed_matmul(jnp.ones((2, 44)), p8, 37)  # D + 4 rows: the scales are not inputs

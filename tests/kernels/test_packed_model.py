@@ -194,3 +194,61 @@ def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_ex
   want = x @ params["params"]["kernel"]
   np.testing.assert_allclose(np.asarray(layer.apply(params, x)), np.asarray(want), rtol=1e-5,
                              atol=1e-4)
+
+
+@pytest.mark.parametrize("kind,matmul", [("t5", "hybrid"), ("decoder", "kernel"),
+                                         ("llama", "hybrid")])
+def test_int8_draft_panels_are_one_draft_in_every_path(kind, matmul):
+  """`panels='int8'` (a draft's layout): every packed projection holds int8 panels with their
+  scales, "hybrid"'s XLA kernel is the dequantized matrix (one draft whichever path a call takes),
+  the unpacked tree is the dequantized draft, and its logits (full forward and cached decode)
+  are the dequantized draft's under XLA's dot, within float32 summation order."""
+  _, _, draft, dp = tiny_pair(kind)
+  pmodel, pparams = packed.pack(draft, dp, matmul, panels="int8")
+  flat = {"/".join(k.key for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
+  panels = [k for k in flat if k.endswith("kernel_panels")]
+  assert panels and all(flat[k].dtype == jnp.int8 for k in panels)
+  if matmul == "hybrid":
+    for k in panels:
+      np.testing.assert_array_equal(
+          np.asarray(flat[k[:-len("_panels")]]),
+          np.asarray(kmatmul_unpack(flat[k], flat[k[:-len("_panels")]].shape[-1])))
+  base, back = packed.unpack(pmodel, pparams)
+  assert base == draft
+  back_flat = {"/".join(k.key for k in path): leaf
+               for path, leaf in jax.tree_util.tree_flatten_with_path(back)[0]}
+  orig_flat = {"/".join(k.key for k in path): leaf
+               for path, leaf in jax.tree_util.tree_flatten_with_path(dp)[0]}
+  for k in panels:  # rounded, by at most half a step of its column's scale
+    name = k[:-len("_panels")]
+    diff = np.abs(np.asarray(back_flat[name]) - np.asarray(orig_flat[name]))
+    assert diff.any() and (diff <= np.abs(np.asarray(orig_flat[name])).max(axis=-2) / 254
+                           * (1 + 1e-5)).all()
+  tokens = jnp.asarray([[3, 5, 7, 9, 2, 4], [6, 8, 1, 0, 0, 0]], jnp.int32)
+  if kind == "t5":
+    inputs = jnp.asarray(T5_INPUTS[:2], jnp.int32)
+    want = base.forward(back, inputs, tokens)
+    got = pmodel.forward(pparams, inputs, tokens)
+  else:
+    want = base.forward(back, None, tokens)
+    got = pmodel.forward(pparams, None, tokens)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def kmatmul_unpack(panels_, features):
+  from specdec_jax.kernels import matmul as kmatmul
+  return kmatmul.unpack_panels(panels_, features)
+
+
+def test_int8_panels_are_for_drafts_on_the_kernel_only():
+  model, params, draft, dp = tiny_pair("decoder")
+  with pytest.raises(ValueError, match="never a target's"):
+    packed.for_backend(model, params, "auto", panels="int8")
+  pdraft, pdp = packed.for_backend(draft, dp, "auto", panels="int8", role="draft")
+  assert pdraft.matmul == "hybrid"
+  assert pdp["decoder"]["logits_dense"]["kernel_panels"].dtype == jnp.int8
+  with pytest.raises(ValueError, match="need the packed CPU kernel"):
+    packed.for_backend(draft, dp, "xla", panels="int8", role="draft")
+  with pytest.raises(ValueError, match="panels must be one of"):
+    packed.for_backend(draft, dp, "auto", panels="fp8", role="draft")
