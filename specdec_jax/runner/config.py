@@ -119,9 +119,8 @@ class RunConfig:
   # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
   # keeps the full head.
   draft_head_vocab: int = 0
-  # Model drafts' packed weights (models/packed.py): 'auto' (bfloat16 panels where the weights
-  # are bfloat16 values, lossless), 'float32', or 'int8' (per-column int8: a cheaper, different
-  # draft; the output distribution stays the target's). Needs the CPU kernel (one CPU device).
+  # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
+  # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
   draft_panels: str = "auto"
   # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.chain_for`; token
   # drafts ignore both): feature_parallel, `ParallelFeatureChain` (one call per block, for a
@@ -140,8 +139,7 @@ class RunConfig:
     for g in as_list(self.gamma):
       if g not in GAMMA_WORDS and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
         raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', 'tree', or a list of "
-                         f"them; got "
-                         f"{g!r}")
+                         f"them; got {g!r}")
     for t in as_list(self.temperature):
       if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
           0 <= t and math.isfinite(t)):
@@ -161,11 +159,10 @@ class RunConfig:
         or self.draft_head_vocab < 0):
       raise ValueError(f"DRAFT_HEAD_VOCAB must be an integer >= 0 (0 = the full head), got "
                        f"{self.draft_head_vocab!r}")
-    if self.matmul not in MATMULS:
-      raise ValueError(f"RunConfig.matmul must be one of {MATMULS}, got {self.matmul!r}")
-    if self.draft_panels not in DRAFT_PANELS:
-      raise ValueError(f"RunConfig.draft_panels must be one of {DRAFT_PANELS}, got "
-                       f"{self.draft_panels!r}")
+    for name, allowed in (("matmul", MATMULS), ("draft_panels", DRAFT_PANELS),
+                          ("calibration", prompt_sets.CALIBRATION_MODES)):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"RunConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:
@@ -173,15 +170,9 @@ class RunConfig:
     if not (math.isfinite(float(self.auto_min_speedup)) and self.auto_min_speedup > 0):
       raise ValueError(f"RunConfig.auto_min_speedup must be a finite number > 0, got "
                        f"{self.auto_min_speedup!r}")
-    if self.calibration not in prompt_sets.CALIBRATION_MODES:
-      raise ValueError(f"RunConfig.calibration must be one of {prompt_sets.CALIBRATION_MODES}, "
-                       f"got {self.calibration!r}")
-    if not isinstance(self.auto_timing_examples, int) or self.auto_timing_examples < 1:
-      raise ValueError(f"RunConfig.auto_timing_examples must be an integer >= 1, got "
-                       f"{self.auto_timing_examples!r}")
-    if not isinstance(self.auto_calibration_examples, int) or self.auto_calibration_examples < 1:
-      raise ValueError(f"RunConfig.auto_calibration_examples must be an integer >= 1, got "
-                       f"{self.auto_calibration_examples!r}")
+    for name in ("auto_timing_examples", "auto_calibration_examples"):
+      if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+        raise ValueError(f"RunConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
 
   def adaptive_config(self):
     """The AdaptiveConfig of GAMMA='adaptive' (`adaptive`, or the default up to gamma_max)."""
