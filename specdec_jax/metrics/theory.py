@@ -339,6 +339,45 @@ def positional_parents(num_nodes: int, accept_by_rank: Sequence[float], max_dept
   return _level_ordered(taken)
 
 
+def tree_tokens_bound(num_nodes: int, accept, max_depth: int = 0,
+                      measured: Sequence[int] | None = None) -> float:
+  """An upper bound on the expected tokens per call of ANY tree of `num_nodes` nodes (root
+  included) of depth <= max_depth (0: no cap) under a[d][r] (`accept`, rows by depth as
+  `tree_keep_probabilities` reads them): what no tree shape, static or chosen per iteration from
+  the same rates, can beat.
+
+  Why a bound and not `positional_parents`: that search is exact for one row of rates shared by
+  every depth; measured rows differ by depth. A node of rank r at depth d is kept with
+  prob(parent kept) * s_d(r) (`sibling_keep_rates` of row d), so with s*(r) = max over the depths
+  and r' >= r of s_d(r') (not increasing in r), every node's keep probability is at most the
+  product of s* along its path, and the best set of num_nodes - 1 such products closed under
+  parents and elder siblings (taken best first) bounds every tree's sum.
+
+  measured: the probe tree's children per depth (`rank_acceptance` fills the ranks past them
+  with the rank before, an assumption, not a measurement): then only measured (depth, rank) rates
+  enter s*, and a node has at most max(measured) children (the trees the data speaks for)."""
+  if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+    raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes!r}")
+  rows = accept if accept and isinstance(accept[0], (list, tuple)) else [accept]
+  ranks = max(num_nodes - 1, 1)
+  keep = [sibling_keep_rates(list(row), ranks) for row in rows]
+  if measured is not None:
+    ranks = min(ranks, max(int(b) for b in measured))
+    keep = [k[:int(b)] for k, b in zip(keep, measured)]
+  best = [max((k[r] for k in keep if r < len(k)), default=0.0) for r in range(ranks)]
+  s = [max(best[r:]) for r in range(ranks)]
+  heap, total, taken = [(-s[0], 0, 1)], 1.0, 0  # (-score, rank, depth)
+  while heap and taken < num_nodes - 1:
+    neg, rank, depth = heapq.heappop(heap)
+    score = -neg
+    total, taken = total + score, taken + 1
+    if rank + 1 < ranks and s[rank] > 0:  # the next sibling
+      heapq.heappush(heap, (-score / s[rank] * s[rank + 1], rank + 1, depth))
+    if not max_depth or depth < max_depth:  # the first child
+      heapq.heappush(heap, (-score * s[0], 0, depth + 1))
+  return total
+
+
 def _level_ordered(taken: Sequence[tuple[int, int, int]]) -> tuple[int, ...]:
   """The parents of (parent's place in `taken` (-1: the root), rank, depth) nodes, laid out depth by
   depth, children in their parent's order and then by rank (what `decoding.tree.TreeScheme` needs)."""

@@ -151,3 +151,55 @@ def test_predict_prefers_the_timed_loop_over_lone_extend():
   assert timed.source == "loop" and timed.iteration_ms == 7.0
   assert timed.speedup == pytest.approx((8 + 40 * 4) / (11 + 30 / 3.0 * 7))
   assert timed.lone_extend == lone.lone_extend
+
+
+def _ordered_trees(num_nodes):
+  """Every rooted ordered tree of `num_nodes` nodes as level-ordered parents (non-decreasing,
+  each parent before its children)."""
+  def grow(parents):
+    if len(parents) == num_nodes:
+      yield tuple(parents)
+      return
+    for p in range(parents[-1] if len(parents) > 1 else 0, len(parents)):
+      yield from grow(parents + [p])
+  yield from grow([-1])
+
+
+def _depth(parents):
+  d = [0]
+  for p in parents[1:]:
+    d.append(d[p] + 1)
+  return max(d)
+
+
+@pytest.mark.parametrize("max_depth", [0, 2, 3])
+def test_the_tree_bound_is_above_every_tree_and_tight_for_one_row(max_depth):
+  # Rates that differ by depth (rank 1 likelier at depth 2, rank 0 likelier at depth 3): the
+  # bound must sit at or above every tree of 2..7 nodes, and equal the best tree where every
+  # depth shares one row whose s(r) falls with r.
+  # A third set keeps rank 2 likelier than rank 1 (s = 0.5, 0.05, 0.4): three children of the
+  # root beat any deeper tree of 4 nodes, which only the bound's s* (max over r' >= r) sees.
+  varied = [[0.6, 0.3, 0.2], [0.5, 0.6, 0.1], [0.8, 0.2, 0.2]]
+  rising = [[0.5, 0.1, 0.4 / 0.45, 0.0]]
+  shared = [0.7, 0.4, 0.2]
+  for n in range(2, 8):
+    trees = [t for t in _ordered_trees(n) if not max_depth or _depth(t) <= max_depth]
+    for rates in (varied, rising):
+      best = max(g.tree_expected_tokens(t, rates) for t in trees)
+      assert g.tree_tokens_bound(n, rates, max_depth) >= best - 1e-12
+    exact = max(g.tree_expected_tokens(t, shared) for t in trees)
+    assert g.tree_tokens_bound(n, [shared] * 3, max_depth) == pytest.approx(exact)
+  assert g.tree_tokens_bound(1, varied) == 1.0
+  with pytest.raises(ValueError, match="num_nodes"):
+    g.tree_tokens_bound(0, varied)
+
+
+def test_the_tree_bound_reads_only_measured_ranks():
+  # A (2, 1) probe measured ranks 0-1 at depth 1 and rank 0 at depth 2; rank_acceptance filled
+  # depth 2's rank 1 with its rank 0 (0.3: s = 0.7 x 0.3 = 0.21), which must not lift the bound
+  # on rank 1 above depth 1's measured s(1) = 0.5 x 0.2.
+  filled = [[0.5, 0.2], [0.3, 0.3]]
+  assert g.tree_tokens_bound(3, filled, 1, measured=(2, 1)) == pytest.approx(1 + 0.5 + 0.1)
+  assert g.tree_tokens_bound(3, filled, 1) == pytest.approx(1 + 0.5 + 0.21)
+  # At most max(measured) children a node: a third child of the root was never tried.
+  assert g.tree_tokens_bound(4, filled, 1, measured=(2, 1)) == pytest.approx(1 + 0.5 + 0.1)
