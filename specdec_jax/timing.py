@@ -48,6 +48,20 @@ def interleaved(programs: Mapping[Hashable, Callable[[], object]], repeats: int,
   every warm-up (a compile) and every sample: a progress bar's feed (the loops' timing is a
   minute or more of a run's calibration).
   """
+  results, rounds = interleaved_rounds(programs, repeats, min_sample_s=min_sample_s,
+                                       max_calls=max_calls, agree=agree, tick=tick)
+  return results, {n: statistics.median(t) for n, t in rounds.items()}
+
+
+def interleaved_rounds(programs: Mapping[Hashable, Callable[[], object]], repeats: int, *,
+                       min_sample_s: float = 0.02, max_calls: int = 50,
+                       agree: Callable[[dict], dict] = lambda calls: calls,
+                       tick: Callable[[int, int], None] | None = None
+                       ) -> tuple[dict, dict[Hashable, list[float]]]:
+  """`interleaved` with every round kept: (results, {program: seconds per call, round by
+  round}). Round r of every program ran within one rotation, so two programs' samples of the
+  same round saw the same moment of the machine: their paired differences measure how well a
+  comparison of the medians is resolved (the spread GAMMA='auto' weighs, runner/calibrate.py)."""
   names = list(programs)
   steps = iter(range(1, len(names) * (repeats + 1) + 1))
   tick = tick or (lambda done, total: None)
@@ -67,7 +81,7 @@ def interleaved(programs: Mapping[Hashable, Callable[[], object]], repeats: int,
         jax.block_until_ready(programs[n]())
       times[n].append((time.perf_counter() - t0) / calls[n])
       tick(next(steps), len(names) * (repeats + 1))
-  return results, {n: statistics.median(t) for n, t in times.items()}
+  return results, times
 
 
 def time_call(fn: Callable[[], object], repeats: int = 10) -> float:

@@ -157,6 +157,23 @@ def best_gamma(curve: Mapping[int, float], min_speedup: float = 1.0) -> int:
   return best if best and curve[best] > min_speedup else 0
 
 
+def within_noise_gamma(curve: Mapping[int, float], spread: Mapping[int, float],
+                       min_speedup: float = 1.0) -> int:
+  """The one-standard-error rule over `curve` ({gamma: predicted speedup}): 0 if no gamma beats
+  min_speedup, else the smallest gamma that beats it and whose prediction is within spread[g]
+  of the best's (spread[g]: the standard error of the best's lead over g; a gamma without one
+  must match the best). Why: predictions differ by a few hundredths where the timings' noise is
+  as large, and then the best median is chance; a smaller gamma drafts less, so it loses least
+  when its prediction is off (GAMMA='auto' chose gamma 3 from one fast loop timing, predicted
+  1.22x and measured 1.10x, where gamma 1 measured 1.18x: docs/results.md, "int8 draft panels").
+  With no spreads it is `best_gamma`."""
+  best = best_gamma(curve, min_speedup)
+  if not best:
+    return 0
+  return min(g for g in curve if g > 0 and curve[g] > min_speedup
+             and curve[g] >= curve[best] - float(spread.get(g, 0.0)))
+
+
 def choose_gamma(alpha: float, c: float, v_curve=None, max_gamma: int = 16,
                  min_speedup: float = 1.0) -> int:
   """The gamma maximising the lone-extend prediction, or 0 if none is predicted to beat

@@ -24,6 +24,14 @@ prompts, at gamma_max, gives alpha and the profile A_i = P(at least i drafts kep
 A_i does not depend on the gamma decoded, so one decode at gamma_max serves every candidate, and
 unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or nothing).
 
+The choice among the timed chains: the smallest gamma whose prediction is within one standard
+error of the best prediction's lead over it (`theory.within_noise_gamma`; the error from the
+loops' rounds, paired by round: `LoopCosts.lead_se`), not the best median itself. The
+candidates' predictions differ by hundredths where one loop's timing moves by as much between
+rounds, and a smaller gamma drafts less when it is wrong: with int8 panels the best median was
+gamma 3 from one fast timing, predicted 1.22x and measured 1.10x, where gamma 1 measured 1.18x.
+The gate (min_speedup) is unchanged; trees compete with the chosen chain as before.
+
 Trees (`RunConfig.tree_candidates`, gin/decoding/auto_tree.gin): every candidate tree's loop is
 timed beside the chains' (no lone-extend pruning: a few static shapes), its expected length comes
 from a calibration tree decode's acceptance by depth and sibling rank (a static tree) or from a
@@ -62,7 +70,9 @@ class ResolvedPoint:
     lone-extend curve where none was, on a mesh). tree_curve: its ((tree label, predicted
     speedup), ...) over the timed tree candidates; `tree` is then the chosen tree, if any.
     lone_curve: the lone-extend prediction for every gamma up to gamma_max (what pruned the
-    candidates).
+    candidates). lead_se: ((gamma, the standard error of the best-predicted gamma's lead over
+    it), ...) from the loops' rounds; 'auto' took the smallest gamma within it
+    (`theory.within_noise_gamma`).
   loop: the measured loop costs of this point's draft and temperature (None on a mesh, for an
     adaptive point, or for gamma 0).
   calibration: the calibration decode's acceptance for this draft and temperature ({'alpha',
@@ -82,6 +92,7 @@ class ResolvedPoint:
   loop: LoopCosts | None = None
   calibration: Mapping[str, Any] | None = None
   tree_curve: tuple[tuple[str, float], ...] = ()
+  lead_se: tuple[tuple[int, float], ...] = ()
 
   @property
   def key(self) -> str:
@@ -186,17 +197,22 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   if plan.memo is not None:
     return plan.memo
   rule = theory.effective_rule(rule, plan.point.temperature)
+  spread: dict = {}
   if loop is not None and plan.candidates:
-    curve = {0: 1.0}
+    curve, tokens = {0: 1.0}, {}
     for g in plan.candidates:
-      e = theory.expected_tokens_per_iteration(plan.alpha, g, rule, plan.accept_at_least)
-      curve[g] = loop.speedup(g, e)
+      tokens[g] = theory.expected_tokens_per_iteration(plan.alpha, g, rule, plan.accept_at_least)
+      curve[g] = loop.speedup(g, tokens[g])
     source = "loop"
+    lead = theory.best_gamma(curve, float("-inf"))
+    spread = {g: loop.lead_se(lead, tokens[lead], g, tokens[g]) for g in tokens if g != lead}
   elif loop is None and plan.candidates:
     curve, source = dict(plan.lone_curve), "lone_extend"
   else:  # every gamma pruned: nothing compiled, nothing predicted to help
     curve, source = {0: 1.0}, "pruned"
-  memo = {"gamma": theory.best_gamma(curve, min_speedup), "alpha": plan.alpha, "c": costs.c,
+  memo = {"gamma": theory.within_noise_gamma(curve, spread, min_speedup), "alpha": plan.alpha,
+          "c": costs.c, "best_predicted_gamma": theory.best_gamma(curve, min_speedup),
+          "lead_se": [[g, s] for g, s in sorted(spread.items())],
           "curve": [[g, s] for g, s in sorted(curve.items())], "curve_from": source,
           "lone_curve": [[g, s] for g, s in sorted(plan.lone_curve.items())],
           "candidates": list(plan.candidates)}
@@ -244,6 +260,7 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
                        lone_curve=tuple((int(g), float(s)) for g, s in memo.get("lone_curve", [])),
                        loop=loop if gamma > 0 else None, calibration=calibration,
                        tree=tree_choice.chosen(memo, trees, tree),
-                       tree_curve=tuple((str(k), float(v)) for k, v in memo.get("tree_curve", [])))
+                       tree_curve=tuple((str(k), float(v)) for k, v in memo.get("tree_curve", [])),
+                       lead_se=tuple((int(g), float(x)) for g, x in memo.get("lead_se", [])))
 
 

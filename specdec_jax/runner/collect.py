@@ -90,6 +90,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
       extra["speedup_predicted_from"] = "loop"
     extra["auto_gate"] = {"min_speedup": cfg.auto_min_speedup, "best_gamma": best[0],
                           "best_predicted": best[1], "passed": point.gamma > 0}
+    if point.lead_se:  # the choice: the smallest gamma within one standard error of the best
+      extra["auto_gate"]["lead_se"] = {str(g): x for g, x in point.lead_se}
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
   if point.tree is not None:  # accepts_per_position: the first `gamma` (= depth) entries count

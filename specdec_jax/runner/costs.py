@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +56,9 @@ class LoopCosts:
   tokens_per_iteration: {gamma: tokens written per target call per row on the calibration decode}
     (for comparison with the expected length the prediction uses).
   batches, rows: how many batches of the run's shape, and rows each, were decoded.
+  ar_rounds_ms, iteration_rounds_ms: the same per-iteration costs round by round of the
+    interleaved timing (the medians above are theirs, before the chains' running maximum); empty
+    where not measured. What `speedup_rounds` pairs.
   """
 
   ar_ms: float
@@ -65,6 +69,8 @@ class LoopCosts:
   tokens_per_iteration: Mapping[int, float]
   batches: int
   rows: int
+  ar_rounds_ms: Sequence[float] = ()
+  iteration_rounds_ms: Mapping[Any, Sequence[float]] = dataclasses.field(default_factory=dict)
 
   def to_json(self) -> dict[str, Any]:
     """The record's `loop_costs` (what report.build reads; gamma keys as strings)."""
@@ -73,7 +79,11 @@ class LoopCosts:
     return {"ar_ms": self.ar_ms, "ar_fixed_ms": self.ar_fixed_ms, "tokens": self.tokens,
             "iteration_ms": keyed(self.iteration_ms), "fixed_ms": keyed(self.fixed_ms),
             "tokens_per_iteration": keyed(self.tokens_per_iteration),
-            "batches": self.batches, "rows": self.rows}
+            "batches": self.batches, "rows": self.rows,
+            **({"ar_rounds_ms": list(self.ar_rounds_ms),
+                "iteration_rounds_ms": {k: list(v) for k, v in
+                                        keyed(self.iteration_rounds_ms).items()}}
+               if self.ar_rounds_ms else {})}
 
   def unresolved(self) -> list[str]:
     """The per-iteration costs this measurement could not separate from the fixed ones (a
@@ -90,6 +100,23 @@ class LoopCosts:
     return theory.loop_speedup(tokens_per_iteration, self.ar_ms, self.iteration_ms[gamma],
                                tokens=self.tokens, ar_fixed=self.ar_fixed_ms,
                                spec_fixed=self.fixed_ms[gamma])
+
+  def speedup_rounds(self, gamma, tokens_per_iteration: float) -> list[float]:
+    """`speedup` round by round (each round's autoregressive and speculative iteration, the
+    median fixed costs); empty where the rounds were not kept."""
+    its = self.iteration_rounds_ms.get(gamma, ())
+    return [theory.loop_speedup(tokens_per_iteration, ar, it, tokens=self.tokens,
+                                ar_fixed=self.ar_fixed_ms, spec_fixed=self.fixed_ms[gamma])
+            for ar, it in zip(self.ar_rounds_ms, its) if ar > 0 and it > 0]
+
+  def lead_se(self, a, tokens_a: float, b, tokens_b: float) -> float:
+    """The standard error of `a`'s predicted lead over `b` (programs of this measurement, each
+    with its expected tokens per iteration): the spread of their round-by-round speedups'
+    differences (paired: one round saw one moment of the machine) over sqrt(rounds); 0 with fewer
+    than two rounds of both."""
+    diffs = [x - y for x, y in zip(self.speedup_rounds(a, tokens_a),
+                                   self.speedup_rounds(b, tokens_b))]
+    return statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) >= 2 else 0.0
 
 
 def loop_key(program) -> Any:
@@ -187,23 +214,26 @@ def measure_loops(template: Decoder, target_params,
                                  scheme=scheme_of(g, draft, **(chain_options or {})))
       programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
       programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
-  results, seconds = timing.interleaved(programs, repeats, tick=tick)
-  return {key: _loop_costs(results, seconds, key, [loop_key(g) for g in gammas], len(batches))
+  results, rounds = timing.interleaved_rounds(programs, repeats, tick=tick)
+  return {key: _loop_costs(results, rounds, key, [loop_key(g) for g in gammas], len(batches))
           for key, (_, _, gammas) in drafts.items()}
 
 
-def _loop_costs(results, seconds, key, gammas, n_batches: int) -> LoopCosts:
-  """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared)."""
+def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
+  """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared):
+  medians of the rounds, and the rounds' own per-iteration costs (paired by round)."""
   def per_iteration(key, g):
     counts = [acceptance.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
     iterations = sum(c["iterations"] for c in counts)
-    ms = 1e3 * max(seconds[(key, g, "full")] - seconds[(key, g, "zero")], 0.0) / max(iterations, 1)
-    return ms, 1e3 * seconds[(key, g, "zero")] / n_batches, iterations, counts
+    full, zero = rounds[(key, g, "full")], rounds[(key, g, "zero")]
+    ms = 1e3 * max(statistics.median(full) - statistics.median(zero), 0.0) / max(iterations, 1)
+    by_round = [1e3 * max(f - z, 0.0) / max(iterations, 1) for f, z in zip(full, zero)]
+    return ms, 1e3 * statistics.median(zero) / n_batches, iterations, counts, by_round
 
-  ar_ms, ar_fixed, ar_iterations, _ = per_iteration("ar", 0)
-  it, fixed, tpi = {}, {}, {}
+  ar_ms, ar_fixed, ar_iterations, _, ar_rounds = per_iteration("ar", 0)
+  it, fixed, tpi, it_rounds = {}, {}, {}, {}
   for g in sorted(gammas, key=loop_order):
-    it[g], fixed[g], _, counts = per_iteration(key, g)
+    it[g], fixed[g], _, counts, it_rounds[g] = per_iteration(key, g)
     merged = acceptance.merge(counts)
     tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
   # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
@@ -215,4 +245,5 @@ def _loop_costs(results, seconds, key, gammas, n_batches: int) -> LoopCosts:
   first = results[("ar", 0, "full")]
   return LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / n_batches,
                    iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
-                   batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]))
+                   batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]),
+                   ar_rounds_ms=tuple(ar_rounds), iteration_rounds_ms=it_rounds)

@@ -152,6 +152,10 @@ def test_measure_loops_on_tiny_models():
   assert all(1.0 <= t <= g + 1 for g, t in lc.tokens_per_iteration.items())
   assert lc.to_json()["iteration_ms"].keys() == {"1", "3"}
   assert lc.iteration_ms[1] <= lc.iteration_ms[3]  # noise never makes a longer block cheaper
+  # Every round kept, paired by round (the error 'auto' weighs its choice with).
+  assert len(lc.ar_rounds_ms) == 2 and sorted(lc.iteration_rounds_ms) == [1, 3]
+  assert all(len(r) == 2 for r in lc.iteration_rounds_ms.values())
+  assert min(lc.iteration_rounds_ms[1]) <= lc.iteration_ms[1] <= max(lc.iteration_rounds_ms[1])
 
 
 def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
@@ -184,3 +188,61 @@ def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
   got = pipeline.measure_loops(Cfg(), Loaded(), {Point(SPEC, "auto", 0.0): [2],
                                                 Point(other, "auto", 0.0): [2]}, print)
   assert set(got) == {(other, 0.0)}
+
+
+def test_within_noise_rule_takes_the_smallest_gamma_the_rounds_cannot_separate():
+  curve = {0: 1.0, 1: 1.18, 2: 1.14, 3: 1.22}
+  # gamma 3 leads gamma 1 by 0.04 with a standard error of 0.05: not resolved -> gamma 1.
+  assert theory.within_noise_gamma(curve, {1: 0.05, 2: 0.02}, 1.1) == 1
+  # Resolved leads (small errors) keep the best median; no spreads at all is best_gamma.
+  assert theory.within_noise_gamma(curve, {1: 0.01, 2: 0.01}, 1.1) == 3
+  assert theory.within_noise_gamma(curve, {}, 1.1) == theory.best_gamma(curve, 1.1) == 3
+  # A gamma within the noise but under the gate is passed over; none over the gate -> 0.
+  assert theory.within_noise_gamma({0: 1.0, 1: 1.05, 2: 1.12}, {1: 0.2}, 1.1) == 2
+  assert theory.within_noise_gamma({0: 1.0, 1: 1.05, 2: 1.08}, {1: 0.2}, 1.1) == 0
+
+
+def _rounds_loop(ar_rounds, it_rounds):
+  import statistics
+  return costs.LoopCosts(
+      ar_ms=statistics.median(ar_rounds), ar_fixed_ms=0.0, tokens=40.0,
+      iteration_ms={g: statistics.median(r) for g, r in it_rounds.items()},
+      fixed_ms={g: 0.0 for g in it_rounds}, tokens_per_iteration={g: 1.0 for g in it_rounds},
+      batches=1, rows=1, ar_rounds_ms=tuple(ar_rounds), iteration_rounds_ms=it_rounds)
+
+
+def test_lead_se_pairs_rounds_so_a_shared_drift_cancels():
+  # Every program slows together round by round (the machine's drift): the two gammas' lead is
+  # the same in every round, so its error is 0 although each program's own spread is large.
+  drift = [1.0, 1.3, 0.9, 1.6, 1.1]
+  loop = _rounds_loop([4.0 * d for d in drift], {1: [6.0 * d for d in drift],
+                                                 2: [7.0 * d for d in drift]})
+  assert loop.lead_se(1, 1.8, 2, 2.2) == pytest.approx(0.0, abs=1e-12)
+  assert loop.speedup_rounds(1, 1.8) == pytest.approx([1.8 * 4.0 / 6.0] * 5)
+  # One round where gamma 2 alone ran fast: its lead now has an error.
+  loop = _rounds_loop([4.0] * 5, {1: [6.0] * 5, 2: [7.0, 7.0, 5.0, 7.0, 7.0]})
+  diffs = [1.8 * 4 / 6 - 2.2 * 4 / t for t in (7.0, 7.0, 5.0, 7.0, 7.0)]
+  import statistics
+  assert loop.lead_se(1, 1.8, 2, 2.2) == pytest.approx(statistics.stdev(diffs) / 5 ** 0.5)
+  assert _loop({1: 6.0}).lead_se(1, 1.8, 1, 1.8) == 0.0  # no rounds kept: no error
+  assert loop.to_json()["iteration_rounds_ms"]["2"] == [7.0, 7.0, 5.0, 7.0, 7.0]
+  assert "ar_rounds_ms" not in _loop({1: 6.0}).to_json()
+
+
+def test_choose_passes_over_a_lead_the_rounds_do_not_resolve():
+  store = MemoryStore()
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.8},
+                             gamma_max=4, min_speedup=1.0, rule="tokenwise")
+  assert plan.candidates == (2, 3, 4)
+  # gamma 4's median iteration makes it the best prediction, but its rounds swing by +-30 %
+  # where gamma 2's and 3's hold still: its lead is not resolved, and gamma 2 is taken.
+  loop = _rounds_loop([4.0] * 5, {2: [7.0] * 5, 3: [9.6] * 5,
+                                  4: [8.0, 11.0, 8.5, 5.5, 11.5]})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
+  curve = dict(memo["curve"])
+  assert max((g for g in curve if g), key=curve.get) == 4 == memo["best_predicted_gamma"]
+  assert memo["gamma"] == 2
+  lead = dict(memo["lead_se"])
+  assert set(lead) == {2, 3} and curve[4] - curve[2] < lead[2]
+  point = calibrate.resolved(Point(SPEC, "auto", 0.0), memo=memo, loop=loop)
+  assert point.gamma == 2 and dict(point.lead_se) == pytest.approx(lead)
