@@ -20,7 +20,12 @@ capped) / iterations. Then per gamma:
   draft_ms  = T(model draft) - T(free draft)      the draft's calls inside the loop
   verify_ms = (v(gamma + 1) - 1) x target step    the verify's growth (lone extends)
   glue_ms   = T(free draft) - T(autoregressive) - verify_ms
-beside the lone-extend draft step (`runner.costs.measure`, weights hot).
+beside the lone-extend draft step (`runner.costs.measure`, weights hot). The capped (0-iteration)
+times are the per-request fixed costs F (encoder, prefills); with them and N (autoregressive
+iterations per request) each row also gives the end-to-end speedup, `theory.loop_speedup`, for
+the model draft and the free one, and with `--goal=S` the tokens per call a free draft would need
+at that gamma to reach S end to end: N T_free / ((F_ar + N T_ar) / S - F_free). Where that
+exceeds gamma + 1 no draft, however cheap and accurate, reaches S at that gamma on this machine.
 
   python scripts/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
       --output=/tmp/loop_anatomy.json [--record=NAME]
@@ -58,7 +63,7 @@ from specdec_jax.decoding.draft_schemes import chain_for
 from specdec_jax.decoding.feature_chain import is_feature_draft
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme, verify
-from specdec_jax.metrics import results as results_lib
+from specdec_jax.metrics import results as results_lib, theory
 from specdec_jax.runner import costs as costs_lib, drafts as drafts_lib, pipeline
 
 FLAGS = flags.FLAGS
@@ -79,6 +84,8 @@ def define_flags() -> None:
                     "token-id path is then not taken), side by side.")
   flags.DEFINE_list("trees", [], "Static tree branchings to time, ';'-separated (e.g. "
                     "'2;2,1'); none by default.")
+  flags.DEFINE_float("goal", 0.0, "> 0: also the tokens per call a free draft would need at "
+                     "each gamma for this end-to-end speedup (fixed costs included).")
   flags.DEFINE_string("record", None, "Also write docs/results/RECORD.json.")
   flags.DEFINE_string("load", None, "The load average for the record ('l1,l5,l15'; default: "
                       "read at the end).")
@@ -184,6 +191,27 @@ def main(argv):
     ms = 1e3 * max(seconds[(name, "full")] - seconds[(name, "zero")], 0.0)  # all batches
     return ms / max(iters, 1), emitted / max(iters, 1)
 
+  def end_to_end(row, g, name, model_ms, free_ms, tokens):
+    """The same with the per-request fixed costs (theory.loop_speedup with N), for the model
+    draft and the free one, and with --goal the tokens per call a free draft would need."""
+    free_fixed = fixed_ms(f"{name} free")
+    total_ar = ar_fixed + n * ar_ms
+    row.update(autoregressive_fixed_ms=ar_fixed, fixed_ms=fixed_ms(f"{name} model"),
+               fixed_ms_free_draft=free_fixed, tokens_per_request=n,
+               speedup_end_to_end=theory.loop_speedup(tokens, ar_ms, model_ms, tokens=n,
+                                                      ar_fixed=ar_fixed,
+                                                      spec_fixed=fixed_ms(f"{name} model")),
+               speedup_end_to_end_with_free_draft=theory.loop_speedup(
+                   tokens, ar_ms, free_ms, tokens=n, ar_fixed=ar_fixed, spec_fixed=free_fixed))
+    if FLAGS.goal > 0:
+      room = total_ar / FLAGS.goal - free_fixed  # ms left for the iterations at the goal
+      need = n * free_ms / room if room > 0 else float("inf")
+      row.update(goal=FLAGS.goal, free_draft_tokens_per_call_for_goal=need,
+                 goal_reachable_with_free_draft=bool(need <= g + 1))
+      print(f"  end to end {row['speedup_end_to_end']:.2f}x, with a free draft "
+            f"{row['speedup_end_to_end_with_free_draft']:.2f}x; a free draft needs {need:.2f} "
+            f"tokens per call (at most {g + 1}) for {FLAGS.goal:g}x")
+
   def add_general(row, name, model_ms, tokens):
     """The general path's iteration beside this path's (the same decode, bit for bit)."""
     if not FLAGS.general_path:
@@ -194,7 +222,13 @@ def main(argv):
     print(f"  general path {general_ms:.3f} ms per iteration ({general_ms / model_ms:.3f}x "
           f"this path's)")
 
+  def fixed_ms(name):  # a request's cost with no iteration (encoder, prefills), per batch
+    return 1e3 * seconds[(name, "zero")] / len(batches)
+
   ar_ms, _ = per_iteration("autoregressive")
+  ar_fixed = fixed_ms("autoregressive")
+  n = sum(int(r.counters.target_calls_B.sum()) for r in outs[("autoregressive", "full")]
+          ) / len(batches)  # autoregressive iterations per batch: N of theory.loop_speedup
   rows = {}
   print(f"autoregressive iteration {ar_ms:.3f} ms; lone extends: target {lone.target_ms:.3f} ms, "
         f"draft {lone.draft_ms:.3f} ms (c {lone.c:.3f})")
@@ -218,6 +252,7 @@ def main(argv):
         "glue_ms_per_drafted_token": glue_ms / g, "v": lone.v[g + 1],
         "speedup_without_fixed_costs": tokens * ar_ms / model_ms,
         "speedup_with_free_draft": tokens * ar_ms / free_ms}
+    end_to_end(rows[f"gamma{g}"], g, f"g{g}", model_ms, free_ms, tokens)
     add_general(rows[f"gamma{g}"], f"g{g}", model_ms, tokens)
     print(f"gamma {g}: iteration {model_ms:.3f} ms (free draft {free_ms:.3f}), {tokens:.2f} "
           f"tokens/call; draft {draft_ms:.3f} ms/iteration ({draft_ms / g:.3f} per call); "
@@ -235,7 +270,8 @@ def main(argv):
   metrics = {"gin_files": FLAGS.gin_file, "bindings": FLAGS.gin_bindings, "draft": spec.name,
              "temperature": temperature, "prompts": len(ids), "held_out": loaded.held_out,
              "repeats": FLAGS.repeats, "seconds": time.time() - t0,
-             "autoregressive_iteration_ms": ar_ms, "lone_target_ms": lone.target_ms,
+             "autoregressive_iteration_ms": ar_ms, "autoregressive_fixed_ms": ar_fixed,
+             "tokens_per_request": n, "lone_target_ms": lone.target_ms,
              "lone_draft_ms": lone.draft_ms, "lone_c": lone.c,
              "lone_v": {str(k): v for k, v in sorted(lone.v.items())}, "rows": rows}
   with open(FLAGS.output, "x") as f:

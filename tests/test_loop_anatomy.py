@@ -65,7 +65,7 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
   proc = subprocess.run(
       [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
        "--gammas=1,2", "--trees=2;2,1", "--general_path", "--num_prompts=4", "--repeats=1",
-       f"--output={out}"],
+       "--goal=1.7", f"--output={out}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads(out.read_text())
@@ -75,6 +75,16 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
     row = res["rows"][name]
     assert row["iteration_ms"] > 0 and row["iteration_ms_free_draft"] > 0
     assert 1.0 <= row["tokens_per_target_call"] <= row["gamma"] + 1
+    assert row["fixed_ms"] > 0 and row["speedup_end_to_end_with_free_draft"] > 0
+    # The goal's tokens per call, put back into the formula, give the goal.
+    need = row["free_draft_tokens_per_call_for_goal"]
+    from specdec_jax.metrics import theory
+    if need != float("inf"):
+      assert theory.loop_speedup(
+          need, res["autoregressive_iteration_ms"], row["iteration_ms_free_draft"],
+          tokens=res["tokens_per_request"], ar_fixed=res["autoregressive_fixed_ms"],
+          spec_fixed=row["fixed_ms_free_draft"]) == pytest.approx(1.7)
+    assert row["goal_reachable_with_free_draft"] == (need <= row["gamma"] + 1)
   for row in res["rows"].values():
     assert row["iteration_ms_general_path"] > 0
   again = subprocess.run(
