@@ -203,14 +203,15 @@ def main(argv):
                                                       spec_fixed=fixed_ms(f"{name} model")),
                speedup_end_to_end_with_free_draft=theory.loop_speedup(
                    tokens, ar_ms, free_ms, tokens=n, ar_fixed=ar_fixed, spec_fixed=free_fixed))
+    line = (f"  end to end {row['speedup_end_to_end']:.2f}x, with a free draft "
+            f"{row['speedup_end_to_end_with_free_draft']:.2f}x")
     if FLAGS.goal > 0:
       room = total_ar / FLAGS.goal - free_fixed  # ms left for the iterations at the goal
       need = n * free_ms / room if room > 0 else float("inf")
       row.update(goal=FLAGS.goal, free_draft_tokens_per_call_for_goal=need,
                  goal_reachable_with_free_draft=bool(need <= g + 1))
-      print(f"  end to end {row['speedup_end_to_end']:.2f}x, with a free draft "
-            f"{row['speedup_end_to_end_with_free_draft']:.2f}x; a free draft needs {need:.2f} "
-            f"tokens per call (at most {g + 1}) for {FLAGS.goal:g}x")
+      line += f"; a free draft needs {need:.2f} tokens per call (at most {g + 1}) for {FLAGS.goal:g}x"
+    print(line)
 
   def add_general(row, name, model_ms, tokens):
     """The general path's iteration beside this path's (the same decode, bit for bit)."""
@@ -252,13 +253,13 @@ def main(argv):
         "glue_ms_per_drafted_token": glue_ms / g, "v": lone.v[g + 1],
         "speedup_without_fixed_costs": tokens * ar_ms / model_ms,
         "speedup_with_free_draft": tokens * ar_ms / free_ms}
-    end_to_end(rows[f"gamma{g}"], g, f"g{g}", model_ms, free_ms, tokens)
-    add_general(rows[f"gamma{g}"], f"g{g}", model_ms, tokens)
     print(f"gamma {g}: iteration {model_ms:.3f} ms (free draft {free_ms:.3f}), {tokens:.2f} "
           f"tokens/call; draft {draft_ms:.3f} ms/iteration ({draft_ms / g:.3f} per call); "
           f"verify growth {verify_ms:.3f}; glue {glue_ms:.3f} ({glue_ms / g:.3f} per drafted "
           f"token); {rows[f'gamma{g}']['speedup_without_fixed_costs']:.2f}x, with a free draft "
           f"{rows[f'gamma{g}']['speedup_with_free_draft']:.2f}x")
+    end_to_end(rows[f"gamma{g}"], g, f"g{g}", model_ms, free_ms, tokens)
+    add_general(rows[f"gamma{g}"], f"g{g}", model_ms, tokens)
   for b in trees:
     model_ms, tokens = per_iteration(f"tree{b} model")
     row = rows[f"tree{b}"] = {"tree": list(b), "iteration_ms": model_ms,
