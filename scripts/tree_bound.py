@@ -91,6 +91,11 @@ def main(argv=None) -> int:
   if float(m["temperature"]) != args.temperature:
     raise SystemExit(f"error: {args.chain_record} decoded at T = {m['temperature']}, not "
                      f"--temperature={args.temperature:g}")
+  drafts = [os.path.basename(str(x).rstrip("/")) for x in (m.get("draft"),
+                                                            ranks["metrics"].get("draft"))]
+  if drafts[0] != drafts[1]:
+    raise SystemExit(f"error: {args.chain_record} timed the draft {drafts[0]!r}, "
+                     f"{args.rank_record} measured {drafts[1]!r}")
   row = [r for r in ranks["metrics"]["rows"] if float(r["temperature"]) == args.temperature]
   if not row:
     raise SystemExit(f"error: {args.rank_record} has no row at T = {args.temperature:g}")

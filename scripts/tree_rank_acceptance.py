@@ -4,7 +4,9 @@ r"""Measure a draft tree's acceptance by depth and sibling rank on local prompts
       --name=tree_rank_acceptance_ende
 
 Decodes held-out en-de prompts (the default run's calibration draw: never among its reported
-prompts) with the zoo pair of configs/local/default.gin and a static tree, and prints a[d][r] =
+prompts) with the zoo target, a draft (`--draft`: the shared draft of configs/local/default.gin by
+default; a feature-level draft drafts the tree from the target's states, `FeatureTreeScheme`;
+`--draft_panels` as the run's) and a static tree, and prints a[d][r] =
 P(rank r accepted at depth d + 1 | parent kept, elder siblings rejected)
 (`metrics.theory.rank_acceptance` of the decode's `TreeStats`). The TPU roofline
 (`aot.roofline`, docs/roofline_tpu_v4.md) scales these rates by rank to the paper's alpha. With
@@ -71,10 +73,13 @@ def main(argv=None) -> int:
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--max_new_tokens", type=int, default=64)
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--draft", default=DRAFT, help="a draft checkpoint of the zoo target")
+  ap.add_argument("--draft_panels", default="auto", help="'auto', 'float32' or 'int8'")
   ap.add_argument("--name", default="")
   args = ap.parse_args(argv)
   tree = tuple(int(b) for b in args.tree.split(","))
-  pair = sd.load(TARGET, DRAFT, task="translate_en_de", head_vocab=3072)
+  pair = sd.load(TARGET, args.draft, task="translate_en_de", head_vocab=3072,
+                 draft_panels=args.draft_panels)
   prompts = held_out_prompts(args.examples, args.seed)
   rows = [measure(pair, prompts, tree, t, args.batch, args.max_new_tokens)
           for t in args.temperature or [0.0]]
@@ -83,7 +88,8 @@ def main(argv=None) -> int:
           + "; ".join(", ".join(f"{a:.3f}" for a in row) for row in r["rank_acceptance"]))
   if not args.name:
     return 0
-  metrics = {"task": "translate_en_de", "target": TARGET, "draft": DRAFT, "head_vocab": 3072,
+  metrics = {"task": "translate_en_de", "target": TARGET, "draft": args.draft, "head_vocab": 3072,
+             "draft_panels": args.draft_panels,
              "tree": list(tree), "examples": args.examples, "prompts": "held-out calibration draw",
              "max_new_tokens": args.max_new_tokens, "batch": args.batch, "rows": rows}
   path = results.save_record(os.path.join(ROOT, "docs", "results"), args.name, metrics,

@@ -58,5 +58,7 @@ def test_the_script_runs_on_committed_records_and_refuses_a_wrong_temperature(tm
   assert "best: depth" in ok.stdout
   bad = run("--chain_record=main_ende_t0_after_int8", "--temperature=1")
   assert bad.returncode != 0 and "decoded at T = 0" in bad.stderr
+  other = run("--chain_record=int8_ende_t0_feature_auto", "--temperature=0")
+  assert other.returncode != 0 and "t5_feature_draft" in other.stderr  # another draft's rates
   missing = run("--chain_record=no_such_record")
   assert missing.returncode != 0 and "no results record" in missing.stderr
