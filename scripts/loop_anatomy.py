@@ -26,6 +26,9 @@ iterations per request) each row also gives the end-to-end speedup, `theory.loop
 the model draft and the free one, and with `--goal=S` the tokens per call a free draft would need
 at that gamma to reach S end to end: N T_free / ((F_ar + N T_ar) / S - F_free). Where that
 exceeds gamma + 1 no draft, however cheap and accurate, reaches S at that gamma on this machine.
+With the model draft's own iteration instead (its calls as timed here), the tokens per call it
+would need and the alpha that gives them with independent positions (`alpha_for_goal`,
+`theory.alpha_for_tokens`; None: more than gamma + 1).
 
   python scripts/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
       --output=/tmp/loop_anatomy.json [--record=NAME]
@@ -208,9 +211,14 @@ def main(argv):
     if FLAGS.goal > 0:
       room = total_ar / FLAGS.goal - free_fixed  # ms left for the iterations at the goal
       need = n * free_ms / room if room > 0 else float("inf")
+      model_room = total_ar / FLAGS.goal - row["fixed_ms"]
+      model_need = n * model_ms / model_room if model_room > 0 else float("inf")
       row.update(goal=FLAGS.goal, free_draft_tokens_per_call_for_goal=need,
-                 goal_reachable_with_free_draft=bool(need <= g + 1))
-      line += f"; a free draft needs {need:.2f} tokens per call (at most {g + 1}) for {FLAGS.goal:g}x"
+                 goal_reachable_with_free_draft=bool(need <= g + 1),
+                 tokens_per_call_for_goal=model_need,
+                 alpha_for_goal=theory.alpha_for_tokens(model_need, g))
+      line += (f"; a free draft needs {need:.2f} tokens per call (at most {g + 1}) for "
+               f"{FLAGS.goal:g}x, this draft's calls {model_need:.2f}")
     print(line)
 
   def add_general(row, name, model_ms, tokens):

@@ -85,6 +85,9 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
           tokens=res["tokens_per_request"], ar_fixed=res["autoregressive_fixed_ms"],
           spec_fixed=row["fixed_ms_free_draft"]) == pytest.approx(1.7)
     assert row["goal_reachable_with_free_draft"] == (need <= row["gamma"] + 1)
+    if row["alpha_for_goal"] is not None:
+      assert theory.expected_tokens(row["alpha_for_goal"], row["gamma"]) == pytest.approx(
+          row["tokens_per_call_for_goal"])
   for row in res["rows"].values():
     assert row["iteration_ms_general_path"] > 0
   again = subprocess.run(

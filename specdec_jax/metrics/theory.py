@@ -60,6 +60,21 @@ def expected_tokens(alpha: float, gamma: int) -> float:
   return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def alpha_for_tokens(tokens: float, gamma: int) -> float | None:
+  """The alpha at which `expected_tokens(alpha, gamma)` equals `tokens` (independent positions):
+  what a draft must agree to give that many tokens per call at gamma; 0 for tokens <= 1, None
+  where gamma + 1 tokens do not suffice. Bisection: the curve rises with alpha."""
+  if tokens <= 1.0:
+    return 0.0
+  if tokens > gamma + 1:
+    return None
+  lo, hi = 0.0, 1.0
+  for _ in range(60):
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if expected_tokens(mid, gamma) < tokens else (lo, mid)
+  return hi
+
+
 def expected_tokens_per_iteration(alpha: float, gamma: int, rule: str = "tokenwise",
                                   accept_at_least: Sequence[float] | None = None) -> float:
   """Expected tokens one iteration writes (accepted drafts + the token after them).

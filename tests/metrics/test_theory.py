@@ -203,3 +203,10 @@ def test_the_tree_bound_reads_only_measured_ranks():
   assert g.tree_tokens_bound(3, filled, 1) == pytest.approx(1 + 0.5 + 0.21)
   # At most max(measured) children a node: a third child of the root was never tried.
   assert g.tree_tokens_bound(4, filled, 1, measured=(2, 1)) == pytest.approx(1 + 0.5 + 0.1)
+
+
+def test_alpha_for_tokens_inverts_the_expected_length():
+  for alpha, gamma in ((0.62, 1), (0.84, 3), (0.3, 8)):
+    assert g.alpha_for_tokens(g.expected_tokens(alpha, gamma), gamma) == pytest.approx(alpha)
+  assert g.alpha_for_tokens(0.9, 2) == 0.0 and g.alpha_for_tokens(3.5, 2) is None
+  assert g.alpha_for_tokens(3.0, 2) == pytest.approx(1.0)
