@@ -101,13 +101,14 @@ class LoopCosts:
                                tokens=self.tokens, ar_fixed=self.ar_fixed_ms,
                                spec_fixed=self.fixed_ms[gamma])
 
-  def speedup_rounds(self, gamma, tokens_per_iteration: float) -> list[float]:
+  def speedup_rounds(self, gamma, tokens_per_iteration: float) -> list[float | None]:
     """`speedup` round by round (each round's autoregressive and speculative iteration, the
-    median fixed costs); empty where the rounds were not kept."""
+    median fixed costs; None for a round whose cost the noise ate); empty where the rounds were
+    not kept."""
     its = self.iteration_rounds_ms.get(gamma, ())
     return [theory.loop_speedup(tokens_per_iteration, ar, it, tokens=self.tokens,
                                 ar_fixed=self.ar_fixed_ms, spec_fixed=self.fixed_ms[gamma])
-            for ar, it in zip(self.ar_rounds_ms, its) if ar > 0 and it > 0]
+            if ar > 0 and it > 0 else None for ar, it in zip(self.ar_rounds_ms, its)]
 
   def lead_se(self, a, tokens_a: float, b, tokens_b: float) -> float:
     """The standard error of `a`'s predicted lead over `b` (programs of this measurement, each
@@ -115,7 +116,8 @@ class LoopCosts:
     differences (paired: one round saw one moment of the machine) over sqrt(rounds); 0 with fewer
     than two rounds of both."""
     diffs = [x - y for x, y in zip(self.speedup_rounds(a, tokens_a),
-                                   self.speedup_rounds(b, tokens_b))]
+                                   self.speedup_rounds(b, tokens_b))
+             if x is not None and y is not None]  # pairs of one round only
     return statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) >= 2 else 0.0
 
 

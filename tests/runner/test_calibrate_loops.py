@@ -7,6 +7,8 @@ same counters, iterations as capped), that the choice follows the loop costs rat
 lone-extend ranking, that pruning is what the docstring says, and that the expected length comes
 from the calibration decode's measured profile (block verification, clustered acceptances).
 """
+import statistics
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -203,7 +205,6 @@ def test_within_noise_rule_takes_the_smallest_gamma_the_rounds_cannot_separate()
 
 
 def _rounds_loop(ar_rounds, it_rounds):
-  import statistics
   return costs.LoopCosts(
       ar_ms=statistics.median(ar_rounds), ar_fixed_ms=0.0, tokens=40.0,
       iteration_ms={g: statistics.median(r) for g, r in it_rounds.items()},
@@ -222,9 +223,13 @@ def test_lead_se_pairs_rounds_so_a_shared_drift_cancels():
   # One round where gamma 2 alone ran fast: its lead now has an error.
   loop = _rounds_loop([4.0] * 5, {1: [6.0] * 5, 2: [7.0, 7.0, 5.0, 7.0, 7.0]})
   diffs = [1.8 * 4 / 6 - 2.2 * 4 / t for t in (7.0, 7.0, 5.0, 7.0, 7.0)]
-  import statistics
   assert loop.lead_se(1, 1.8, 2, 2.2) == pytest.approx(statistics.stdev(diffs) / 5 ** 0.5)
   assert _loop({1: 6.0}).lead_se(1, 1.8, 1, 1.8) == 0.0  # no rounds kept: no error
+  # A round whose cost the noise ate (0 ms) drops that round's pair only, not the pairing.
+  holed = _rounds_loop([4.0] * 5, {1: [6.0, 0.0, 6.0, 6.0, 6.0], 2: [7.0, 7.0, 5.0, 7.0, 7.0]})
+  assert holed.speedup_rounds(1, 1.8)[1] is None
+  kept = [1.8 * 4 / 6 - 2.2 * 4 / t for t in (7.0, 5.0, 7.0, 7.0)]
+  assert holed.lead_se(1, 1.8, 2, 2.2) == pytest.approx(statistics.stdev(kept) / 2)
   assert loop.to_json()["iteration_rounds_ms"]["2"] == [7.0, 7.0, 5.0, 7.0, 7.0]
   assert "ar_rounds_ms" not in _loop({1: 6.0}).to_json()
 
