@@ -17,8 +17,11 @@ drafted nodes N,
   width past the curve takes its last entry, a non-monotone curve its smallest value at that width
   or wider). Nothing is charged for the tree's own glue (its attention mask, path commit, per-node
   sampling), which is real: the bound is generous to trees.
-Their ratio against the best chain's measured tokens per millisecond bounds the tree's speed over
-the chain's per iteration; per-request fixed costs only pull an end-to-end ratio towards 1. The
+Their ratio against the best chain's tokens per millisecond (its timed iteration; its tokens the
+lower of its calibration decode's and the same rates' rank-0 path, `chain_tokens`) bounds the
+tree's speed over the chain's per iteration, for trees whose nodes are taken by sibling rank
+(static, or per iteration from these rates; not a dynamic tree that follows the draft's
+confidence, and under the positional model's independence of ranks across depths); per-request fixed costs only pull an end-to-end ratio towards 1. The
 `flat_verify` column is the same with v = 1 at every width: what a verify as flat as a TPU v4's
 (docs/roofline_tpu_v4.md) would allow with this draft's costs. `--record NAME` writes
 docs/results/NAME.json (its load: the chain record's, whose timings it uses).
@@ -53,11 +56,26 @@ def verify_floor(v_curve: dict[int, float], tokens: int) -> float:
   return min(v_curve[w] for w in widths if w >= min(tokens, widths[-1]))
 
 
+def chain_tokens(accept, loop: dict) -> dict[int, float]:
+  """{gamma: tokens per call} of each timed chain, the lower of what its calibration decode wrote
+  and what the same a[d][r] as the trees' gives it (the rank-0 path; `theory.tree_expected_tokens`).
+  Why the lower: the two are different decodes (a tree's iterations start at other positions, so
+  its rates are another sample), and scoring the chain low keeps the ratio an upper bound; the
+  same rates on both sides also make a tree that is the chain come out at 1.00x."""
+  out = {}
+  for g, t in loop["tokens_per_iteration"].items():
+    if str(g).isdigit():
+      from_rates = theory.tree_expected_tokens([-1] + list(range(int(g))), accept)
+      out[int(g)] = min(float(t), from_rates)
+  return out
+
+
 def bound_rows(accept, loop: dict, v_curve: dict[int, float], max_nodes: int,
                measured=None) -> list[dict]:
-  """One row per (depth, drafted nodes): the tokens bound, the iteration floor and both ratios."""
-  iteration = {int(g): float(ms) for g, ms in loop["iteration_ms"].items()}
-  tokens = {int(g): float(t) for g, t in loop["tokens_per_iteration"].items()}
+  """One row per (depth, drafted nodes): the tokens bound, the iteration floor and both ratios,
+  against the best chain as `chain_tokens` scores it."""
+  iteration = {int(g): float(ms) for g, ms in loop["iteration_ms"].items() if str(g).isdigit()}
+  tokens = chain_tokens(accept, loop)
   ar_ms = float(loop["ar_ms"])
   best_chain = max(tokens[g] / iteration[g] for g in iteration)
   rows = []
@@ -116,6 +134,7 @@ def main(argv=None) -> int:
     metrics = {"chain_record": args.chain_record, "rank_record": args.rank_record,
                "temperature": args.temperature, "draft": m.get("draft"), "probe": probe,
                "task": m.get("task"), "max_nodes": args.max_nodes, "rank_acceptance": accept,
+               "chain_tokens": {str(g): t for g, t in chain_tokens(accept, m["loop_costs"]).items()},
                "rows": rows, "best": best, "best_flat_verify": flat}
     path = results.save_record(RESULTS, args.record, metrics, command="python " + " ".join(
         ["scripts/tree_bound.py"] + sys.argv[1:]), load=chain["load_average"])

@@ -87,10 +87,8 @@ def test_builds_what_the_cli_builds_on_the_default_config(tmp_path):
                     "RunConfig.auto_calibration_examples=1")
   loaded = pipeline.load(cfg)
   spec = draft_specs(cfg)[0]
-  assert cfg.draft_panels == "int8"  # the default's draft (docs/results.md, int8 draft panels)
   pair = sd.load(cfg.target_checkpoint, cfg.draft_checkpoint, task=cfg.task,
-                 head_vocab=cfg.draft_head_vocab, max_input_length=cfg.max_input_length,
-                 draft_panels=cfg.draft_panels)
+                 head_vocab=cfg.draft_head_vocab, max_input_length=cfg.max_input_length)
   assert pair.target == loaded.target and pair.draft == loaded.drafts[spec][0]
   assert len(pair.draft.head_ids) == 3072 and type(pair.target).__name__ == type(
       loaded.target).__name__

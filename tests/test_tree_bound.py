@@ -2,8 +2,8 @@
 
 Why: the bound is what a note cites to say no tree shape can reach a goal on a machine, so its
 pieces must hold what its docstring says: a tree of as many drafted nodes as its depth keeps no
-fewer tokens than the measured chain it contains is bounded by, its time floor is that chain's
-measured iteration, the verify floor never falls with width, and bad input is refused.
+fewer tokens than the chain it contains (scored like the best chain), its time floor is that
+chain's measured iteration, the verify floor never falls with width, and bad input is refused.
 """
 import importlib.util
 import json
@@ -48,6 +48,25 @@ def test_rows_hold_the_chain_they_contain():
         r["tokens_bound"] / r["iteration_floor_ms"] / best_chain)
     assert r["flat_verify"] >= r["speed_over_best_chain"] - 1e-12
   assert by[(2, 2)]["tokens_bound"] == pytest.approx(1 + 0.6 + 0.36)
+  # A tree that contains a chain keeps at least that chain's tokens as the chains are scored.
+  chains = mod.chain_tokens(accept, loop)
+  for d in (1, 2):
+    assert by[(d, d)]["tokens_bound"] >= chains[d] - 1e-12
+
+
+def test_chains_are_scored_low_from_either_source():
+  mod = _script()
+  # gamma 1's decode wrote 1.70 where the rates give 1.60: the lower counts; gamma 2's wrote 1.90
+  # where they give 1.96: the decode counts. A tree label among the loop's keys is skipped.
+  loop = {"ar_ms": 1.0, "iteration_ms": {"1": 1.5, "2": 2.0, "tree(2,)": 1.7},
+          "tokens_per_iteration": {"1": 1.7, "2": 1.9, "tree(2,)": 1.8}}
+  accept = [[0.6, 0.3], [0.6, 0.3]]
+  assert mod.chain_tokens(accept, loop) == pytest.approx({1: 1.6, 2: 1.9})
+  rows = mod.bound_rows(accept, loop, {1: 1.0, 2: 1.0, 3: 1.0}, 2, measured=(2, 2))
+  assert {(r["depth"], r["drafted_nodes"]) for r in rows} == {(1, 1), (1, 2), (2, 2)}
+  one = next(r for r in rows if (r["depth"], r["drafted_nodes"]) == (1, 1))
+  assert one["speed_over_best_chain"] == pytest.approx(
+      (1.6 / 1.5) / max(1.6 / 1.5, 1.9 / 2.0))  # the gamma-1 chain as a tree: itself
 
 
 def test_the_script_runs_on_committed_records_and_refuses_a_wrong_temperature(tmp_path):

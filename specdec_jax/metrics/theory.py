@@ -64,6 +64,8 @@ def alpha_for_tokens(tokens: float, gamma: int) -> float | None:
   """The alpha at which `expected_tokens(alpha, gamma)` equals `tokens` (independent positions):
   what a draft must agree to give that many tokens per call at gamma; 0 for tokens <= 1, None
   where gamma + 1 tokens do not suffice. Bisection: the curve rises with alpha."""
+  if tokens != tokens:  # NaN: no measurement to invert
+    raise ValueError("tokens must be a number, got NaN")
   if tokens <= 1.0:
     return 0.0
   if tokens > gamma + 1:

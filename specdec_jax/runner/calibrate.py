@@ -30,7 +30,9 @@ loops' rounds, paired by round: `LoopCosts.lead_se`), not the best median itself
 candidates' predictions differ by hundredths where one loop's timing moves by as much between
 rounds, and a smaller gamma drafts less when it is wrong: with int8 panels the best median was
 gamma 3 from one fast timing, predicted 1.22x and measured 1.10x, where gamma 1 measured 1.18x.
-The gate (min_speedup) is unchanged; trees compete with the chosen chain as before.
+The error covers the loops' timing only (not the calibration prompts' acceptance). The gate
+(min_speedup) is unchanged; a tree replaces the chain where its prediction beats every chain's
+(the best median) and the gate, as before: the rule is not applied to trees.
 
 Trees (`RunConfig.tree_candidates`, gin/decoding/auto_tree.gin): every candidate tree's loop is
 timed beside the chains' (no lone-extend pruning: a few static shapes), its expected length comes
@@ -191,9 +193,10 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
 
 def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *,
            min_speedup: float, rule: str) -> dict:
-  """Makes (and remembers) the choice of a planned 'auto' point: the best of its timed
-  candidates by theory.loop_speedup, 0 if none beats min_speedup; without loop costs (a mesh) the
-  lone-extend curve decides."""
+  """Makes (and remembers) the choice of a planned 'auto' point: among its timed candidates
+  (theory.loop_speedup), the smallest gamma within one standard error of the best prediction's
+  lead over it (`theory.within_noise_gamma`), 0 if none beats min_speedup; without loop costs (a
+  mesh) the lone-extend curve's best decides."""
   if plan.memo is not None:
     return plan.memo
   rule = theory.effective_rule(rule, plan.point.temperature)

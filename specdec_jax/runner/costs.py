@@ -57,8 +57,9 @@ class LoopCosts:
     (for comparison with the expected length the prediction uses).
   batches, rows: how many batches of the run's shape, and rows each, were decoded.
   ar_rounds_ms, iteration_rounds_ms: the same per-iteration costs round by round of the
-    interleaved timing (the medians above are theirs, before the chains' running maximum); empty
-    where not measured. What `speedup_rounds` pairs.
+    interleaved timing ((full - zero) / iterations in each round; the figures above take the
+    medians of full and zero first, and the chains' running maximum); empty where not measured.
+    What `speedup_rounds` pairs.
   """
 
   ar_ms: float

@@ -210,3 +210,5 @@ def test_alpha_for_tokens_inverts_the_expected_length():
     assert g.alpha_for_tokens(g.expected_tokens(alpha, gamma), gamma) == pytest.approx(alpha)
   assert g.alpha_for_tokens(0.9, 2) == 0.0 and g.alpha_for_tokens(3.5, 2) is None
   assert g.alpha_for_tokens(3.0, 2) == pytest.approx(1.0)
+  with pytest.raises(ValueError, match="NaN"):
+    g.alpha_for_tokens(float("nan"), 2)
