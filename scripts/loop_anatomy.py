@@ -210,10 +210,10 @@ def main(argv):
     line = (f"  end to end {row['speedup_end_to_end']:.2f}x, with a free draft "
             f"{row['speedup_end_to_end_with_free_draft']:.2f}x")
     if FLAGS.goal > 0:
-      room = total_ar / FLAGS.goal - free_fixed  # ms left for the iterations at the goal
-      need = n * free_ms / room if room > 0 else float("inf")
-      model_room = total_ar / FLAGS.goal - row["fixed_ms"]
-      model_need = n * model_ms / model_room if model_room > 0 else float("inf")
+      def needed(iteration_ms, fixed):  # tokens per call for the goal: N T / (ms left for N)
+        room = total_ar / FLAGS.goal - fixed
+        return n * iteration_ms / room if room > 0 else float("inf")
+      need, model_need = needed(free_ms, free_fixed), needed(model_ms, row["fixed_ms"])
       row.update(goal=FLAGS.goal, free_draft_tokens_per_call_for_goal=need,
                  goal_reachable_with_free_draft=bool(need <= g + 1),
                  tokens_per_call_for_goal=model_need,

@@ -214,8 +214,7 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   else:  # every gamma pruned: nothing compiled, nothing predicted to help
     curve, source = {0: 1.0}, "pruned"
   memo = {"gamma": theory.within_noise_gamma(curve, spread, min_speedup), "alpha": plan.alpha,
-          "c": costs.c, "best_predicted_gamma": theory.best_gamma(curve, min_speedup),
-          "lead_se": [[g, s] for g, s in sorted(spread.items())],
+          "c": costs.c, "lead_se": [[g, s] for g, s in sorted(spread.items())],
           "curve": [[g, s] for g, s in sorted(curve.items())], "curve_from": source,
           "lone_curve": [[g, s] for g, s in sorted(plan.lone_curve.items())],
           "candidates": list(plan.candidates)}
