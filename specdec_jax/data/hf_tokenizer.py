@@ -45,13 +45,19 @@ def beside(checkpoint_dir: str | None) -> str | None:
   return None
 
 
-def _pad_token(directory: str) -> str | None:
+def _token_config(directory: str) -> dict:
+  """tokenizer_config.json beside the tokenizer, with token entries given by content; {} if none."""
   path = os.path.join(directory, "tokenizer_config.json")
   if not os.path.isfile(path):
-    return None
+    return {}
   with open(path, encoding="utf-8") as f:
-    pad = json.load(f).get("pad_token")
-  return pad.get("content") if isinstance(pad, dict) else pad
+    raw = json.load(f)
+  return {k: (v.get("content") if isinstance(v, dict) and "content" in v else v)
+          for k, v in raw.items()}
+
+
+def _pad_token(directory: str) -> str | None:
+  return _token_config(directory).get("pad_token")
 
 
 def _checkpoint_config(directory: str) -> dict:
@@ -79,9 +85,12 @@ class HFTokenizerVocabulary:
     self.path = file
     self._tok = tokenizers.Tokenizer.from_file(file)
     config = _checkpoint_config(os.path.dirname(file))
-    eos = config.get("eos_token_id") if eos_id is None else eos_id
-    self.eos_id = eos[0] if isinstance(eos, list) else eos
     specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items()}
+    eos = config.get("eos_token_id") if eos_id is None else eos_id
+    if eos is None:  # no config.json beside it (a converted GGUF): the tokenizer's EOS by name
+      eos = specials.get(_token_config(os.path.dirname(file)).get("eos_token"))
+    self.eos_id = eos[0] if isinstance(eos, list) else eos
+    self.chat_template = _token_config(os.path.dirname(file)).get("chat_template")
     self.pad_id = hf_decoder.choose_pad_id(config, specials, _pad_token(os.path.dirname(file)))
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.padded_vocab_size = max(int(model_vocab_size or config.get("vocab_size") or 0),

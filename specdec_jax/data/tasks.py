@@ -21,7 +21,7 @@ import os
 
 from absl import logging
 
-from specdec_jax.data import hf_tokenizer, humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
+from specdec_jax.data import chat, hf_tokenizer, humaneval, local_tasks, seqio_tasks, vocabulary as vocab_lib
 from specdec_jax.paths import resolve_path
 
 # The shipped task a JSONL's input field stands for (n-gram tables, a restricted head's ranking).
@@ -72,8 +72,11 @@ class TaskData:
 
 
 def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | None = None,
-         max_input_length: int = 512, tfds_data_dir: str | None = None) -> TaskData:
-  """The examples of `task` and its vocabulary (`vocabulary` overrides a seqio task's own)."""
+         max_input_length: int = 512, tfds_data_dir: str | None = None,
+         prompt_format: str = "plain") -> TaskData:
+  """The examples of `task` and its vocabulary (`vocabulary` overrides a seqio task's own), the
+  text put in `prompt_format` ('chat': the tokenizer's chat template, `data.chat`)."""
+  chat.check_format(prompt_format)
   examples = load_examples(task, split, num_examples, max_input_length=max_input_length,
                            tfds_data_dir=tfds_data_dir)
   seqio = is_seqio(task)
@@ -84,7 +87,7 @@ def load(task: str, split: str, num_examples: int | None, *, vocabulary: str | N
     vocab = seqio_tasks.vocabulary(task, tfds_data_dir)
   else:
     vocab = load_vocabulary(vocabulary, required=text)
-  return TaskData(examples, vocab, text, seqio)
+  return TaskData(chat.apply(examples, vocab, prompt_format), vocab, text, seqio)
 
 
 def as_text(examples):

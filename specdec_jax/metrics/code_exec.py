@@ -46,7 +46,8 @@ MEMORY_BYTES = 1 << 30
 FILE_BYTES = 1 << 24
 MAX_PROCESSES = 64
 # Where a HumanEval completion ends (Chen et al. 2021 stop at these): the next top-level block.
-STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif ", "\n#", "\nprint(")
+# "\n```" closes the code block an instruct model's reply was begun with (`data.chat`).
+STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif ", "\n#", "\nprint(", "\n```")
 
 PREAMBLE = r'''
 import os as _os, sys as _sys

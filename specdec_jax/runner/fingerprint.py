@@ -42,6 +42,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
   if cfg.feature_parallel:
     fingerprint["feature_parallel"] = True
+  if cfg.prompt_format != "plain":
+    fingerprint["prompt_format"] = cfg.prompt_format
   if cfg.feature_lookup_gamma:
     fingerprint["feature_lookup"] = [cfg.feature_lookup_gamma, cfg.feature_lookup_ngram]
   fingerprint["contents"] = _contents(cfg)

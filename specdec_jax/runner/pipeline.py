@@ -74,7 +74,8 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
   if cfg.runs_speculative:
     drafts_lib.check_feature_run(cfg, draft_specs(cfg))
   data = tasks.load(cfg.task, cfg.split, None, vocabulary=run_vocabulary(cfg),
-                    max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
+                    max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir,
+                    prompt_format=cfg.prompt_format)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,
                             calibration_examples=cfg.auto_calibration_examples,
                             calibration=cfg.calibration, sample=cfg.sample_examples, seed=cfg.seed)
