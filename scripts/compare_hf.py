@@ -1,5 +1,7 @@
-r"""Side-by-side with Hugging Face: the same T5 weights, the same prompts, one process.
+r"""Side-by-side with Hugging Face: the same weights, the same prompts, one process.
 
+  python scripts/compare_hf.py --target=smollm2-135m-instruct --task=humaneval \
+      --prompt_format=chat --gamma=3 --temperatures=0 --num_examples=24 --max_new_tokens=128
   python scripts/compare_hf.py                                  # zoo en-de pair (when trained)
   python scripts/compare_hf.py --target=t5_test_target --draft=t5_test_draft   # random presets
   python scripts/compare_hf.py --task=summarize --gamma=3 --temperatures=0,1 --num_examples=16
@@ -14,6 +16,12 @@ HF assisted generation is pinned to the same draft length: num_assistant_tokens=
 proposals short). Sampling uses temperature T with top-k and top-p off on both sides (HF's default
 top_k=50 is switched off). Prints tokens/s of each and the ratios; --output writes them as JSON.
 Warm-up (jit compilation, first torch call) is excluded.
+
+A fetched GGUF target (`checkpoints.fetch`, SmolLM2) is compared decoder-only: transformers loads
+the very GGUF file ours was converted from (`from_pretrained(dir, gguf_file=...)`, float32), and
+the systems are ours AR / ours speculative (prompt lookup, or --draft's model) beside HF plain
+`generate` and HF prompt-lookup decoding (`prompt_lookup_num_tokens=gamma`), all greedy or
+sampled at T, prompt by prompt at batch 1.
 """
 from __future__ import annotations
 
@@ -47,6 +55,8 @@ def parse_args(argv=None):
   p.add_argument("--torch_threads", type=int, default=0, help="0: torch's default")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--output", default=None, help="write the results as JSON here")
+  p.add_argument("--prompt_format", default="plain", help="'chat': the tokenizer's chat template "
+                 "(decoder-only targets, data/chat.py)")
   return p.parse_args(argv)
 
 
@@ -208,9 +218,128 @@ def table(results: dict) -> str:
   return "\n".join(lines)
 
 
+def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, split: str,
+                    num_examples: int, max_new_tokens: int, max_input_length: int, gamma: int,
+                    temperatures, repeats: int, torch_threads: int, seed: int,
+                    prompt_format: str = "plain", log=print) -> dict:
+  """A fetched GGUF target (decoder-only) against transformers' load of the same file."""
+  import jax
+  import torch
+  import transformers
+  from specdec_jax import api, timing
+  from specdec_jax.checkpoints import fetch
+  from specdec_jax.data import tasks
+  from specdec_jax.data.local_tasks import batch_inputs
+
+  if not fetch.is_remote(target_spec):
+    raise SystemExit("decoder-only comparison reads a fetched GGUF target (known: "
+                     f"{sorted(fetch.REMOTE)})")
+  if torch_threads:
+    torch.set_num_threads(torch_threads)
+  directory, remote = fetch.ensure(target_spec), fetch.REMOTE[target_spec]
+  gguf_dir = os.path.join(fetch.home(), "downloads")
+  data = tasks.load(task, split, num_examples, vocabulary=directory, prompt_format=prompt_format)
+  ids = data.input_ids(model_vocab_size=10**9, encoder_decoder=False,
+                       max_input_length=max_input_length)
+  pair = api.load(target_spec, draft_spec or "prompt_lookup")
+  eos, pad = pair.target.config.eos_id, pair.target.config.pad_id
+  hf_t = transformers.AutoModelForCausalLM.from_pretrained(
+      gguf_dir, gguf_file=remote.filename, dtype=torch.float32).eval()
+  log(f"target {target_spec} (GGUF {remote.filename}), draft {draft_spec or 'prompt_lookup'}; "
+      f"{len(ids)} prompts, gamma {gamma}, max_new_tokens {max_new_tokens}, torch threads "
+      f"{torch.get_num_threads()}")
+  results = {"target": target_spec, "draft": draft_spec or "prompt_lookup", "task": task,
+             "prompt_format": prompt_format, "gamma": gamma, "num_examples": len(ids),
+             "max_new_tokens": max_new_tokens, "by_temperature": {}}
+  for temperature in temperatures:
+    hf_kw = _hf_kwargs(float(temperature), max_new_tokens)
+    decoders = {"ours_ar": pair.decoder(0, temperature=float(temperature),
+                                        max_new_tokens=max_new_tokens),
+                "ours_spec": pair.decoder(gamma, temperature=float(temperature),
+                                          max_new_tokens=max_new_tokens)}
+
+    def ours(decoder):
+      def call(i, r):
+        row = batch_inputs([ids[i]], pad_to=max(16, 1 << (len(ids[i]) - 1).bit_length()),
+                           pad_id=pad)
+        res = jax.block_until_ready(decoder.generate(
+            pair.params, jax.numpy.asarray(row), jax.random.key(seed * 100003 + 7 * i + r)))
+        n = int(np.asarray(res.lengths_B)[0])
+        return np.asarray(res.tokens_BxN)[0, :n].tolist()
+      return call
+
+    def hf(extra):
+      def call(i, r):
+        torch.manual_seed(seed * 100003 + 7 * i + r)
+        x = torch.tensor([ids[i]], dtype=torch.long)
+        with torch.no_grad():
+          out = hf_t.generate(x, attention_mask=torch.ones_like(x), eos_token_id=eos,
+                              pad_token_id=pad, **hf_kw, **extra)
+        toks = out[0, len(ids[i]):].tolist()
+        return toks[:toks.index(eos) + 1] if eos in toks else toks
+      return call
+
+    systems = {"ours_ar": ours(decoders["ours_ar"]), "ours_spec": ours(decoders["ours_spec"]),
+               "hf_plain": hf({}), "hf_prompt_lookup": hf({"prompt_lookup_num_tokens": gamma})}
+    secs, toks, outputs = ({k: 0.0 for k in systems}, {k: 0 for k in systems},
+                           {k: [] for k in systems})
+    for i in range(len(ids)):
+      first, med = timing.interleaved(
+          {k: functools.partial(fn, i, 0) for k, fn in systems.items()}, max(repeats, 1),
+          min_sample_s=0.0, max_calls=1)
+      for k, out in first.items():
+        secs[k] += med[k]
+        toks[k] += len(out)
+        outputs[k].append(out)
+    tps = {k: toks[k] / secs[k] for k in systems}
+    row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
+           "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
+           "spec_vs_hf_prompt_lookup": tps["ours_spec"] / tps["hf_prompt_lookup"],
+           "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
+           "hf_prompt_lookup_vs_hf_plain": tps["hf_prompt_lookup"] / tps["hf_plain"]}
+    if float(temperature) == 0:
+      def agree(a, b):
+        return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
+      row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
+                                 "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
+                                 "hf_prompt_lookup=hf_plain": agree("hf_prompt_lookup", "hf_plain")}
+    results["by_temperature"][f"{float(temperature):g}"] = row
+    log(json.dumps({k: round(v, 2) for k, v in tps.items()}))
+  return results
+
+
+def decoder_table(results: dict) -> str:
+  lines = [f"{'T':>3}  {'ours AR':>9}  {'HF plain':>9}  {'AR/HF':>6}  {'ours spec':>9}  "
+           f"{'HF lookup':>9}  {'spec/HF':>7}  {'ours spec/AR':>12}  {'HF lookup/plain':>15}"
+           "   (tokens/s)"]
+  for t, row in results["by_temperature"].items():
+    s = row["tokens_per_s"]
+    lines.append(f"{t:>3}  {s['ours_ar']:9.1f}  {s['hf_plain']:9.1f}  {row['ar_vs_hf_plain']:5.2f}x"
+                 f"  {s['ours_spec']:9.1f}  {s['hf_prompt_lookup']:9.1f}  "
+                 f"{row['spec_vs_hf_prompt_lookup']:6.2f}x  {row['ours_spec_vs_ours_ar']:11.2f}x  "
+                 f"{row['hf_prompt_lookup_vs_hf_plain']:14.2f}x")
+    if "greedy_agreement" in row:
+      lines.append("     greedy output agreement: " + ", ".join(
+          f"{k} {v:.2f}" for k, v in row["greedy_agreement"].items()))
+  return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
   args = parse_args(argv)
   temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+  from specdec_jax.checkpoints import fetch
+  if fetch.is_remote(args.target):
+    draft = None if args.draft == f"{ZOO}/t5_draft_small_distill" else args.draft
+    results = compare_decoder(
+        args.target, draft, task=args.task, split=args.split, num_examples=args.num_examples,
+        max_new_tokens=args.max_new_tokens, max_input_length=args.max_input_length,
+        gamma=args.gamma, temperatures=temps, repeats=args.repeats,
+        torch_threads=args.torch_threads, seed=args.seed, prompt_format=args.prompt_format)
+    print(decoder_table(results))
+    if args.output:
+      with open(args.output, "w") as f:
+        json.dump(results, f, indent=2)
+    return results
   results = compare(args.target, args.draft, task=args.task, split=args.split,
                     num_examples=args.num_examples, max_new_tokens=args.max_new_tokens,
                     max_input_length=args.max_input_length, gamma=args.gamma,

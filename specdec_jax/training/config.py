@@ -64,7 +64,9 @@ class TrainConfig:
     eval_examples: valid-split examples per task for the validation loss (0 to skip).
     eval_every: steps between validation losses written to TensorBoard while training (`valid/`
       per task, as the final one), so a long run shows its progress; 0 for the final one only.
-    vocabulary: SentencePiece model file for local tasks; None for the shipped 8k vocabulary
+    vocabulary: SentencePiece model file for local tasks, a Hugging Face tokenizer.json (or the
+      checkpoint directory holding it, or a fetched checkpoint's name); None for the shipped 8k
+      vocabulary
       (seqio tasks always use their own).
     mesh: a `sharding.MeshConfig` (gin/mesh/*.gin): train sharded with the target rules on that
       mesh; None trains on one device.

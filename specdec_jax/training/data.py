@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specdec_jax.data import local_tasks, seqio_tasks, tasks
+from specdec_jax.data import chat, local_tasks, seqio_tasks, tasks
 from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
 from specdec_jax.training import seqdata
 
@@ -43,12 +43,15 @@ class TaskSpec:
     target_len: decoder tokens per example, EOS included (decoder-only: the whole sequence).
     max_examples: read at most this many training examples (the first ones of the split); None
       reads the whole split. Validation reads `TrainConfig.eval_examples` instead.
+    prompt_format: 'plain', or 'chat' (each input as one user turn of the vocabulary's chat
+      template, `data.chat`), as `RunConfig.prompt_format` puts a run's prompts.
   """
   name: str
   weight: int = 1
   input_len: int = 64
   target_len: int = 64
   max_examples: int | None = None
+  prompt_format: str = "plain"
 
   def __post_init__(self):
     if self.max_examples is not None and self.max_examples < 1:
@@ -102,8 +105,8 @@ def _read(spec: TaskSpec, vocab, split: str, limit: int | None):
     src = [list(ex.input_ids) for ex in examples]  # tokenized by the task, EOS appended
   else:
     examples = local_tasks.load_examples(spec.name, split, limit)
-    examples = [ex for ex in examples if ex.reference]
-    src = [s + [EOS_ID] for s in vocab.encode_batch([ex.inputs for ex in examples])]
+    examples = chat.apply([ex for ex in examples if ex.reference], vocab, spec.prompt_format)
+    src = [s + [vocab.eos_id] for s in vocab.encode_batch([ex.inputs for ex in examples])]
   if not examples:
     raise ValueError(f"task {spec.name!r} ({split}) has no examples with a reference to train on")
   return src, vocab.encode_batch([ex.reference for ex in examples])
@@ -140,12 +143,12 @@ def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "tr
     inputs = np.stack([_pad(s, spec.input_len) for s in src])
     targets = np.stack([_pad(t + [EOS_ID], spec.target_len) for t in tgt])
     return TokenizedTask(spec, inputs, targets)
-  return TokenizedTask(spec, None, _decoder_sequences(src, tgt, spec.target_len))
+  return TokenizedTask(spec, None, _decoder_sequences(src, tgt, spec.target_len, vocab.eos_id))
 
 
-def _decoder_sequences(src, tgt, length: int) -> np.ndarray:
+def _decoder_sequences(src, tgt, length: int, eos_id: int = EOS_ID) -> np.ndarray:
   """Decoder-only sequences: the input (its EOS dropped), the reference, EOS; [N, length]."""
-  return np.stack([_pad(s[:-1] + t + [EOS_ID], length) for s, t in zip(src, tgt)])
+  return np.stack([_pad(s[:-1] + t + [eos_id], length) for s, t in zip(src, tgt)])
 
 
 def decoder_prompts(spec: TaskSpec, vocab, split: str = "train", limit: int | None = None

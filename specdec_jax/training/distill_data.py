@@ -38,7 +38,8 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import paths, sharding
-from specdec_jax.checkpoints import detect_format, identity, loader, orbax_io, pairing
+from specdec_jax.checkpoints import detect_format, fetch, identity, loader, orbax_io, pairing
+from specdec_jax.data import tasks
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -66,7 +67,8 @@ class DistillDataConfig:
     mix_fraction: fraction of the batches `mix_model` generates (chosen per batch from the seed).
     batch_size: prompts per decode call.
     seed: batch-to-generator choice and sampling keys.
-    vocabulary: SentencePiece model for local tasks; None for the shipped 8k vocabulary.
+    vocabulary: SentencePiece model for local tasks, a tokenizer.json (or its checkpoint directory,
+      or a fetched checkpoint's name: `data.tasks.load_vocabulary`); None for the shipped 8k one.
     mesh: a `sharding.MeshConfig`: each generator is sharded with the target rules on that mesh
       (prompts over the data axis), as in training; None decodes on one device. Not part of the
       generation key: a job may resume on another mesh.
@@ -108,10 +110,11 @@ def generation_key(cfg: DistillDataConfig) -> dict[str, Any]:
   key = dataclasses.asdict(dataclasses.replace(cfg, mesh=None))
   del key["mesh"]
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
-  key["model_contents"] = identity.content_digest(cfg.model)
-  key["mix_model_contents"] = identity.content_digest(cfg.mix_model)
+  local = lambda p: fetch.ensure(p) if p and fetch.is_remote(p) else p  # noqa: E731
+  key["model_contents"] = identity.content_digest(local(cfg.model))
+  key["mix_model_contents"] = identity.content_digest(local(cfg.mix_model))
   key["vocabulary_contents"] = identity.content_digest(
-      str(cfg.vocabulary or vocab_lib.DEFAULT_VOCAB_PATH))
+      str(local(cfg.vocabulary) or vocab_lib.DEFAULT_VOCAB_PATH))
   return json.loads(json.dumps(key, default=str))
 
 
@@ -138,6 +141,8 @@ def _check_key(cfg: DistillDataConfig, output_dir: str) -> None:
 def peek_config(path_or_preset: str) -> ModelConfig | None:
   """A preset's or a specdec checkpoint's config without reading weights; None for other formats
   (checked once they are loaded)."""
+  if fetch.is_remote(path_or_preset):
+    path_or_preset = fetch.ensure(path_or_preset)
   fmt = detect_format(path_or_preset)
   if fmt == "preset":
     return get_preset(path_or_preset)
@@ -199,8 +204,7 @@ def generate(cfg: DistillDataConfig, output_dir: str, *, crash_after_batches: in
   output_dir = os.path.abspath(paths.check_writable(output_dir, "distillation data"))
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
-  vocab = (vocab_lib.SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary
-           else vocab_lib.default_vocabulary())
+  vocab = tasks.load_vocabulary(cfg.vocabulary, required=True)
   configs = {path: peek_config(path) for path in filter(None, (cfg.model, cfg.mix_model))}
   kinds = {c.kind for c in configs.values() if c is not None}
   if len(kinds) > 1:

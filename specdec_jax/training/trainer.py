@@ -47,7 +47,7 @@ from specdec_jax import sharding
 from specdec_jax.checkpoints import loader
 from specdec_jax.checkpoints import orbax_io
 from specdec_jax.checkpoints import pairing
-from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.metrics.tensorboard import RunWriter
 from specdec_jax.models.config import ModelConfig
 from specdec_jax.models.model import Model
@@ -254,7 +254,7 @@ def _train(cfg: TrainConfig, output_dir: str, model: Model, params, teacher: Mod
 def _tokenized_tasks(cfg: TrainConfig, model: Model):
   """(vocabulary, the tokenized train split of every task); a vocabulary larger than the model's
   embedding is refused before anything runs."""
-  vocab = (SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary())
+  vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)
   for spec in cfg.tasks:
     _check_vocab(model.config, data_lib.task_vocabulary(spec, vocab),
                  f"model {cfg.model} (task {spec.name})")
