@@ -30,8 +30,7 @@ CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 DRAFT_PANELS = ("auto", "float32", "int8")
-PROMPT_FORMATS = ("plain", "chat")  # data.chat.FORMATS (a test holds them equal)
-GAMMA_WORDS = (AUTO, ADAPTIVE, TREE)
+PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), (AUTO, ADAPTIVE, TREE)  # = data.chat.FORMATS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +81,7 @@ class RunConfig:
   # A SentencePiece .model, or a Hugging Face tokenizer.json (or the directory holding it); None:
   # the tokenizer.json of an HF checkpoint directory the target is read from, else the shipped one.
   vocabulary: str | None = None
-  # 'plain' (the text as the task writes it) or 'chat': one user turn of the tokenizer's chat
-  # template with an instruction per input field (`data.chat`; instruct models such as SmolLM2).
-  prompt_format: str = "plain"
+  prompt_format: str = "plain"  # or 'chat': the tokenizer's chat template (data/chat.py)
   dtype: str | None = None
   rule: str = "tokenwise"
   repeats: int = 3
@@ -163,9 +160,8 @@ class RunConfig:
         or self.draft_head_vocab < 0):
       raise ValueError(f"DRAFT_HEAD_VOCAB must be an integer >= 0 (0 = the full head), got "
                        f"{self.draft_head_vocab!r}")
-    for name, allowed in (("matmul", MATMULS), ("draft_panels", DRAFT_PANELS),
-                          ("prompt_format", PROMPT_FORMATS),
-                          ("calibration", prompt_sets.CALIBRATION_MODES)):
+    for name, allowed in (("matmul", MATMULS), ("draft_panels", DRAFT_PANELS), ("prompt_format",
+                          PROMPT_FORMATS), ("calibration", prompt_sets.CALIBRATION_MODES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"RunConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:
