@@ -4,6 +4,7 @@ r"""Where the time of one decode goes: memory bandwidth, the verify-cost curve, 
   python scripts/bench_loop.py --target=decoder_97m --draft=decoder_6m --max_t=8
   python scripts/bench_loop.py --xla_variants           # v(T) under several XLA:CPU settings
   python scripts/bench_loop.py --matmul=xla,auto --shapes   # before / after the CPU kernel
+  python scripts/bench_loop.py --target=smollm2_135m --draft=smollm2_draft   # the fetched target's shape
 
 --matmul (comma list of RunConfig.matmul values, default 'xla,auto') decodes with each weight
 layout (models/packed.py: 'auto' is the packed kernel from two rows on one CPU device), every
@@ -54,11 +55,14 @@ def measure_bandwidth(mbytes: int = 512, repeats: int = 7) -> float:
   return x.nbytes / _median_time(lambda: f(x), repeats) / 1e9
 
 
-def decode_path_bytes(params, kind: str) -> tuple[int, int]:
-  """(all weight bytes, bytes one decode step reads: decoder side, embedding row aside)."""
+def decode_path_bytes(params, kind: str, tied: bool = False) -> tuple[int, int]:
+  """(all weight bytes, bytes one decode step reads: decoder side, embedding row aside; a tied
+  head reads the whole embedding every step)."""
   import jax
   import numpy as np
   total = sum(np.asarray(x).nbytes for x in jax.tree.leaves(params))
+  if kind != "t5" and tied:
+    return total, total
   if kind != "t5":
     emb = params["token_embedder"]["embedding"]
     return total, total - np.asarray(emb).nbytes
@@ -178,7 +182,7 @@ def main(argv=None) -> dict:
   draft = Model(get_preset(args.draft, eos_id=-1))
   dp = draft.init(jax.random.key(1))
   drafts = {k: packed.for_backend(draft, dp, matmul=k.split("->")[0]) for k in variants}
-  total, path = decode_path_bytes(tp, target.config.kind)
+  total, path = decode_path_bytes(tp, target.config.kind, target.config.tie_embeddings)
   bandwidth = measure_bandwidth()
   ar = autoregressive_ms_per_tokens(variants, inputs, args.tokens, args.repeats)
   floor = 1e3 * path / (bandwidth * 1e9)

@@ -41,14 +41,54 @@ def make_record(name: str, metrics: Mapping[str, Any], *, command: str, commit: 
 
 
 def machine() -> dict[str, Any]:
-  """The CPU model, core count and Python version a record was measured with."""
+  """What a record was measured on: the CPU model, cores, cache sizes, a measured memory read
+  bandwidth, the Python, jax and jaxlib versions.
+
+  Why more than the CPU model: two machines of one name differed 1.6-1.8x against 2.6x in one
+  table (issue 46); the caches and the bandwidth say whether a ~20 MB model fits on chip and what
+  a weight-streaming step can cost, and the versions what compiled it."""
   cpu = platform.processor() or platform.machine()
   try:
     with open("/proc/cpuinfo") as f:
       cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
   except (OSError, StopIteration):
     pass
-  return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+  out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+         "caches": _caches(), "memory_read_gb_s": round(memory_read_gb_s(), 1)}
+  for package in ("jax", "jaxlib"):
+    try:
+      from importlib import metadata  # pylint: disable=import-outside-toplevel
+      out[package] = metadata.version(package)
+    except Exception:  # pylint: disable=broad-except
+      pass
+  return out
+
+
+def _caches() -> dict[str, str]:
+  """{'L1d': '48K', 'L2': '2048K', 'L3': '32768K'} of cpu0 (sysfs); {} where unreadable."""
+  out = {}
+  root = "/sys/devices/system/cpu/cpu0/cache"
+  for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    try:
+      read = lambda name: open(os.path.join(root, index, name)).read().strip()  # noqa: E731
+      kind = read("type")
+      out[f"L{read('level')}" + ({"Data": "d", "Instruction": "i"}.get(kind, ""))] = read("size")
+    except OSError:
+      continue
+  return out
+
+
+def memory_read_gb_s(mbytes: int = 256, repeats: int = 3) -> float:
+  """GB/s of numpy summing a float32 array far larger than the caches (best of `repeats`; one
+  thread): the record's machine identity, not a roofline (scripts/bench_loop.py times XLA's)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  x = np.ones(mbytes * 2 ** 20 // 4, np.float32)
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    x.sum()
+    best = min(best, time.perf_counter() - t0)
+  return x.nbytes / best / 1e9
 
 
 def row_name(prefix: str, metrics: Mapping[str, Any]) -> str:
@@ -77,10 +117,17 @@ def save_record(directory: str, name: str, metrics: Mapping[str, Any], *, comman
 
 
 def write_record(directory: str, record: Mapping[str, Any]) -> str:
-  """Writes `record` as `<directory>/<name>.json` (sorted keys, one line per key); its path."""
+  """Writes `record` as `<directory>/<name>.json` (sorted keys, one line per key); its path.
+
+  Records are append-only: a name already taken is refused (a rerun is a new record under a new
+  name), so no measured outcome is ever replaced by a later one (two records were rewritten
+  four and seven times before this rule; their earlier outcomes survive only in git)."""
   os.makedirs(directory, exist_ok=True)
   path = os.path.join(directory, f"{record['name']}.json")
-  with open(path, "w") as f:
+  if os.path.exists(path):
+    raise FileExistsError(f"record {record['name']!r} exists ({path}): records are append-only; "
+                          "give the rerun a new name")
+  with open(path, "x") as f:
     json.dump(record, f, indent=1, sort_keys=True)
     f.write("\n")
   return path

@@ -204,7 +204,7 @@ _LLAMA3_SIZES = dict(
 
 # Presets of a public checkpoint's shape keep its vocabulary (its tokenizer's ids), whatever
 # vocabulary a run's text task has: a random-init T5 or test preset takes the run's instead.
-OWN_VOCABULARY = frozenset(_LLAMA3_SIZES) | {"smollm2_draft"}
+OWN_VOCABULARY = frozenset(_LLAMA3_SIZES) | {"smollm2_135m", "smollm2_draft"}
 
 PRESETS: dict[str, ModelConfig] = {
     **{f"t5_1_1_{k}": ModelConfig(kind="t5", vocab_size=32128, head_dim=64, **v) for k, v in _T5_1_1.items()},
@@ -276,6 +276,12 @@ PRESETS: dict[str, ModelConfig] = {
     "zoo_llama_draft": ModelConfig(kind="decoder", vocab_size=8192, emb_dim=128, num_heads=2,
                                    mlp_dim=256, num_encoder_layers=0, num_decoder_layers=2,
                                    **_LLAMA, **_scaled(head_dim=64), num_kv_heads=1),
+    # SmolLM2-135M-Instruct's shape (the fetched target, `checkpoints.fetch`), for benchmarks with
+    # random weights (scripts/bench_loop.py) and ahead-of-time compilation.
+    "smollm2_135m": ModelConfig(kind="decoder", vocab_size=49152, emb_dim=576, num_heads=9,
+                                mlp_dim=1536, num_encoder_layers=0, num_decoder_layers=30,
+                                **_LLAMA, **_scaled(head_dim=64), num_kv_heads=3,
+                                tie_embeddings=True, rope_theta=100000.0, pad_id=0, eos_id=2),
     # A draft for SmolLM2-135M-Instruct (the fetched target, MODEL_CARD.md): its tokenizer, pad
     # and EOS, a tied head; 6.8M parameters, 6.3M of them the embedding, so a draft step reads
     # ~1/20 of the target's weights (configs/local/train/smollm2_draft.gin).

@@ -84,3 +84,18 @@ def test_every_committed_record_names_its_commit():
   records = results.load_records(os.path.join(ROOT, "docs", "results"))
   empty = sorted(name for name, rec in records.items() if len(str(rec.get("commit") or "")) < 7)
   assert not empty, empty
+
+
+def test_records_are_append_only(tmp_path):
+  """A rerun is a new record: writing a name that exists is refused and the first stays."""
+  path = results.write_record(str(tmp_path), _record("main", 1.3))
+  with pytest.raises(FileExistsError, match="append-only"):
+    results.write_record(str(tmp_path), _record("main", 1.9))
+  assert results.load_records(str(tmp_path))["main"]["metrics"]["speedup"] == 1.3
+  assert os.path.basename(path) == "main.json"
+
+
+def test_machine_identity_names_caches_bandwidth_and_versions():
+  m = results.machine()
+  assert m["cores"] >= 1 and m["memory_read_gb_s"] > 0 and "jax" in m
+  assert isinstance(m["caches"], dict)
