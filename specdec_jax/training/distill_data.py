@@ -39,7 +39,7 @@ from absl import logging
 
 from specdec_jax import paths, sharding
 from specdec_jax.checkpoints import detect_format, fetch, identity, loader, orbax_io, pairing
-from specdec_jax.data import tasks
+from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -204,7 +204,7 @@ def generate(cfg: DistillDataConfig, output_dir: str, *, crash_after_batches: in
   output_dir = os.path.abspath(paths.check_writable(output_dir, "distillation data"))
   if cfg.mesh is not None:  # forced host devices must be set before jax's first device use
     sharding.force_cpu_devices(cfg.mesh.num_cpu_devices)
-  vocab = tasks.load_vocabulary(cfg.vocabulary, required=True)
+  vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)
   configs = {path: peek_config(path) for path in filter(None, (cfg.model, cfg.mix_model))}
   kinds = {c.kind for c in configs.values() if c is not None}
   if len(kinds) > 1:
