@@ -121,8 +121,6 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
   from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import Chain
-  from specdec_jax import timing
-  from specdec_jax.data.local_tasks import batch_inputs
 
   if torch_threads:
     torch.set_num_threads(torch_threads)
@@ -148,70 +146,89 @@ def compare(target_spec: str, draft_spec: str, *, task: str = "translate_en_de",
     ar_decoder = Decoder(tm, sampling=sampling, max_decode_len=max_new_tokens)
     spec_decoder = Decoder(tm, dm, Chain(gamma), sampling, max_decode_len=max_new_tokens)
 
-    def ours_ar(row, key, ar_decoder=ar_decoder):
-      return ar_decoder.generate(Params(tp), row, key)
-
-    def ours_spec(row, key, spec_decoder=spec_decoder):
-      return spec_decoder.generate(Params(tp, dp), row, key)
-
-    def ours(fn):
-      def call(i, r):
-        row = batch_inputs([ids[i]], pad_to=width)
-        res = jax.block_until_ready(fn(row, jax.random.key(seed * 100003 + 7 * i + r)))
-        n = int(np.asarray(res.lengths_B)[0])
-        return np.asarray(res.tokens_BxN)[0, :n].tolist()
-      return call
+    def ours(decoder, params):
+      return ours_system(lambda row, key: decoder.generate(params, row, key), ids,
+                         lambda _: width, 0, seed)
 
     def hf(extra):
-      def call(i, r):
-        torch.manual_seed(seed * 100003 + 7 * i + r)
-        x = torch.tensor([ids[i]], dtype=torch.long)
-        with torch.no_grad():
-          out = hf_t.generate(x, attention_mask=torch.ones_like(x), **hf_kw, **extra)
-        return _hf_tokens(out, eos)
-      return call
+      return hf_system(hf_t, ids, {**hf_kw, **extra}, lambda out, i: _hf_tokens(out, eos), seed)
 
-    systems = {"ours_ar": ours(ours_ar), "ours_spec": ours(ours_spec), "hf_plain": hf({}),
+    systems = {"ours_ar": ours(ar_decoder, Params(tp)),
+               "ours_spec": ours(spec_decoder, Params(tp, dp)), "hf_plain": hf({}),
                "hf_assisted": hf(assist_kw)}
-    secs = {k: 0.0 for k in systems}
-    toks = {k: 0 for k in systems}
-    outputs = {k: [] for k in systems}
-    for i in range(len(ids)):
-      # The one timer: warm-up call (compile / first torch call) kept as the output, then the
-      # four systems timed in rotating order, median per system (drift hits all alike).
-      first, med = timing.interleaved(
-          {k: functools.partial(fn, i, 0) for k, fn in systems.items()}, max(repeats, 1),
-          min_sample_s=0.0, max_calls=1)
-      for k, out in first.items():
-        secs[k] += med[k]
-        toks[k] += len(out)
-        outputs[k].append(out)
-    tps = {k: toks[k] / secs[k] if secs[k] > 0 else None for k in systems}
-    row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
-           "spec_vs_hf_assisted": tps["ours_spec"] / tps["hf_assisted"],
-           "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
-           "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
-           "hf_assisted_vs_hf_plain": tps["hf_assisted"] / tps["hf_plain"]}
-    if float(temperature) == 0:
-      def agree(a, b):
-        return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
-      row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
-                                 "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
-                                 "hf_assisted=hf_plain": agree("hf_assisted", "hf_plain")}
+    row = measure(systems, len(ids), repeats, "hf_assisted", float(temperature))
     results["by_temperature"][f"{float(temperature):g}"] = row
   return results
 
 
-def table(results: dict) -> str:
+def ours_system(generate, ids, pad_to, pad_id: int, seed: int):
+  """call(i, r) -> our tokens for prompt i: `generate(row_1xP, key)` on the prompt right-padded
+  to `pad_to(prompt)` with `pad_id`, its output cut at its length."""
+  import jax
+  from specdec_jax.data.local_tasks import batch_inputs
+
+  def call(i, r):
+    row = batch_inputs([ids[i]], pad_to=pad_to(ids[i]), pad_id=pad_id)
+    res = jax.block_until_ready(generate(jax.numpy.asarray(row),
+                                         jax.random.key(seed * 100003 + 7 * i + r)))
+    n = int(np.asarray(res.lengths_B)[0])
+    return np.asarray(res.tokens_BxN)[0, :n].tolist()
+  return call
+
+
+def hf_system(model, ids, kwargs: dict, tokens, seed: int):
+  """call(i, r) -> `tokens(model.generate(prompt i, **kwargs), i)`, seeded as ours."""
+  import torch
+
+  def call(i, r):
+    torch.manual_seed(seed * 100003 + 7 * i + r)
+    x = torch.tensor([ids[i]], dtype=torch.long)
+    with torch.no_grad():
+      out = model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+    return tokens(out, i)
+  return call
+
+
+def measure(systems: dict, n: int, repeats: int, peer: str, temperature: float) -> dict:
+  """Tokens/s of each system over prompts 0..n-1 and the ratios: per prompt a warm-up call
+  (compile / first torch call) kept as the output, then the systems timed in rotating order,
+  median per system (drift hits all alike). `peer`: HF's speculative system."""
+  from specdec_jax import timing
+  secs, toks, outputs = ({k: 0.0 for k in systems}, {k: 0 for k in systems},
+                         {k: [] for k in systems})
+  for i in range(n):
+    first, med = timing.interleaved(
+        {k: functools.partial(fn, i, 0) for k, fn in systems.items()}, max(repeats, 1),
+        min_sample_s=0.0, max_calls=1)
+    for k, out in first.items():
+      secs[k] += med[k]
+      toks[k] += len(out)
+      outputs[k].append(out)
+  tps = {k: toks[k] / secs[k] if secs[k] > 0 else None for k in systems}
+  row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
+         f"spec_vs_{peer}": tps["ours_spec"] / tps[peer],
+         "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
+         "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
+         f"{peer}_vs_hf_plain": tps[peer] / tps["hf_plain"]}
+  if temperature == 0:
+    def agree(a, b):
+      return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
+    row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
+                               "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
+                               f"{peer}=hf_plain": agree(peer, "hf_plain")}
+  return row
+
+
+def table(results: dict, peer: str = "hf_assisted", label: str = "HF assist") -> str:
   lines = [f"{'T':>3}  {'ours AR':>9}  {'HF plain':>9}  {'AR/HF':>6}  {'ours spec':>9}  "
-           f"{'HF assist':>9}  {'spec/HF':>7}  {'ours spec/AR':>12}  {'HF assist/plain':>15}"
+           f"{label:>9}  {'spec/HF':>7}  {'ours spec/AR':>12}  {label + '/plain':>15}"
            "   (tokens/s)"]
   for t, row in results["by_temperature"].items():
     s = row["tokens_per_s"]
     lines.append(f"{t:>3}  {s['ours_ar']:9.1f}  {s['hf_plain']:9.1f}  {row['ar_vs_hf_plain']:5.2f}x"
-                 f"  {s['ours_spec']:9.1f}  {s['hf_assisted']:9.1f}  "
-                 f"{row['spec_vs_hf_assisted']:6.2f}x  {row['ours_spec_vs_ours_ar']:11.2f}x  "
-                 f"{row['hf_assisted_vs_hf_plain']:14.2f}x")
+                 f"  {s['ours_spec']:9.1f}  {s[peer]:9.1f}  "
+                 f"{row['spec_vs_' + peer]:6.2f}x  {row['ours_spec_vs_ours_ar']:11.2f}x  "
+                 f"{row[peer + '_vs_hf_plain']:14.2f}x")
     if "greedy_agreement" in row:
       lines.append("     greedy output agreement: " + ", ".join(
           f"{k} {v:.2f}" for k, v in row["greedy_agreement"].items()))
@@ -223,13 +240,11 @@ def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, spli
                     temperatures, repeats: int, torch_threads: int, seed: int,
                     prompt_format: str = "plain", log=print) -> dict:
   """A fetched GGUF target (decoder-only) against transformers' load of the same file."""
-  import jax
   import torch
   import transformers
-  from specdec_jax import api, timing
+  from specdec_jax import api
   from specdec_jax.checkpoints import fetch
   from specdec_jax.data import tasks
-  from specdec_jax.data.local_tasks import batch_inputs
 
   if not fetch.is_remote(target_spec):
     raise SystemExit("decoder-only comparison reads a fetched GGUF target (known: "
@@ -259,69 +274,22 @@ def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, spli
                                           max_new_tokens=max_new_tokens)}
 
     def ours(decoder):
-      def call(i, r):
-        row = batch_inputs([ids[i]], pad_to=max(16, 1 << (len(ids[i]) - 1).bit_length()),
-                           pad_id=pad)
-        res = jax.block_until_ready(decoder.generate(
-            pair.params, jax.numpy.asarray(row), jax.random.key(seed * 100003 + 7 * i + r)))
-        n = int(np.asarray(res.lengths_B)[0])
-        return np.asarray(res.tokens_BxN)[0, :n].tolist()
-      return call
+      return ours_system(lambda row, key: decoder.generate(pair.params, row, key), ids,
+                         lambda r: max(16, 1 << (len(r) - 1).bit_length()), pad, seed)
 
     def hf(extra):
-      def call(i, r):
-        torch.manual_seed(seed * 100003 + 7 * i + r)
-        x = torch.tensor([ids[i]], dtype=torch.long)
-        with torch.no_grad():
-          out = hf_t.generate(x, attention_mask=torch.ones_like(x), eos_token_id=eos,
-                              pad_token_id=pad, **hf_kw, **extra)
+      def tokens(out, i):
         toks = out[0, len(ids[i]):].tolist()
         return toks[:toks.index(eos) + 1] if eos in toks else toks
-      return call
+      return hf_system(hf_t, ids, dict(hf_kw, eos_token_id=eos, pad_token_id=pad, **extra), tokens,
+                       seed)
 
     systems = {"ours_ar": ours(decoders["ours_ar"]), "ours_spec": ours(decoders["ours_spec"]),
                "hf_plain": hf({}), "hf_prompt_lookup": hf({"prompt_lookup_num_tokens": gamma})}
-    secs, toks, outputs = ({k: 0.0 for k in systems}, {k: 0 for k in systems},
-                           {k: [] for k in systems})
-    for i in range(len(ids)):
-      first, med = timing.interleaved(
-          {k: functools.partial(fn, i, 0) for k, fn in systems.items()}, max(repeats, 1),
-          min_sample_s=0.0, max_calls=1)
-      for k, out in first.items():
-        secs[k] += med[k]
-        toks[k] += len(out)
-        outputs[k].append(out)
-    tps = {k: toks[k] / secs[k] for k in systems}
-    row = {"tokens_per_s": tps, "tokens": toks, "seconds": secs,
-           "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
-           "spec_vs_hf_prompt_lookup": tps["ours_spec"] / tps["hf_prompt_lookup"],
-           "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
-           "hf_prompt_lookup_vs_hf_plain": tps["hf_prompt_lookup"] / tps["hf_plain"]}
-    if float(temperature) == 0:
-      def agree(a, b):
-        return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
-      row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
-                                 "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
-                                 "hf_prompt_lookup=hf_plain": agree("hf_prompt_lookup", "hf_plain")}
+    row = measure(systems, len(ids), repeats, "hf_prompt_lookup", float(temperature))
     results["by_temperature"][f"{float(temperature):g}"] = row
-    log(json.dumps({k: round(v, 2) for k, v in tps.items()}))
+    log(json.dumps({k: round(v, 2) for k, v in row["tokens_per_s"].items()}))
   return results
-
-
-def decoder_table(results: dict) -> str:
-  lines = [f"{'T':>3}  {'ours AR':>9}  {'HF plain':>9}  {'AR/HF':>6}  {'ours spec':>9}  "
-           f"{'HF lookup':>9}  {'spec/HF':>7}  {'ours spec/AR':>12}  {'HF lookup/plain':>15}"
-           "   (tokens/s)"]
-  for t, row in results["by_temperature"].items():
-    s = row["tokens_per_s"]
-    lines.append(f"{t:>3}  {s['ours_ar']:9.1f}  {s['hf_plain']:9.1f}  {row['ar_vs_hf_plain']:5.2f}x"
-                 f"  {s['ours_spec']:9.1f}  {s['hf_prompt_lookup']:9.1f}  "
-                 f"{row['spec_vs_hf_prompt_lookup']:6.2f}x  {row['ours_spec_vs_ours_ar']:11.2f}x  "
-                 f"{row['hf_prompt_lookup_vs_hf_plain']:14.2f}x")
-    if "greedy_agreement" in row:
-      lines.append("     greedy output agreement: " + ", ".join(
-          f"{k} {v:.2f}" for k, v in row["greedy_agreement"].items()))
-  return "\n".join(lines)
 
 
 def main(argv=None) -> dict:
@@ -335,7 +303,7 @@ def main(argv=None) -> dict:
         max_new_tokens=args.max_new_tokens, max_input_length=args.max_input_length,
         gamma=args.gamma, temperatures=temps, repeats=args.repeats,
         torch_threads=args.torch_threads, seed=args.seed, prompt_format=args.prompt_format)
-    print(decoder_table(results))
+    print(table(results, "hf_prompt_lookup", "HF lookup"))
     if args.output:
       with open(args.output, "w") as f:
         json.dump(results, f, indent=2)
