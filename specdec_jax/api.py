@@ -38,7 +38,7 @@ import numpy as np
 
 from specdec_jax import seam, timing
 from specdec_jax.checkpoints import loader
-from specdec_jax.data import humaneval as humaneval_lib, local_tasks, ngram_tables, tasks
+from specdec_jax.data import hf_tokenizer, humaneval as humaneval_lib, local_tasks, ngram_tables, tasks
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -84,8 +84,10 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     head_vocab: K > 0 restricts the draft's output head to the K tokens its checkpoint's
       `head_ranking.json` ranks first (the run's `draft_head_vocab`; configs/local/ende.gin uses
       3072). Exact for any K: only alpha and the draft's step time change. 0: the full head.
-    vocabulary: a SentencePiece `.model` file to tokenize strings and detokenize outputs with;
-      None: the shipped one; False: none (token ids in and out only). A random preset takes the
+    vocabulary: a SentencePiece `.model` file (or a tokenizer.json) to tokenize strings and
+      detokenize outputs with; None: the tokenizer.json beside a checkpoint target (a Hugging
+      Face directory, a converted GGUF, a fetched name such as 'smollm2-135m-instruct'), as a
+      run reads it, else the shipped one; False: none (token ids in and out only). A random preset takes the
       vocabulary's padded size, as in a run whose task has text; with False it keeps its own.
     max_input_length: prompts longer than this many tokens are cut to it, EOS kept (the run's
       `max_input_length`).
@@ -109,6 +111,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
   if draft_panels not in packed.PANELS:
     raise ValueError(f"draft_panels must be one of {packed.PANELS}, got {draft_panels!r}")
   task = _standing_for(task)
+  if vocabulary is None and not loader.is_preset(target):
+    vocabulary = hf_tokenizer.beside(loader.local_path(target))  # the run's rule (pipeline)
   vocab = None if vocabulary is False else tasks.load_vocabulary(vocabulary, required=False)
   preset_vocab = None if vocab is None else vocab.padded_vocab_size
   target_model, target_params = loader.load_model(target, vocab_size=preset_vocab, dtype=dtype,

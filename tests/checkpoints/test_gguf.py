@@ -77,6 +77,9 @@ def test_greedy_continuation_equals_transformers_generate(tiny):
                              temperature=0.0).ids[0])
     assert 0 < len(got) and got == list(want[:len(got)]), (gamma, got, want)
     assert len(got) == 10 or got[-1] == gt_eos()
+  # Strings are tokenized with the converted tokenizer beside the weights, as a run does.
+  assert isinstance(pair.vocab, hf_tokenizer.HFTokenizerVocabulary)
+  assert isinstance(pair.generate("ab a", max_new_tokens=4, gamma=0).texts[0], str)
 
 
 def test_unpermute_inverts_llama_cpp_permute():
