@@ -36,8 +36,10 @@ def check_format(prompt_format: str) -> None:
 
 def render(template: str, user: str, prefix: str = "") -> str:
   """The chat text of one user turn with the generation prompt, then `prefix` (the reply begun)."""
-  import jinja2  # pylint: disable=import-outside-toplevel
-  env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # transformers' settings
+  from jinja2 import ext, sandbox  # pylint: disable=import-outside-toplevel
+  # transformers' settings; sandboxed, since the template comes with a downloaded file.
+  env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                              extensions=[ext.loopcontrols])
   return env.from_string(template).render(
       messages=[{"role": "user", "content": user}], add_generation_prompt=True) + prefix
 
