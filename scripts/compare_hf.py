@@ -43,7 +43,8 @@ def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--target", default=f"{ZOO}/t5_target", help="checkpoint dir or preset name")
-  p.add_argument("--draft", default=f"{ZOO}/t5_draft_small_distill")
+  p.add_argument("--draft", default=None, help="checkpoint dir or preset; default: the zoo's "
+                 "t5_draft_small_distill (T5), prompt lookup (a fetched decoder-only target)")
   p.add_argument("--task", default="translate_en_de", help="local task or JSONL path")
   p.add_argument("--split", default="valid")
   p.add_argument("--num_examples", type=int, default=16)
@@ -296,24 +297,16 @@ def main(argv=None) -> dict:
   args = parse_args(argv)
   temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
   from specdec_jax.checkpoints import fetch
-  if fetch.is_remote(args.target):
-    draft = None if args.draft == f"{ZOO}/t5_draft_small_distill" else args.draft
-    results = compare_decoder(
-        args.target, draft, task=args.task, split=args.split, num_examples=args.num_examples,
-        max_new_tokens=args.max_new_tokens, max_input_length=args.max_input_length,
-        gamma=args.gamma, temperatures=temps, repeats=args.repeats,
-        torch_threads=args.torch_threads, seed=args.seed, prompt_format=args.prompt_format)
+  common = dict(task=args.task, split=args.split, num_examples=args.num_examples,
+                max_new_tokens=args.max_new_tokens, max_input_length=args.max_input_length,
+                gamma=args.gamma, temperatures=temps, repeats=args.repeats,
+                torch_threads=args.torch_threads, seed=args.seed)
+  if fetch.is_remote(args.target):  # decoder-only, against transformers' load of the same GGUF
+    results = compare_decoder(args.target, args.draft, prompt_format=args.prompt_format, **common)
     print(table(results, "hf_prompt_lookup", "HF lookup"))
-    if args.output:
-      with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    return results
-  results = compare(args.target, args.draft, task=args.task, split=args.split,
-                    num_examples=args.num_examples, max_new_tokens=args.max_new_tokens,
-                    max_input_length=args.max_input_length, gamma=args.gamma,
-                    temperatures=temps, repeats=args.repeats, torch_threads=args.torch_threads,
-                    seed=args.seed)
-  print(table(results))
+  else:
+    results = compare(args.target, args.draft or f"{ZOO}/t5_draft_small_distill", **common)
+    print(table(results))
   if args.output:
     with open(args.output, "w") as f:
       json.dump(results, f, indent=2)

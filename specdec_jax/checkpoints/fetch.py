@@ -72,6 +72,12 @@ def is_remote(spec: str) -> bool:
   return spec in REMOTE and not os.path.exists(spec)
 
 
+def resolve(spec: str | None) -> str | None:
+  """`spec` itself, or for a fetched checkpoint's name its local directory (fetched once): the
+  one rule every door that takes a checkpoint or vocabulary name applies."""
+  return ensure(spec) if spec and is_remote(spec) else spec
+
+
 def checkpoint_dir(name: str) -> str:
   return os.path.join(home(), "checkpoints", name)
 

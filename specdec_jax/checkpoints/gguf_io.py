@@ -233,9 +233,9 @@ def read(path: str, progress: bool = False):
   tok_json, tok_config = tokenizer_json(reader), tokenizer_config(reader)
   try:
     sd = state_dict(reader, config, progress)
+  except CheckpointError:
+    raise
   except (ValueError, IndexError) as e:
-    if isinstance(e, CheckpointError):
-      raise
     raise CheckpointError(f"{path} is truncated or corrupt: {type(e).__name__}: {e}") from None
   return config, sd, tok_json, tok_config
 

@@ -56,10 +56,6 @@ def _token_config(directory: str) -> dict:
           for k, v in raw.items()}
 
 
-def _pad_token(directory: str) -> str | None:
-  return _token_config(directory).get("pad_token")
-
-
 def _checkpoint_config(directory: str) -> dict:
   path = os.path.join(directory, "config.json")
   if not os.path.isfile(path):
@@ -86,12 +82,13 @@ class HFTokenizerVocabulary:
     self._tok = tokenizers.Tokenizer.from_file(file)
     config = _checkpoint_config(os.path.dirname(file))
     specials = {t.content: int(i) for i, t in self._tok.get_added_tokens_decoder().items()}
+    token_config = _token_config(os.path.dirname(file))
     eos = config.get("eos_token_id") if eos_id is None else eos_id
     if eos is None:  # no config.json beside it (a converted GGUF): the tokenizer's EOS by name
-      eos = specials.get(_token_config(os.path.dirname(file)).get("eos_token"))
+      eos = specials.get(token_config.get("eos_token"))
     self.eos_id = eos[0] if isinstance(eos, list) else eos
-    self.chat_template = _token_config(os.path.dirname(file)).get("chat_template")
-    self.pad_id = hf_decoder.choose_pad_id(config, specials, _pad_token(os.path.dirname(file)))
+    self.chat_template = token_config.get("chat_template")
+    self.pad_id = hf_decoder.choose_pad_id(config, specials, token_config.get("pad_token"))
     self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
     self.padded_vocab_size = max(int(model_vocab_size or config.get("vocab_size") or 0),
                                  self.vocab_size)

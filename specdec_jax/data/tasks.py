@@ -165,8 +165,7 @@ def load_vocabulary(path: str | None, required: bool):
   checkpoint directory holding it; a fetched checkpoint's name, `checkpoints.fetch`), else the
   shipped one (if present); raises if required and absent."""
   from specdec_jax.checkpoints import fetch  # pylint: disable=import-outside-toplevel
-  if path and fetch.is_remote(path):
-    path = fetch.ensure(path)
+  path = fetch.resolve(path)
   if path and hf_tokenizer.is_tokenizer(resolve_path(path)):
     return hf_tokenizer.HFTokenizerVocabulary(resolve_path(path))
   if path:

@@ -110,11 +110,10 @@ def generation_key(cfg: DistillDataConfig) -> dict[str, Any]:
   key = dataclasses.asdict(dataclasses.replace(cfg, mesh=None))
   del key["mesh"]
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
-  local = lambda p: fetch.ensure(p) if p and fetch.is_remote(p) else p  # noqa: E731
-  key["model_contents"] = identity.content_digest(local(cfg.model))
-  key["mix_model_contents"] = identity.content_digest(local(cfg.mix_model))
+  key["model_contents"] = identity.content_digest(fetch.resolve(cfg.model))
+  key["mix_model_contents"] = identity.content_digest(fetch.resolve(cfg.mix_model))
   key["vocabulary_contents"] = identity.content_digest(
-      str(local(cfg.vocabulary) or vocab_lib.DEFAULT_VOCAB_PATH))
+      str(fetch.resolve(cfg.vocabulary) or vocab_lib.DEFAULT_VOCAB_PATH))
   return json.loads(json.dumps(key, default=str))
 
 
@@ -141,8 +140,7 @@ def _check_key(cfg: DistillDataConfig, output_dir: str) -> None:
 def peek_config(path_or_preset: str) -> ModelConfig | None:
   """A preset's or a specdec checkpoint's config without reading weights; None for other formats
   (checked once they are loaded)."""
-  if fetch.is_remote(path_or_preset):
-    path_or_preset = fetch.ensure(path_or_preset)
+  path_or_preset = fetch.resolve(path_or_preset)
   fmt = detect_format(path_or_preset)
   if fmt == "preset":
     return get_preset(path_or_preset)
