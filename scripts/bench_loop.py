@@ -103,7 +103,7 @@ def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int)
   params = Params(tp, dp)
   state = jax.jit(lambda x: decoder.init(params, x, jax.random.key(0)))(inputs)
   iteration = jax.jit(lambda s: decoder.iteration(params, s))
-  drafting = jax.jit(lambda s, k: sp.draft_step(draft, dp, s, k, gamma, sampling))
+  drafting = jax.jit(lambda s, k: sp.draft_step(decoder, dp, s, k))
   x_BxG = jnp.full((inputs.shape[0], gamma), 5, jnp.int32)
   verifying = jax.jit(lambda s, x: sp.verify_step(target, tp, s.target_cache, st.last_tokens(s),
                                                   x, sampling))

@@ -1,7 +1,7 @@
 r"""alpha and tokens per target call of a feature-level draft beside the shipped shared draft.
 
 Counts, not timing: both drafts decode the same prompts with the same target at the same gamma
-(the feature draft with `FeatureChain`, the shared draft with `Chain`), one device, XLA's dot;
+(both with `Chain`: the feature draft through its `FeatureDrafter`), one device, XLA's dot;
 the prompts are the Table-3 analogue's (configs/local/table3_ende.gin: 100 valid prompts drawn by
 SEED, calibration prompts held out as that run holds them out).
 
@@ -27,7 +27,6 @@ from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import loader
 from specdec_jax.data import tasks
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.runner import prompt_sets
@@ -93,7 +92,7 @@ def main():
   shared, sp = loader.load_model(args.shared_draft, dtype="float32")
   rows, outs = {}, {}
   for name, draft, dparams, scheme in (
-      ("feature_draft", fd, jax.device_put(fp), FeatureChain.for_draft(fd, args.gamma)),
+      ("feature_draft", fd, jax.device_put(fp), Chain(args.gamma)),
       ("t5_shared_draft", shared, sp, Chain(args.gamma))):
     dec = Decoder(target, draft, scheme, sampling, max_decode_len=cfg.max_decode_length)
     rows[name], outs[name] = decode_counts(dec, Params(tp, dparams), inputs, args.batch_size)

@@ -1,7 +1,7 @@
 """Chooses a feature-level draft's scheme settings on a run's held-out calibration prompts only.
 
-Why: the lookup-or-feature scheme (`LookupFeatureChain`) and the adaptive feature chain
-(`AdaptiveFeatureChain`) have knobs the cost model does not predict (`lookup_ngram`, the match
+Why: the lookup-or-feature drafter (`LookupFeatureDrafter`) and the adaptive chain with a
+feature-level draft have knobs the cost model does not predict (`lookup_ngram`, the match
 length at which prompt lookup drafts, and the feature draft's gamma; the adaptive schedule's
 `gamma_max` and `confidence_threshold`); choosing them on the prompts a run then reports would
 fit the report. This script loads a run config's target, drafts and prompt sets exactly as the
@@ -22,6 +22,7 @@ adaptive chain's mean proposed length.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -33,11 +34,9 @@ from absl import app, flags
 
 from specdec_jax import gin_utils, timing
 from specdec_jax import run as run_lib
-from specdec_jax.decoding.adaptive import AdaptiveConfig
+from specdec_jax.decoding.adaptive import AdaptiveConfig, AdaptiveStats
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
-from specdec_jax.decoding.feature_chain import FeatureChain
-from specdec_jax.decoding.lookup_feature import LookupFeatureChain
+from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.runner import pipeline
@@ -72,39 +71,42 @@ def main(argv):
   temperature = float(np.atleast_1d(cfg.temperature)[0])
   rng = jax.random.key(cfg.seed)
 
-  def program(spec, scheme):
+  def program(spec, scheme, drafter=None):
     decoder, params = pipeline.decoder_for(cfg, loaded, temperature, spec, scheme)
+    # the scheme and drafter as given here, not the run's chain options
+    decoder = dataclasses.replace(decoder, scheme=scheme, drafter=drafter)
     return lambda: [decoder.generate(params, x, rng) for x in batches]
 
   programs = {"autoregressive": program(None, Autoregressive())}
   if lookup is not None and cfg.feature_lookup_gamma:
     programs[f"prompt_lookup g{cfg.feature_lookup_gamma}"] = program(
         lookup, Chain(cfg.feature_lookup_gamma))
-  draft = loaded.drafts[feature][0]
   for g in map(int, FLAGS.gammas):  # the feature draft alone, for reference
-    programs[f"feature_draft g{g}"] = program(feature, FeatureChain.for_draft(draft, g))
+    programs[f"feature_draft g{g}"] = program(feature, Chain(g))
   for n in map(int, FLAGS.ngrams) if cfg.feature_lookup_gamma else ():
     for g in map(int, FLAGS.gammas):
-      programs[f"lookup_feature g{g} ngram{n}"] = program(feature, LookupFeatureChain.for_draft(
-          draft, g, lookup_gamma=cfg.feature_lookup_gamma, lookup_ngram=n))
+      programs[f"lookup_feature g{g} ngram{n}"] = program(
+          feature, Chain(cfg.feature_lookup_gamma),
+          LookupFeatureDrafter(draft_gamma=g, lookup_ngram=n))
   for gmax in map(int, FLAGS.gamma_maxes):
     for th in map(float, FLAGS.thresholds):
       for buckets in [None] + ([(gmax,)] if FLAGS.full_width else []):
         programs[f"adaptive gmax{gmax} threshold{th:g}{' full' if buckets else ''}"] = program(
-            feature, AdaptiveFeatureChain.for_draft(draft, AdaptiveConfig(
-                gamma_max=gmax, confidence_threshold=th, verify_buckets=buckets)))
+            feature, AdaptiveConfig(gamma_max=gmax, confidence_threshold=th,
+                                    verify_buckets=buckets))
   t0 = time.time()
   results, seconds = timing.interleaved(programs, FLAGS.repeats)
   ar_s = seconds["autoregressive"]
   rows = {}
   for name, outs in results.items():
-    per_batch = [acceptance.counters_to_dict(r.counters, None, r.stats) for r in outs]
+    per_batch = [acceptance.counters_to_dict(r.counters, None, r.stats, r.draft_stats)
+                 for r in outs]
     c, calls = acceptance.merge(per_batch), max(sum(d["target_calls"] for d in per_batch), 1)
     rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
                   "tokens_per_target_call": c["emitted"] / calls,
                   "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls}
-    if hasattr(outs[0].stats, "adaptive"):  # proposed lengths over every active row's iteration
-      hist = sum(np.asarray(r.stats.adaptive.proposed_hist, np.int64) for r in outs)
+    if isinstance(outs[0].stats, AdaptiveStats):  # proposed lengths, every active row's iteration
+      hist = sum(np.asarray(r.stats.proposed_hist, np.int64) for r in outs)
       rows[name]["mean_proposed"] = float(hist @ np.arange(len(hist)) / max(hist.sum(), 1))
     print(f"{name:32s} {rows[name]['speedup']:.3f}x  {rows[name]['tokens_per_target_call']:.2f} "
           f"tok/call  lookup {rows[name]['lookup_share']:.2f}  "

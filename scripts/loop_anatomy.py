@@ -39,7 +39,7 @@ beside the temperature-0 token-id path `speculative.Chain` takes, in the same ro
 `--trees="2;2,1"` also times static trees (`TreeScheme`, branchings separated by ';'; with
 `--general_path`, each beside its general path: the verifier passed as the function
 `verify.greedy`). A feature-level draft's config (configs/local/feature.gin) times its
-`FeatureChain` and `FeatureTreeScheme`; it has no free twin, so its rows hold the iteration, the
+`FeatureDrafter` (chains and trees); it has no free twin, so its rows hold the iteration, the
 tokens per call and the general path only.
 
 `--record NAME` also writes docs/results/NAME.json (a results record; `--load` / `--commit` as
@@ -63,8 +63,7 @@ from specdec_jax import gin_utils, timing
 from specdec_jax import run as run_lib
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.decoding.draft_schemes import chain_for
-from specdec_jax.decoding.feature_chain import is_feature_draft
+from specdec_jax.decoding.drafter import is_feature_draft
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme, verify
 from specdec_jax.metrics import results as results_lib, theory
@@ -174,11 +173,11 @@ def main(argv):
     if FLAGS.general_path:
       stack.enter_context(acc.registered_rule(general, acc.get_rule(cfg.rule)))
     for g in gammas:
-      add(f"g{g} model", spec, chain_for(draft, g))
+      add(f"g{g} model", spec, Chain(g))
       if not feature:
         add(f"g{g} free", spec, Chain(g), swap=free_draft)
       if FLAGS.general_path:
-        add(f"g{g} general", spec, chain_for(draft, g), rule=general)
+        add(f"g{g} general", spec, Chain(g), rule=general)
     for b in trees:
       add(f"tree{b} model", spec, TreeScheme(b))
       if FLAGS.general_path:

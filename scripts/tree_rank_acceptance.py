@@ -5,7 +5,7 @@ r"""Measure a draft tree's acceptance by depth and sibling rank on local prompts
 
 Decodes held-out en-de prompts (the default run's calibration draw: never among its reported
 prompts) with the zoo target, a draft (`--draft`: the shared draft of configs/local/default.gin by
-default; a feature-level draft drafts the tree from the target's states, `FeatureTreeScheme`;
+default; a feature-level draft drafts the tree from the target's states, `FeatureDrafter`;
 `--draft_panels` as the run's) and a static tree, and prints a[d][r] =
 P(rank r accepted at depth d + 1 | parent kept, elder siblings rejected)
 (`metrics.theory.rank_acceptance` of the decode's `TreeStats`). The TPU roofline

@@ -113,12 +113,12 @@ def quality(target, params, vocab, task: str, spec: dict, n: int | None, batch: 
 def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int, batch: int,
           temperature: float, *, decoder_only: bool = False) -> dict:
   """alpha = sum beta / drafted positions over a gamma-4 speculative decode of `n` prompts (a
-  feature-level draft with its own chain, `draft_schemes.chain_for`: its drafted positions only,
+  feature-level draft with its own drafter (`decoding.drafter`): its drafted positions only,
   no bonus position)."""
   import jax
   from specdec_jax.data import local_tasks
   from specdec_jax.decoding.decoder import Decoder, Params
-  from specdec_jax.decoding.draft_schemes import chain_for
+  from specdec_jax.decoding.speculative import Chain
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.metrics import acceptance
   examples = local_tasks.load_examples(task, "valid", n)
@@ -127,7 +127,7 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   totals = []
   for b, rows in enumerate(_batches(len(examples), batch)):
     inputs = local_tasks.batch_inputs([ids[i] for i in rows], pad_to=spec["max_input"])
-    decoder = Decoder(target, draft, chain_for(draft, 4), SamplingConfig(temperature),
+    decoder = Decoder(target, draft, Chain(4), SamplingConfig(temperature),
                       max_decode_len=spec["max_decode"])
     res = decoder.generate(Params(tparams, dparams), inputs, jax.random.key(b))
     totals.append(acceptance.counters_to_dict(res.counters))

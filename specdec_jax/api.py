@@ -42,8 +42,8 @@ from specdec_jax.data import hf_tokenizer, humaneval as humaneval_lib, local_tas
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
-from specdec_jax.decoding.feature_chain import is_feature_draft
+from specdec_jax.decoding.draft_schemes import plan
+from specdec_jax.decoding.drafter import is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
@@ -73,7 +73,7 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
       preset name for random weights (`specdec_jax.models.config.PRESETS`).
     draft: a checkpoint or preset for a model draft; a feature-level draft's export (a directory
       with `feature_draft_config.json`, trained for this very target: its pairing record is
-      checked; it decodes with `FeatureChain`); 'unigram', 'bigram' or 'prompt_lookup' for a
+      checked; it decodes with `FeatureDrafter`); 'unigram', 'bigram' or 'prompt_lookup' for a
       model-free draft (the first two estimate n-gram tables on `task`'s train split); None: the
       target alone (only `gamma=0` decodes).
     task: a shipped task ('translate_en_de', 'summarize', 'code_complete') or 'humaneval' (which
@@ -207,10 +207,9 @@ class Pair:
     Args:
       gamma: draft tokens per target call; 0: plain autoregressive decoding with the target
         alone (the baseline); 'adaptive': a per-example draft length up to 8
-        (`decoding.adaptive`; a feature-level draft's, `decoding.feature_adaptive`); 'tree':
-        a static draft tree per target call, `tree` (`decoding.tree`; model drafts only; a
-        feature-level draft drafts it, static or dynamic, from the target's states,
-        `decoding.tree.feature`); None: 4 with a draft, else 0.
+        (`decoding.adaptive`, any draft); 'tree': a static draft tree per target call, `tree`
+        (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
+        dynamic, from the target's states, `decoding.drafter`); None: 4 with a draft, else 0.
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target
@@ -221,8 +220,8 @@ class Pair:
         nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
         `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
       parallel: a feature-level draft proposes the whole block in one call
-        (`decoding.feature_parallel`: mask entries, trained by the block loss; the run's
-        `RunConfig.feature_parallel`); False: one call per drafted token (`FeatureChain`).
+        (`decoding.drafter.FeatureDrafter(parallel=True)`: mask entries, trained by the block
+        loss; the run's `RunConfig.feature_parallel`); False: one call per drafted token.
       lookup_gamma: > 0 with a feature-level draft: prompt lookup drafts this many tokens in
         the iterations whose last n-gram matches at least `lookup_ngram` tokens, the feature
         draft `gamma` elsewhere (`decoding.lookup_feature`; the run's
@@ -233,11 +232,11 @@ class Pair:
     if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
       raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
                        f"'tree', got {gamma!r}")
-    scheme = (scheme_for(self.draft, AdaptiveConfig()) if gamma == "adaptive"
-              else scheme_for(self.draft, _tree_scheme(tree)) if gamma == "tree"
-              else chain_for(self.draft, int(gamma), parallel=parallel,
-                             lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma
-              else Autoregressive())
+    scheme, drafter = ((AdaptiveConfig(), None) if gamma == "adaptive"
+                       else (_tree_scheme(tree), None) if gamma == "tree"
+                       else plan(self.draft, int(gamma), parallel=parallel,
+                                 lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma
+                       else (Autoregressive(), None))
     if gamma in ("adaptive", "tree") and (parallel or lookup_gamma):
       raise ValueError(f"gamma={gamma!r} is not combined with parallel=True or lookup_gamma: "
                        "those choose a feature-level draft's chain (an int gamma)")
@@ -253,7 +252,7 @@ class Pair:
                        "draft=...), or gamma=0 for the target alone")
     return Decoder(self.target, draft, scheme,
                    SamplingConfig(float(temperature), top_k, float(top_p)),
-                   max_decode_len=max_new_tokens)
+                   max_decode_len=max_new_tokens, drafter=drafter)
 
   def tokenize(self, inputs) -> list[list[int]]:
     """The token ids the target reads for `inputs` (see `generate`): strings with the task's

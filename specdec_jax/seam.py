@@ -36,11 +36,11 @@ Optional capabilities (not in the Protocol: a scheme that needs one checks for i
 - `extend_with_hidden(params, cache, tokens_BxT, layers, offsets=None, visible=None) ->
   (logits_BxTxV, hidden_BxTxnxD, cache)`: the same call as `extend` (equal logits; with offsets /
   visible, as `extend_with_mask`) that also returns the residual stream at chosen layers, for a
-  feature-level draft (`decoding.feature_chain`, `decoding.tree.feature`). `Delegate` does not
+  feature-level draft (`decoding.drafter.FeatureDrafter`). `Delegate` does not
   forward it (a wrapper that changes `extend` would not change it).
 - `prefill_with_hidden(params, inputs_BxP, cache_len, layers) -> (cache, hidden_BxTxnxD)`:
   decoder-only, `prefill` that also returns those states at the prompt's fed slots, so a
-  feature-level draft starts from the whole prompt (`feature_chain.prime_carry`); not forwarded
+  feature-level draft starts from the whole prompt (`drafter.prime_carry`); not forwarded
   by `Delegate` either.
 """
 from __future__ import annotations

@@ -219,14 +219,14 @@ def teacher_forced_draft_logits(target: Model, tp, draft, dp, prompt_P: np.ndarr
 
 
 def law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray, num_tokens: int,
-               num_samples: int, seed: int = 0, rule: str = "tokenwise"):
+               num_samples: int, seed: int = 0, rule: str = "tokenwise", drafter=None):
   """(chi-square p-value of `num_samples` decodes of `num_tokens` tokens after `prompt_P` by a
   Decoder with `scheme` against the target's exact law (`exact_joint`), the decode result)."""
   from specdec_jax.decoding.decoder import Decoder, Params  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = models
   inputs = jnp.asarray(np.broadcast_to(prompt_P, (num_samples, len(prompt_P))))
-  out = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens).generate(
-      Params(tp, dp), inputs, jax.random.key(seed))
+  out = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens,
+                drafter=drafter).generate(Params(tp, dp), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == num_tokens)
   tokens_SxN = np.asarray(out.tokens_BxN)[:, :num_tokens]
   return _joint_pvalue(target, tp, prompt_P, sampling, tokens_SxN), out
@@ -243,7 +243,8 @@ def _joint_pvalue(target: Model, tp, prompt_P: np.ndarray, sampling: SamplingCon
 
 
 def vmapped_law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.ndarray,
-                       num_tokens: int, num_samples: int, rule: str = "tokenwise", seed: int = 0):
+                       num_tokens: int, num_samples: int, rule: str = "tokenwise", seed: int = 0,
+                       drafter=None):
   """`law_pvalue` with every sample its own batch-1 decode (vmapped over keys): for schemes whose
   choices are per batch (a draft picked per iteration, a draft loop that ends when every row has
   stopped), so each sample makes them as a batch-1 request does. (p-value, the decode result
@@ -251,7 +252,8 @@ def vmapped_law_pvalue(models, sampling: SamplingConfig, scheme, prompt_P: np.nd
   from specdec_jax.decoding.decoder import (  # pylint: disable=import-outside-toplevel
       Decoder, Params, decode_program)
   target, tp, draft, dp = models
-  decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens)
+  decoder = Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=num_tokens,
+                    drafter=drafter)
   one = jax.vmap(lambda k: decode_program(decoder, Params(tp, dp), jnp.asarray(prompt_P)[None],
                                           k, None))
   out = jax.jit(one)(jax.random.split(jax.random.key(seed), num_samples))

@@ -143,7 +143,6 @@ def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly(name, tar
   with it equals the target's own, with a trained draft's agreement."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   from specdec_jax.checkpoints import feature_draft as fd_ckpt  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.feature_chain import FeatureChain  # pylint: disable=import-outside-toplevel
   path = os.path.join(ZOO, name)
   with ocp.PyTreeCheckpointer() as ckptr:
     raw = ckptr.restore(os.path.join(path, fd_ckpt.PARAMS_DIR))
@@ -162,7 +161,7 @@ def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly(name, tar
   inputs = jnp.asarray(local_tasks.batch_inputs(ids, pad_to=48))
   greedy = SamplingConfig(temperature=0.0)
   ar = Decoder(target, sampling=greedy, max_decode_len=24).generate(Params(tp), inputs)
-  spec = Decoder(target, draft, FeatureChain.for_draft(draft, 4), greedy,
+  spec = Decoder(target, draft, Chain(4), greedy,
                  max_decode_len=24).generate(Params(tp, jax.device_put(dp)), inputs)
   np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))

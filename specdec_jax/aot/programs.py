@@ -65,7 +65,7 @@ class DecodeSetup:
   rule: str
   runs_autoregressive: bool
   runs_speculative: bool
-  feature_parallel: bool = False  # a feature draft decodes with ParallelFeatureChain
+  feature_parallel: bool = False  # a feature draft's chain drafts its block in one call
 
 
 def gammas_to_compile(gammas, gamma_max: int) -> int:
@@ -149,33 +149,32 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
 def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
   """Prefill and loop programs of every draft (and the autoregressive baseline): the runner's
   `Decoder` on the mesh (`decoder.prefill_program`, then `decoder.loop_program`); a chain's
-  scheme is `draft_schemes.chain_for`'s, as the runner's (`FeatureChain` or its parallel
-  variant for a feature-level draft), a tree's `draft_schemes.scheme_for`'s (a feature-level
-  draft's static tree: `FeatureTreeScheme`)."""
+  (scheme, drafter) is `draft_schemes.plan`'s, as the runner's (a feature-level draft's
+  parallel block where `feature_parallel`); a tree takes the draft's default drafter."""
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import decoder as decoder_lib, start
   from specdec_jax.decoding.autoregressive import Autoregressive
-  from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
+  from specdec_jax.decoding.draft_schemes import plan
   s = setup
   inputs = abstract.abstract_batch((s.batch, s.prompt_len), np.int32, mesh, s.target.axis_rules)
   rng = abstract.abstract_key(mesh)
-  runs = []  # (prefill name and kind, loop kind, label, info, draft, params, scheme) per pair
+  runs = []  # (prefill name and kind, loop kind, label, info, draft, params, plan) per pair
   if s.runs_speculative:
     for dname, (draft, dparams) in s.drafts.items():
       gamma = s.gammas[dname]
       if gamma > 0:
         runs.append((f"{SPEC_PREFILL}[draft={dname},gamma={gamma}]", SPEC_PREFILL, SPEC_LOOP,
                      f"draft={dname},gamma={gamma},", dict(draft=dname, gamma=gamma),
-                     draft, dparams, chain_for(draft, gamma, parallel=s.feature_parallel)))
-      runs += [_tree_run(dname, draft, dparams, scheme_for(draft, tree)) for tree in s.trees
+                     draft, dparams, plan(draft, gamma, parallel=s.feature_parallel)))
+      runs += [_tree_run(dname, draft, dparams, tree) for tree in s.trees
                if isinstance(draft, (Model, FeatureDraft))]  # model-free: no masked block
   if s.runs_autoregressive:
-    runs.append((AR_PREFILL, AR_PREFILL, AR_LOOP, "", {}, None, None, Autoregressive()))
+    runs.append((AR_PREFILL, AR_PREFILL, AR_LOOP, "", {}, None, None, (Autoregressive(), None)))
   programs = []
-  for pname, prefill_kind, loop_kind, label, info, draft, dparams, scheme in runs:
+  for pname, prefill_kind, loop_kind, label, info, draft, dparams, (scheme, drafter) in runs:
     params = decoder_lib.Params(s.target_params, dparams)
     decoders = [decoder_lib.Decoder(s.target, draft, scheme, sampling, rule=s.rule,
-                                    max_decode_len=s.max_decode_len, mesh=mesh)
+                                    max_decode_len=s.max_decode_len, mesh=mesh, drafter=drafter)
                 for sampling in s.samplings]
     for d in decoders:
       start.check_cache_len(d, s.prompt_len)
@@ -194,7 +193,8 @@ def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:
 
 
 def _tree_run(dname: str, draft, dparams, scheme) -> tuple:
-  """One tree's (prefill name, kinds, label, info, draft, params, scheme) for `decode_programs`:
+  """One tree's (prefill name, kinds, label, info, draft, params, (scheme, drafter)) for
+  `decode_programs`:
   its own prefill, since the caches' slack grows with the node count (`scheme.gamma`). A static
   tree's info has its parents; a dynamic tree (`DynamicTreeScheme`) has none, its budget
   instead (width and branch in its label: two budgets may share N and D)."""
@@ -206,7 +206,7 @@ def _tree_run(dname: str, draft, dparams, scheme) -> tuple:
   info = dict(draft=dname, gamma=scheme.gamma, tree_nodes=tree.num_nodes,
               tree_depth=tree.max_depth, **shape)
   return (f"{SPEC_PREFILL}[{label[:-1]}]", SPEC_PREFILL, SPEC_LOOP, label, info, draft, dparams,
-          scheme)
+          (scheme, None))
 
 
 # ---- training -------------------------------------------------------------------------------------

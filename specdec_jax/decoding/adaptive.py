@@ -34,7 +34,8 @@ import jax.numpy as jnp
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Proposal, commit, first_draft_call, verify_step
+from specdec_jax.decoding.drafter import Proposal
+from specdec_jax.decoding.speculative import commit
 
 SCHEDULES = ("constant", "heuristic")
 
@@ -88,6 +89,16 @@ class AdaptiveConfig:
     """Buffers, slack and counters are sized for gamma_max."""
     return self.gamma_max
 
+  @property
+  def written(self) -> int:
+    """Tokens one iteration writes at most (a feature drafter's pending entries)."""
+    return self.gamma_max + 1
+
+  def constrain_stats(self, stats: "AdaptiveStats", constrain) -> "AdaptiveStats":
+    """On a mesh (`Decoder._constrain`): the schedule is per example (batch-sharded); the call
+    counts and the length histogram are sums (left as they are)."""
+    return stats.replace(gamma_B=constrain(stats.gamma_B))
+
   def init_stats(self, batch: int) -> "AdaptiveStats":
     return AdaptiveStats.zeros(batch, self)
 
@@ -111,25 +122,35 @@ class AdaptiveStats:
                proposed_hist=jnp.zeros((cfg.gamma_max + 1,), jnp.int32))
 
 
-def adaptive_draft_step(draft, draft_params, state: st.DecodeState, sched_B, key,
+def adaptive_draft_step(decoder, draft_params, state: st.DecodeState, sched_B, key,
                         cfg: AdaptiveConfig, sampling: SamplingConfig):
-  """Drafts up to gamma_max tokens, stopping early once every active example has stopped.
+  """Drafts up to gamma_max tokens with the decoder's drafter, stopping early once every active
+  example has stopped.
 
-  The first call is `speculative.draft_step`'s: it feeds [x_gamma, next] when the draft has not
-  seen x_gamma yet (pending), else [next, pad]. Returns (Proposal with proposed_B = g_B and
-  fed_B = the draft calls made, calls, cache); positions >= g_B hold junk the rule never keeps.
+  The first call is the drafter's (a token draft: [x_gamma, next] when it has not seen x_gamma
+  yet, else [next, pad]; a feature draft: its pending entries). Returns (Proposal with
+  proposed_B = g_B and fed_B = the draft calls made (a feature drafter: gamma_max + 1, never
+  pending), calls, cache); positions >= g_B hold junk the rule never keeps.
   """
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
+  drafter = decoder.drafter
+  logits_BxV, bonus_logits_BxV, out_Bx1xD, cache = drafter.first_call(decoder, draft_params,
+                                                                      state)
 
-  def step(cache, x_B):
-    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
-    return logits_Bx1xV[:, 0], cache
+  def step(aux, x_B):
+    cache, g_Bx1xD = aux
+    logits_Bx1xV, out_Bx1xD, cache = drafter.step(decoder, draft_params, cache, x_B[:, None],
+                                                  g_Bx1xD)
+    return logits_Bx1xV[:, 0], (cache, out_Bx1xD)
 
-  x_BxG, q_BxGxV, g_B, calls, cache = draft_until_stopped(
-      step, cache, logits_BxV, state.done_B, sched_B, key, cfg, sampling)
-  fed_B = jnp.full(g_B.shape, calls, jnp.int32)
-  return (Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B,
-                   bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), calls, cache)
+  x_BxG, q_BxGxV, g_B, calls, (cache, _) = draft_until_stopped(
+      step, (cache, out_Bx1xD), logits_BxV, state.done_B, sched_B, key, cfg, sampling)
+  if drafter.feeds_verified:
+    fed_B, bonus_q_BxV = jnp.full_like(g_B, cfg.gamma_max + 1), jnp.zeros_like(q_BxGxV[:, 0])
+  else:
+    fed_B = jnp.full(g_B.shape, calls, jnp.int32)
+    bonus_q_BxV = process_logits(bonus_logits_BxV, sampling)
+  return (Proposal(x_BxG, q_BxGxV, proposed_B=g_B, fed_B=fed_B, bonus_q_BxV=bonus_q_BxV),
+          calls, cache)
 
 
 def draft_until_stopped(step, aux, logits_BxV: jax.Array, done_B: jax.Array, sched_B: jax.Array,
@@ -179,19 +200,23 @@ def unconfident(logits_BxV, cfg: AdaptiveConfig) -> jax.Array:
       cfg.confidence_threshold)
 
 
-def bucketed_verify(target, target_params, cache, last_B, x_BxG, width, cfg: AdaptiveConfig,
-                    sampling: SamplingConfig):
-  """`verify_step` at the smallest compiled width >= `width`; p padded to G + 1 rows (uniform)."""
-  gmax = cfg.gamma_max
+def bucketed_verify(decoder, target_params, cache, last_B, x_BxG, width, cfg: AdaptiveConfig):
+  """The drafter's verify call at the smallest compiled width >= `width`: (p [B, G + 1, V]
+  padded uniform, the target's states padded with zeros (None for a token drafter), cache, the
+  width used)."""
+  g1 = cfg.gamma_max + 1
 
   def branch(w):
     def run(cache, last_B, x_BxG):
-      p, cache = verify_step(target, target_params, cache, last_B, x_BxG[:, :w], sampling)
-      return pad_positions(p, gmax + 1, 1.0 / p.shape[2]), cache
+      block_BxW1 = jnp.concatenate([last_B[:, None], x_BxG[:, :w]], axis=1)
+      logits, hidden, cache = decoder.drafter.verify(decoder, target_params, cache, block_BxW1)
+      p = process_logits(logits, decoder.sampling)
+      return (pad_positions(p, g1, 1.0 / p.shape[2]),
+              None if hidden is None else pad_positions(hidden, g1), cache)
     return run
 
-  (p_BxG1xV, cache), width_used = at_bucket(cfg, width, branch, cache, last_B, x_BxG)
-  return p_BxG1xV, cache, width_used
+  (p_BxG1xV, hidden, cache), width_used = at_bucket(cfg, width, branch, cache, last_B, x_BxG)
+  return p_BxG1xV, hidden, cache, width_used
 
 
 def at_bucket(cfg: AdaptiveConfig, width, branch, *operands):
@@ -234,23 +259,23 @@ def next_schedule(sched_B, n_B, active_B, cfg: AdaptiveConfig):
 def adaptive_iteration(decoder, params, state: st.DecodeState, cfg: AdaptiveConfig
                        ) -> st.DecodeState:
   """One draft -> verify -> accept -> commit iteration with a per-example block length; the
-  schedule and the statistics live in `state.stats` (`AdaptiveStats`)."""
+  schedule and the statistics live in `state.stats` (`AdaptiveStats`), the drafter observes the
+  verified positions (a feature drafter's pending entries)."""
   stats = state.stats
-  sampling = decoder.sampling
   rng, k_draft, k_accept = jax.random.split(state.rng, 3)
   active_B = ~state.done_B
-  proposal, calls, draft_cache = adaptive_draft_step(decoder.draft, params.draft, state,
-                                                     stats.gamma_B, k_draft, cfg, sampling)
+  proposal, calls, draft_cache = adaptive_draft_step(decoder, params.draft, state, stats.gamma_B,
+                                                     k_draft, cfg, decoder.sampling)
   g_B = proposal.proposed_B
   width = jnp.max(jnp.where(active_B, g_B, 1))
-  p_BxG1xV, target_cache, w_used = bucketed_verify(decoder.target, params.target,
-                                                   state.target_cache, st.last_tokens(state),
-                                                   proposal.tokens_BxG, width, cfg, sampling)
+  p_BxG1xV, hidden, target_cache, w_used = bucketed_verify(
+      decoder, params.target, state.target_cache, st.last_tokens(state), proposal.tokens_BxG,
+      width, cfg)
   n_B, next_B = masked_accept(decoder.rule, k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
                               p_BxG1xV, g_B)
-  state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
-  new = commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
-               decoder.max_decode_len)
+  new = commit(state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache),
+               proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id, decoder.max_decode_len)
+  new = decoder.drafter.observe(decoder, params.draft, state, new, hidden, state.draft_carry)
   return new.replace(stats=next_stats(stats, calls, w_used, n_B, g_B, active_B, cfg))
 
 

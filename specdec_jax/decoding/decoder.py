@@ -4,9 +4,10 @@ Why one object: the autoregressive baseline, the fixed-gamma chain, the adaptive
 sharded variants and the calibration's capped decode are the same program (front door, initial
 state, one `lax.while_loop` over an iteration, finish) that differ only in the iteration. So a
 `Decoder` names the target, the draft, the *scheme* (what one iteration does: `Autoregressive()`,
-`Chain(gamma)`, `AdaptiveConfig(...)`, `FeatureChain(...)`; a tree verifier is one more
-scheme), the sampling, the acceptance rule and the lengths; it is frozen and hashable, so it is
-the one static argument of each program and equal decoders share compiled code.
+`Chain(gamma)`, `AdaptiveConfig(...)`, `TreeScheme(...)`), the *drafter* (how the draft is asked
+for tokens: `decoding.drafter`, chosen from the draft's kind unless given), the sampling, the
+acceptance rule and the lengths; it is frozen and hashable, so it is the one static argument of
+each program and equal decoders share compiled code.
 
   decoder = Decoder(target, draft, Chain(gamma=4), SamplingConfig(temperature=1.0),
                     max_decode_len=64)
@@ -39,6 +40,7 @@ from specdec_jax import sharding as sh
 from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.autoregressive import Autoregressive
+from specdec_jax.decoding.drafter import drafter_for
 from specdec_jax.decoding.sampling import SamplingConfig
 
 
@@ -48,19 +50,14 @@ class Scheme(Protocol):
 
   gamma: draft tokens per iteration at most: sizes the buffer slack and the per-position
     counters (0 without a draft). needs_draft: whether the decoder must have a draft.
+  written (with a draft): tokens one iteration writes at most (a feature drafter keeps that
+    many pending entries).
   init_stats(batch): the scheme's own on-device statistics, carried in `DecodeState.stats`.
-  stats_batched (optional, default False): every leaf of those statistics is per example
-    ([B, ...], the feature chain's pending entries), so on a mesh they are batch-sharded too.
-  constrain_stats(stats, constrain) (optional, in place of stats_batched): the statistics with
-    `constrain` (batch-sharding one array) applied to their per-example leaves only (the
-    feature tree's pending entries beside its summed tree counters).
-  begin(state, inputs_BxP) (optional): the statistics once the buffer is laid out, from the
-    state and the prompt (`start.init_state`; the lookup-or-feature scheme's feature log and
-    the prompt its lookup searches), in place of `init_stats`'.
-  prime(draft, draft_params, draft_cache, inputs_BxP, hidden_BxTxnxD, stats) (optional): with
-    a decoder-only target, the draft's cache and the statistics after the prompt's target
-    states (`start.init_state`, the target's `prefill_with_hidden`; the feature schemes).
-  iteration(decoder, params, state): one target call's worth of decoding.
+  constrain_stats(stats, constrain) (optional): the statistics with `constrain` (batch-sharding
+    one array) applied to their per-example leaves (the adaptive schedule).
+  check(decoder) (optional): what the scheme needs of the models (a token tree: masked calls).
+  iteration(decoder, params, state): one target call's worth of decoding; the draft is asked
+    through `decoder.drafter` only, so every scheme serves every draft.
   """
 
   gamma: int
@@ -90,6 +87,10 @@ class Decoder:
     and q. rule: the acceptance rule's name (`acceptance.RULES`). max_decode_len: tokens per
     example at most. cache_len: decoder cache slots (None: what the prompt needs). mesh: decode
     on this mesh (models placed with `specdec_jax.sharding.shard_models`); None: one device.
+    drafter: how the draft is asked for tokens (`decoding.drafter`; None: `TokenDrafter()` for
+    a token draft, `FeatureDrafter()` for a feature-level one); its options (a feature draft's
+    parallel block, prompt lookup first) are decoding choices, so they live here, not in the
+    model.
   """
 
   target: Any
@@ -100,8 +101,10 @@ class Decoder:
   max_decode_len: int = 32
   cache_len: Optional[int] = None
   mesh: Optional[Mesh] = None
+  drafter: Any = None
 
   def __post_init__(self):
+    object.__setattr__(self, "drafter", drafter_for(self.draft, self.drafter))
     start.check_decoder(self)
 
   @property
@@ -124,7 +127,10 @@ class Decoder:
                        max_iterations)
 
   def finish(self, state: st.DecodeState) -> st.DecodeResult:
-    return st.finish(state, self.max_decode_len)
+    result = st.finish(state, self.max_decode_len)
+    if self.drafter is None:
+      return result
+    return result.replace(draft_stats=self.drafter.summary(state.draft_carry))
 
   # ---- the front door ----------------------------------------------------------------------------
   def generate(self, params: Params, inputs_BxP, rng: Optional[jax.Array] = None, *,
@@ -167,7 +173,7 @@ class Decoder:
 
   def _constrain(self, state: st.DecodeState) -> st.DecodeState:
     """On a mesh, the token buffer and per-example arrays (counters too) batch-sharded by the
-    target's rules (a scheme's per-example statistics too: `stats_batched`); the caches carry
+    target's rules (the drafter's carry and a scheme's per-example statistics too); the caches carry
     their own constraints from `prefill` / `extend`. Prefill
     and loop body use the same constraints, so the donated state and the loop's output have
     equal shardings, which is what lets XLA alias them. The identity on one device."""
@@ -183,12 +189,11 @@ class Decoder:
       stats = state.stats
       if hasattr(self.scheme, "constrain_stats"):
         stats = self.scheme.constrain_stats(stats, b)
-      elif getattr(self.scheme, "stats_batched", False):
-        stats = jax.tree.map(b, stats)
       return state.replace(tokens_BxL=b(state.tokens_BxL), num_B=b(state.num_B),
                            counters=counters, done_B=b(state.done_B), base_B=b(state.base_B),
                            draft_pending_B=b(state.draft_pending_B),
-                           bonus_p_BxV=b(state.bonus_p_BxV), stats=stats)
+                           bonus_p_BxV=b(state.bonus_p_BxV), stats=stats,
+                           draft_carry=jax.tree.map(b, state.draft_carry))
 
 
 # ---- the programs ----------------------------------------------------------------------------------

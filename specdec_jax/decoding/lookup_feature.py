@@ -1,4 +1,7 @@
-"""Prompt lookup where it matches, the feature-level draft elsewhere: one scheme, two drafts.
+"""Prompt lookup where it matches, the feature-level draft elsewhere: one drafter, two drafts.
+
+`Decoder(target, feature_draft, Chain(lookup_gamma), drafter=LookupFeatureDrafter(draft_gamma=2))`:
+a value of the drafter seam (`decoding.drafter`), not a scheme of its own.
 
 Why (issue 28's code row): on code the feature draft and prompt lookup propose about as many
 tokens per target call (2.7 / 3.9 at gamma 2 / 4 on HumanEval) but a lookup step costs almost
@@ -8,7 +11,7 @@ the draft where nothing matches. Each iteration's first tokens come from one of 
 before drafting from the history alone: prompt lookup when the n-gram ending at the last token
 matches at least `lookup_ngram` tokens (`drafters.best_match`) for every active row, else the
 feature draft's `draft_gamma` tokens, which the lookup then continues on the history they
-extend, up to `lookup_gamma` tokens either way. The choice depends on the tokens written so far,
+extend, up to the chain's gamma (`lookup_gamma`) tokens either way. The choice depends on the tokens written so far,
 not on this iteration's random draws, so any acceptance rule stays exact (a proposal chosen by
 the history is still a proposal; the lookup's q is its one-hot, uniform past a miss, as
 `PromptLookupDraft`'s, and a drafted token's q is the draft's).
@@ -20,18 +23,18 @@ cond over the whole iteration copied the state each time: 13 % of a lookup itera
 The draft's bookkeeping. Every verify call returns the target's states (`extend_with_hidden`),
 whichever drafted; their fused features go into a log per buffer slot (`LookupFeatureCarry`:
 slot i holds the feature of the entry whose token is buffer token i, the target's state one slot
-before it, as `feature_chain` lays entries out). The draft is not called in a lookup iteration:
+before it, as `FeatureDrafter` lays entries out). The draft is not called in a lookup iteration:
 its pending entries (the last `count_B` buffer slots) grow instead. The next feature iteration
 first catches up, in calls of `catchup_width` entries (a `while_loop`, zero calls when nothing
-is behind), then makes the feature chain's own first call over the last <= draft_gamma + 1
-entries and drafts on (`feature_chain.chain_from`). So a lookup iteration costs one target call
+is behind), then makes the feature drafter's own first call over the last <= draft_gamma + 1
+entries and drafts on (`drafter.chain_draft`). So a lookup iteration costs one target call
 and the lookups (no draft call), and the draft still sees every verified position with the
 target's own features, as training showed it.
 
 The history the lookup searches is the stream in the target's cache coordinates: a decoder-only
 target's prompt, then the output (so an n-gram may span both, as `PromptLookupDraft`'s history);
 a T5 target's source (the context) and its output. The prompt rides in the carry
-(`LookupFeatureChain.begin`, called by `start.init_state`). At batch > 1 the batch drafts with
+(`LookupFeatureDrafter.init_carry`, called by `start.init_state`). At batch > 1 the batch drafts with
 the lookup alone only when every active row matches (one cond per batch).
 """
 from __future__ import annotations
@@ -45,11 +48,10 @@ import jax.numpy as jnp
 
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
+from specdec_jax.decoding.drafter import (FeatureCarry, FeatureDrafter, Proposal, chain_draft,
+                                          check_feature_pair, last_output, prime_carry)
 from specdec_jax.decoding.drafters import NEG, best_match
-from specdec_jax.decoding.feature_chain import (FeatureCarry, chain_from, check_feature_pair,
-                                                last_output, prime_carry, verify_commit)
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.decoding.speculative import Proposal
 
 
 @flax.struct.dataclass
@@ -167,7 +169,7 @@ def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureC
                gamma: int, catchup_width: int):
   """Catches up, then the feature chain's first call over the last <= gamma + 1 pending
   entries: (logits for x_1 [B, V], its output feature [B, D], the cache at the last verified
-  slot); what `feature_chain.first_draft_call` gives when nothing is further behind."""
+  slot); what `drafter.feature_first_call` gives when nothing is further behind."""
   cache, count_B = catch_up(draft, draft_params, state, carry, gamma + 1, catchup_width)
   start_B = state.base_B + state.num_B - 1
   # count 0 (a T5 start): the start entry, zeros, at slot start; a done row, never caught up,
@@ -177,14 +179,6 @@ def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureC
   out_BxG1xD, cache = draft.feed_features(draft_params, cache.rollback(start_B - count_B),
                                           tokens_BxG1, g_BxG1xD)
   return (*last_output(draft, draft_params, out_BxG1xD, c_B - 1), cache.rollback(start_B))
-
-
-def feature_step(draft, draft_params, state: st.DecodeState, carry: LookupFeatureCarry, key,
-                 gamma: int, catchup_width: int, sampling: SamplingConfig):
-  """The feature draft's proposal: `first_call`, then gamma - 1 chained calls."""
-  logits_BxV, out_BxD, cache = first_call(draft, draft_params, state, carry, gamma,
-                                          catchup_width)
-  return chain_from(draft, draft_params, logits_BxV, out_BxD, cache, key, gamma, sampling)
 
 
 def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> jax.Array:
@@ -198,96 +192,87 @@ def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> j
 
 
 @dataclasses.dataclass(frozen=True)
-class LookupFeatureChain:
-  """Prompt lookup (`lookup_gamma` tokens) where its match is at least `lookup_ngram` tokens
-  long for every active row, else the feature-level draft of width `width` (`draft_gamma`
-  tokens, continued by the lookup to `lookup_gamma`). `max_ngram` / `min_ngram` are the
-  lookup's (`PromptLookupDraft`'s defaults); `catchup_width` the entries per catch-up call.
-  Hashable: a static part of the `Decoder`; `for_draft` reads the draft's width."""
+class LookupFeatureDrafter(FeatureDrafter):
+  """A feature-level drafter that lets prompt lookup draft first: the lookup's tokens (a chain's
+  gamma, the verify width) where its match is at least `lookup_ngram` tokens long for every
+  active row, else the feature draft's `draft_gamma` tokens continued by the lookup. Decodes
+  with `Chain(lookup_gamma)`. `max_ngram` / `min_ngram` are the lookup's (`PromptLookupDraft`'s
+  defaults); `catchup_width` the entries per catch-up call. Hashable: a static part of the
+  `Decoder`."""
 
   draft_gamma: int = 2
-  lookup_gamma: int = 8
-  width: int = 0
   lookup_ngram: int = 2
   max_ngram: int = 3
   min_ngram: int = 1
   catchup_width: int = 16
 
-  needs_draft = True
-  stats_batched = True  # every leaf of LookupFeatureCarry is per example
+  greedy_ids = False  # the lookup's q rows are its one-hot proposals, at every temperature
 
   def __post_init__(self):
-    for name in ("draft_gamma", "lookup_gamma", "catchup_width"):
+    for name in ("draft_gamma", "catchup_width"):
       v = getattr(self, name)
       if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if self.width < 1:
-      raise ValueError(f"width (the feature draft's width) must be >= 1, got {self.width}; use "
-                       "LookupFeatureChain.for_draft(draft, gamma, lookup_gamma=...)")
-    if self.lookup_gamma < self.draft_gamma:
-      raise ValueError(f"lookup_gamma ({self.lookup_gamma}) is the verify width of every "
-                       f"iteration and must be >= the draft's gamma ({self.draft_gamma}): the "
-                       "lookup continues the draft's tokens up to it")
+    if self.parallel:
+      raise ValueError("the lookup-or-feature drafter drafts with the feature chain where the "
+                       "lookup does not match; the parallel block is not combined with it")
     if not 1 <= self.min_ngram <= self.lookup_ngram <= self.max_ngram:
       raise ValueError(f"need 1 <= min_ngram <= lookup_ngram <= max_ngram (the match length at "
                        f"which the lookup drafts), got {self.min_ngram}, {self.lookup_ngram}, "
                        f"{self.max_ngram}")
 
-  @classmethod
-  def for_draft(cls, draft, gamma: int, **kwargs) -> "LookupFeatureChain":
-    return cls(draft_gamma=gamma, width=draft.width, **kwargs)
+  def check(self, decoder) -> None:
+    check_feature_pair(decoder, type(self).__name__)
+    if not getattr(decoder.scheme, "chain", False):
+      raise ValueError(f"LookupFeatureDrafter drafts a chain (Chain(lookup_gamma)); the "
+                       f"{type(decoder.scheme).__name__} scheme drafts otherwise")
+    if decoder.scheme.gamma < self.draft_gamma:
+      raise ValueError(f"the chain's gamma ({decoder.scheme.gamma}, the lookup's tokens) is the "
+                       f"verify width of every iteration and must be >= draft_gamma "
+                       f"({self.draft_gamma}): the lookup continues the draft's tokens up to it")
 
-  @property
-  def gamma(self) -> int:
-    """Tokens verified per iteration: sizes the buffer's slack and the per-position
-    counters."""
-    return self.lookup_gamma
-
-  def init_stats(self, batch: int):
-    del batch
-    return None  # `begin` makes the carry: it needs the buffer and the prompt
-
-  def begin(self, state: st.DecodeState, inputs_BxP: jax.Array) -> LookupFeatureCarry:
-    """The carry once the buffer is laid out (`start.init_state`): an empty feature log as long
-    as the buffer, nothing pending, the prompt for the lookup."""
+  def init_carry(self, decoder, state, inputs_BxP) -> LookupFeatureCarry:
+    """An empty feature log as long as the buffer, nothing pending, the prompt for the lookup."""
     batch, length = state.tokens_BxL.shape
     zi = jnp.zeros((batch,), jnp.int32)
-    return LookupFeatureCarry(jnp.zeros((batch, length, self.width), jnp.float32), zi,
+    return LookupFeatureCarry(jnp.zeros((batch, length, decoder.draft.width), jnp.float32), zi,
                               inputs_BxP.astype(jnp.int32), zi)
 
-  def prime(self, draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD,
+  def prime(self, decoder, dparams, cache, inputs_BxP, hidden_BxTxnxD,
             carry: LookupFeatureCarry):
     """Decoder-only targets: the prompt's entries fed, the last pending at buffer slot 0
-    (`feature_chain.prime_carry`)."""
-    cache, primed = prime_carry(draft, draft_params, cache, inputs_BxP, hidden_BxTxnxD,
+    (`drafter.prime_carry`)."""
+    cache, primed = prime_carry(decoder.draft, dparams, cache, inputs_BxP, hidden_BxTxnxD,
                                 FeatureCarry(carry.g_BxLxD[:, :1], carry.count_B))
     return cache, carry.replace(g_BxLxD=carry.g_BxLxD.at[:, :1].set(primed.g_BxG1xD),
                                 count_B=primed.count_B)
 
-  def check(self, decoder) -> None:
-    """A feature-level draft and a target that gives its states (`start.check_decoder`)."""
-    check_feature_pair(decoder, type(self).__name__)
+  def first_call(self, decoder, dparams, state):
+    """Catches up on the entries lookup iterations left pending, then the feature chain's first
+    call (`first_call` above); no bonus position."""
+    logits_BxV, out_BxD, cache = first_call(decoder.draft, dparams, state, state.draft_carry,
+                                            self.draft_gamma, self.catchup_width)
+    return logits_BxV, None, out_BxD[:, None], cache
 
   def choice(self, decoder, state: st.DecodeState):
     """(the lookup's `History`, its first lookup, whether this iteration's first tokens come
     from the lookup []): every active row's last n-gram matches >= `lookup_ngram` tokens."""
-    hist = history(decoder.target, state, state.stats.prompt_BxP)
+    hist = history(decoder.target, state, state.draft_carry.prompt_BxP)
     first = best_match(*hist[:2], hist.pos_B[:, None], self.max_ngram, self.min_ngram)
     return hist, first, jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
 
-  def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
-    """Lookup, or the feature draft's gamma tokens continued by the lookup (`choice`), then one
-    verify of lookup_gamma tokens with the states, accept, commit; the verified features
-    logged, the draft's pending count moved."""
-    draft, sampling = decoder.draft, decoder.sampling
-    rng, k_draft, k_lookup, k_accept = jax.random.split(state.rng, 4)
-    carry = state.stats
+  def propose(self, decoder, dparams, state, key):
+    """Lookup, or the feature draft's draft_gamma tokens continued by the lookup (`choice`):
+    (Proposal of the chain's gamma tokens, draft cache, the carry with this iteration's choice
+    counted: pending entries kept only where the lookup drafted, `observe` adds the written)."""
+    sampling, carry = decoder.sampling, state.draft_carry
+    k_draft, k_lookup = jax.random.split(key)
     hist, first, use_lookup = self.choice(decoder, state)
     batch, vocab = hist.pos_B.shape[0], decoder.target.vocab_size
 
     def by_draft(_):
-      proposal, cache = feature_step(draft, params.draft, state, carry, k_draft,
-                                     self.draft_gamma, self.catchup_width, sampling)
+      proposal, cache = chain_draft(self, decoder, dparams, state, k_draft, self.draft_gamma,
+                                    sampling)
       return proposal.tokens_BxG, proposal.q_BxGxV, cache
 
     def skip(_):
@@ -297,20 +282,28 @@ class LookupFeatureChain:
     # Only the draft's side is conditional: the target's cache never passes through a cond
     # (on CPU a cond over the whole state copied it every iteration: 13 % of a lookup one).
     x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
-    proposal = lookup_step(hist, k_lookup, self.lookup_gamma, (self.max_ngram, self.min_ngram),
-                           vocab, sampling, first=first,
+    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma,
+                           (self.max_ngram, self.min_ngram), vocab, sampling, first=first,
                            drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
-    new, g_BxG1xD = verify_commit(decoder, params, state.replace(rng=rng), proposal,
-                                  draft_cache, k_accept)
-    written_B = new.num_B - state.num_B
     active_B = ~state.done_B
-    count_B = jnp.where(use_lookup, carry.count_B + written_B, written_B)
-    stats = carry.replace(
-        g_BxLxD=log_features(carry.g_BxLxD, jnp.where(active_B, state.num_B,
-                                                       carry.g_BxLxD.shape[1]), g_BxG1xD),
-        count_B=jnp.where(active_B, count_B, carry.count_B),
-        lookups_B=carry.lookups_B + (active_B & use_lookup).astype(jnp.int32))
-    # The draft's cache: its index is never read (every feed rolls back to the first pending
-    # slot first); parked at the last verified slot before this call's writes.
-    return new.replace(stats=stats,
-                       draft_cache=draft_cache.rollback(state.base_B + state.num_B - 1))
+    carry = carry.replace(count_B=jnp.where(use_lookup, carry.count_B, 0),
+                          lookups_B=carry.lookups_B + (active_B & use_lookup).astype(jnp.int32))
+    return proposal, draft_cache, carry
+
+  def observe(self, decoder, dparams, before, new, hidden_BxG1xnxD, carry):
+    """The verified features logged at the written slots, the pending count moved; the draft's
+    cache parked at the last slot verified before this call (its index is never read: every
+    feed rolls back to the first pending slot first)."""
+    g_BxG1xD = decoder.draft.fuse(dparams, hidden_BxG1xnxD).astype(jnp.float32)
+    active_B = ~before.done_B
+    length = carry.g_BxLxD.shape[1]
+    carry = carry.replace(
+        g_BxLxD=log_features(carry.g_BxLxD, jnp.where(active_B, before.num_B, length), g_BxG1xD),
+        count_B=jnp.where(active_B, carry.count_B + new.num_B - before.num_B,
+                          before.draft_carry.count_B))
+    return new.replace(draft_carry=carry,
+                       draft_cache=new.draft_cache.rollback(before.base_B + before.num_B - 1))
+
+  def summary(self, carry: LookupFeatureCarry):
+    """The lookup iterations per row (`metrics.acceptance`: `lookup_iterations`)."""
+    return {"lookups_B": carry.lookups_B}

@@ -2,21 +2,24 @@
 
 A `Decoder` (decoding/decoder.py) with `scheme=Chain(gamma)` runs `Chain.iteration` inside its one
 `lax.while_loop`. Each stage is a small pure function:
-- `draft_step`: gamma draft `extend` calls, sampling x_i ~ q_i (processed like p) -> a `Proposal`;
-- `verify_step`: one target `extend` over [last, x_1..x_gamma] -> p_1..p_{gamma+1};
+- `draft_step`: the decoder's drafter (`decoding.drafter`) proposes gamma tokens x_i ~ q_i
+  (processed like p) -> a `Proposal`;
+- the drafter's verify: one target call over [last, x_1..x_gamma] -> p_1..p_{gamma+1} (and the
+  target's states where a feature-level draft reads them; `verify_step` is the plain call);
 - an acceptance rule (`acceptance.tokenwise` by default) -> accepted count and the next token;
 - `commit`: write the accepted tokens and the next token, roll both caches back, count.
 The adaptive scheme (decoding/adaptive.py) composes the same `commit` with its own draft and
-verify steps; a new scheme (a tree verifier, a parallel draft) does the same.
+verify steps; the trees do the same. What a draft is (tokens or the target's states) is the
+drafter's business, so every scheme is written once for every draft.
 
 At temperature 0 with an exact rule (token-wise or block: at T = 0 both keep exactly the
 leading drafts that equal the target's argmax, then emit the target's argmax) the iteration
-carries token ids instead of one-hot distributions (`greedy_draft_step`, `greedy_accept`,
+carries token ids instead of one-hot distributions (`drafter.greedy_chain_draft`, `greedy_accept`,
 `greedy_beta`): the same tokens, counters and state, bit for bit, without the vocabulary-wide
 one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about half a zoo draft
 call per drafted token inside the loop (scripts/loop_anatomy.py, DESIGN.md).
 
-When all gamma tokens are accepted the draft never saw x_gamma. Instead of an extra draft call,
+When all gamma tokens are accepted a token draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
 invalidated right after), so the draft costs exactly gamma calls per iteration with static shapes.
 """
@@ -24,101 +27,26 @@ from __future__ import annotations
 
 import dataclasses
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import acceptance as acc
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
+from specdec_jax.decoding.drafter import Proposal, greedy_chain_draft
+from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits
 from specdec_jax.seam import Cache
 
-
-@flax.struct.dataclass
-class Proposal:
-  """What the draft proposed in one iteration, per row; `commit` needs nothing else of it.
-
-  tokens_BxG: x_1..x_G (entries at positions >= proposed_B are junk the rule never keeps).
-  q_BxGxV: the processed q_i (float32); computed for positions < fed_B.
-  proposed_B: tokens proposed (the fixed loop: gamma; the adaptive loop: its g_B <= gamma_max).
-  fed_B: draft calls made this iteration. The draft has fed x_1..x_{fed-1}, so after n accepted
-    tokens it has not yet seen x_n exactly when n == fed_B (it is then fed next iteration).
-  bonus_q_BxV: the processed q at the previous iteration's bonus position, from this iteration's
-    first draft call (meaningful where the state's draft_pending_B).
-  """
-
-  tokens_BxG: jax.Array
-  q_BxGxV: jax.Array
-  proposed_B: jax.Array
-  fed_B: jax.Array
-  bonus_q_BxV: jax.Array
+__all__ = ["Chain", "Proposal", "commit", "commit_with", "count", "draft_step", "greedy_accept",
+           "greedy_commit", "verify_step", "write_back", "GREEDY_RULES"]
 
 
-def first_draft_call(draft, draft_params, state: st.DecodeState
-                     ) -> tuple[jax.Array, jax.Array, Cache]:
-  """The draft's first call of an iteration: (logits for x_1 [B, V], logits at the previous
-  bonus position [B, V] (meaningful where pending), the cache after it).
-
-  It feeds [x_gamma, next] where the draft has not seen x_gamma yet (all were accepted last
-  time: `draft_pending_B`), else [next, pad]; one static shape either way, then rolls back past
-  the pad. Fed x_gamma, the draft's first output is its q for `next`, the bonus token: kept for
-  alpha.
-  """
-  pending_B = state.draft_pending_B
-  last_B = st.last_tokens(state)
-  prev_B = jnp.take_along_axis(state.tokens_BxL, jnp.maximum(state.num_B - 2, 0)[:, None],
-                               axis=1)[:, 0]
-  first_Bx2 = jnp.stack([jnp.where(pending_B, prev_B, last_B),
-                         jnp.where(pending_B, last_B, 0)], axis=1)
-  index_B = state.draft_cache.index_B
-  logits_Bx2xV, cache = draft.extend(draft_params, state.draft_cache, first_Bx2)
-  cache = cache.rollback(index_B + 1 + pending_B.astype(jnp.int32))
-  return (jnp.where(pending_B[:, None], logits_Bx2xV[:, 1], logits_Bx2xV[:, 0]),
-          logits_Bx2xV[:, 0], cache)
-
-
-def draft_step(draft, draft_params, state: st.DecodeState, key: jax.Array, gamma: int,
-               sampling: SamplingConfig) -> tuple[Proposal, Cache]:
-  """Proposes gamma tokens per example with gamma draft calls: (Proposal, draft cache)."""
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
-  keys = jax.random.split(key, gamma)
-  q_BxV = process_logits(logits_BxV, sampling)
-  x_B = sample(keys[0], q_BxV)
-
-  def one(carry, key_i):
-    cache, x_B = carry
-    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
-    q_BxV = process_logits(logits_Bx1xV[:, 0], sampling)
-    x_next = sample(key_i, q_BxV)
-    return (cache, x_next), (x_next, q_BxV)
-
-  (cache, _), (xs_GxB, qs_GxBxV) = jax.lax.scan(one, (cache, x_B), keys[1:])
-  tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
-  q_BxGxV = jnp.concatenate([q_BxV[:, None], jnp.moveaxis(qs_GxBxV, 0, 1)], axis=1)
-  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
-  return Proposal(tokens_BxG, q_BxGxV, proposed_B=gamma_B, fed_B=gamma_B,
-                  bonus_q_BxV=process_logits(bonus_logits_BxV, sampling)), cache
-
-
-def greedy_draft_step(draft, draft_params, state: st.DecodeState, gamma: int
-                      ) -> tuple[Proposal, jax.Array, Cache]:
-  """`draft_step` at temperature 0, as token ids: (Proposal without q rows, the draft's argmax at
-  the previous bonus position [B], draft cache). Each x_i is `sample(process_logits(.))`'s token
-  at temperature 0 (the argmax, the first maximal entry), without the one-hot row."""
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
-
-  def one(carry, _):
-    cache, x_B = carry
-    logits_Bx1xV, cache = draft.extend(draft_params, cache, x_B[:, None])
-    x_next = argmax(logits_Bx1xV[:, 0].astype(jnp.float32))
-    return (cache, x_next), x_next
-
-  x_B = argmax(logits_BxV.astype(jnp.float32))
-  (cache, _), xs_GxB = jax.lax.scan(one, (cache, x_B), None, length=gamma - 1)
-  tokens_BxG = jnp.concatenate([x_B[:, None], xs_GxB.T], axis=1)
-  gamma_B = jnp.full(state.num_B.shape, gamma, jnp.int32)
-  proposal = Proposal(tokens_BxG, None, proposed_B=gamma_B, fed_B=gamma_B, bonus_q_BxV=None)
-  return proposal, argmax(bonus_logits_BxV.astype(jnp.float32)), cache
+def draft_step(decoder, draft_params, state: st.DecodeState, key: jax.Array
+               ) -> tuple[Proposal, Cache]:
+  """The chain's draft side: the decoder's drafter proposes `decoder.scheme.gamma` tokens per
+  example (`drafter.chain_draft`, or a feature drafter's parallel block): (Proposal, draft
+  cache)."""
+  proposal, cache, _ = decoder.drafter.propose(decoder, draft_params, state, key)
+  return proposal, cache
 
 
 def greedy_accept(tokens_BxG: jax.Array, target_BxG1: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -276,7 +204,9 @@ class Chain:
 
   A decoding scheme (`decoder.Decoder.scheme`): `gamma` sizes the buffer slack and the
   per-position counters, `init_stats` the scheme's own statistics (none), `iteration` is one
-  draft -> verify -> accept -> commit step. Hashable: part of the Decoder, a static jit argument.
+  draft -> verify -> accept -> commit step with any drafter (`decoding.drafter`: a token draft,
+  a feature-level draft, its parallel block, prompt lookup before it). Hashable: part of the
+  Decoder, a static jit argument.
   """
 
   gamma: int = 4
@@ -287,36 +217,45 @@ class Chain:
                        f"{self.gamma!r}")
 
   needs_draft = True
+  chain = True  # a drafter's chain-only options (the parallel block) apply
+
+  @property
+  def written(self) -> int:
+    """Tokens one iteration writes at most (a feature drafter's pending entries)."""
+    return self.gamma + 1
 
   def init_stats(self, batch: int):
     del batch
     return None
 
   def iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
-    """One draft -> verify -> accept -> commit iteration."""
+    """One draft -> verify -> accept -> commit iteration, then the drafter observes the verified
+    positions (a feature drafter's pending entries)."""
+    drafter = decoder.drafter
     rng, k_draft, k_accept = jax.random.split(state.rng, 3)
-    if decoder.sampling.greedy and decoder.rule in GREEDY_RULES:
+    if drafter.greedy_ids and decoder.sampling.greedy and decoder.rule in GREEDY_RULES:
       return self._greedy_iteration(decoder, params, state.replace(rng=rng))
-    proposal, draft_cache = draft_step(decoder.draft, params.draft, state, k_draft, self.gamma,
-                                       decoder.sampling)
-    p_BxG1xV, target_cache = verify_step(decoder.target, params.target, state.target_cache,
-                                         st.last_tokens(state), proposal.tokens_BxG,
-                                         decoder.sampling)
+    proposal, draft_cache, carry = drafter.propose(decoder, params.draft, state, k_draft)
+    block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
+    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target,
+                                                         state.target_cache, block_BxG1)
+    p_BxG1xV = process_logits(logits_BxG1xV, decoder.sampling)
     n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
                                              p_BxG1xV)
-    state = state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache)
-    return commit(state, proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id,
-                  decoder.max_decode_len)
+    new = commit(state.replace(rng=rng, target_cache=target_cache, draft_cache=draft_cache),
+                 proposal, n_B, next_B, p_BxG1xV, decoder.target.eos_id, decoder.max_decode_len)
+    return drafter.observe(decoder, params.draft, state, new, hidden, carry)
 
   def _greedy_iteration(self, decoder, params, state: st.DecodeState) -> st.DecodeState:
     """`iteration` at temperature 0 with an exact rule, as token ids (the module docstring):
     the same tokens, counters and state as the general path."""
-    proposal, bonus_draft_B, draft_cache = greedy_draft_step(decoder.draft, params.draft, state,
-                                                             self.gamma)
+    drafter = decoder.drafter
+    proposal, bonus_draft_B, draft_cache = greedy_chain_draft(drafter, decoder, params.draft,
+                                                              state, self.gamma)
     block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
-    logits_BxG1xV, target_cache = decoder.target.extend(params.target, state.target_cache,
-                                                        block_BxG1)
-    state = state.replace(target_cache=target_cache, draft_cache=draft_cache)
-    return greedy_commit(state, proposal, argmax(logits_BxG1xV.astype(jnp.float32)),
-                         bonus_draft_B, logits_BxG1xV.shape[-1], decoder.target.eos_id,
-                         decoder.max_decode_len)
+    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target,
+                                                         state.target_cache, block_BxG1)
+    new = greedy_commit(state.replace(target_cache=target_cache, draft_cache=draft_cache),
+                        proposal, argmax(logits_BxG1xV.astype(jnp.float32)), bonus_draft_B,
+                        logits_BxG1xV.shape[-1], decoder.target.eos_id, decoder.max_decode_len)
+    return drafter.observe(decoder, params.draft, state, new, hidden, state.draft_carry)

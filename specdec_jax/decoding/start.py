@@ -74,6 +74,8 @@ def check_decoder(decoder) -> None:
                      "but a draft was given; choose a speculative scheme (e.g. Chain(gamma))")
   if decoder.draft is not None:
     seam.check_pair(decoder.target, decoder.draft)
+  if decoder.drafter is not None:  # what the drafter needs of the pair (a feature draft: states)
+    decoder.drafter.check(decoder)
   scheme_check = getattr(decoder.scheme, "check", None)  # a scheme's own needs (tree: masks)
   if scheme_check is not None:
     scheme_check(decoder)
@@ -108,10 +110,10 @@ def front_door(decoder, inputs_BxP, rng=None) -> tuple[Any, jax.Array]:
 
 # ---- the initial state ---------------------------------------------------------------------------
 def primes_draft(decoder) -> bool:
-  """Whether the draft starts from the prompt's target states: a scheme that can (`prime`: the
-  feature-level schemes) with a decoder-only target, whose prefill feeds the prompt (a T5
+  """Whether the draft starts from the prompt's target states: a drafter that can (`prime`: the
+  feature-level drafters) with a decoder-only target, whose prefill feeds the prompt (a T5
   decoder's prefill feeds nothing). The target must then give them (`prefill_with_hidden`)."""
-  return (decoder.draft is not None and hasattr(decoder.scheme, "prime")
+  return (decoder.drafter is not None and hasattr(decoder.drafter, "prime")
           and not seam.is_encoder_decoder(decoder.target))
 
 
@@ -142,14 +144,13 @@ def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.Dec
                          done_B=jnp.zeros((batch,), bool), base_B=cache.index_B,
                          target_cache=cache, rng=rng, counters=st.Counters.zeros(batch, gamma),
                          stats=decoder.scheme.init_stats(batch))
-  if hasattr(decoder.scheme, "begin"):  # statistics that need the buffer and the prompt
-    state = state.replace(stats=decoder.scheme.begin(state, inputs_BxP))
   if draft is None:
     return state
   draft_cache = draft.prefill(params.draft, inputs_BxP, cache_len(draft), encoded=encoded)
+  carry = decoder.drafter.init_carry(decoder, state, inputs_BxP)
   if prime:
-    draft_cache, stats = decoder.scheme.prime(draft, params.draft, draft_cache, inputs_BxP,
-                                              hidden, state.stats)
-    state = state.replace(stats=stats)
+    draft_cache, carry = decoder.drafter.prime(decoder, params.draft, draft_cache, inputs_BxP,
+                                               hidden, carry)
   return state.replace(draft_cache=draft_cache, draft_pending_B=jnp.zeros((batch,), bool),
-                       bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32))
+                       bonus_p_BxV=jnp.zeros((batch, target.vocab_size), jnp.float32),
+                       draft_carry=carry)

@@ -56,6 +56,8 @@ class DecodeState:
     pair is that position's beta (alpha counts every generated position).
   stats: the decoding scheme's own on-device statistics (None, or the adaptive loop's
     `AdaptiveStats`), returned with the result.
+  draft_carry: the drafter's own per-row state (`decoding.drafter`: None for a token draft; a
+    feature-level draft's pending entries), batch-sharded on a mesh.
   """
 
   tokens_BxL: jax.Array
@@ -69,17 +71,21 @@ class DecodeState:
   draft_pending_B: jax.Array | None = None
   bonus_p_BxV: jax.Array | None = None
   stats: Any = None
+  draft_carry: Any = None
 
 
 @flax.struct.dataclass
 class DecodeResult:
   """tokens_BxN: generated tokens (N = max_decode_len), 0 after each example's end.
-  stats: the scheme's statistics (the adaptive loop's `AdaptiveStats`), else None."""
+  stats: the scheme's statistics (the adaptive loop's `AdaptiveStats`), else None.
+  draft_stats: the drafter's (`Drafter.summary`: the lookup-or-feature drafter's lookup
+    iterations per row), else None."""
 
   tokens_BxN: jax.Array
   lengths_B: jax.Array
   counters: Counters
   stats: Any = None
+  draft_stats: Any = None
 
 
 def finish(state: DecodeState, max_decode_len: int) -> DecodeResult:

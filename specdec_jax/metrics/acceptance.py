@@ -25,16 +25,19 @@ SUMMED = ("drafted", "accepted", "emitted", "target_calls", "beta_sum", "beta_co
 VECTORS = ("accepts_per_position", "accepted_length_hist")
 
 
-def counters_to_dict(counters, rows: int | None = None, stats=None) -> dict[str, Any]:
+def counters_to_dict(counters, rows: int | None = None, stats=None,
+                     draft_stats=None) -> dict[str, Any]:
   """Batch totals of a `state.Counters` as JSON-able numbers, over the first `rows` examples
-  (the rest are padding: a short last batch on a data-parallel mesh). `stats`: the scheme's
-  statistics; where they count per example the target calls the prompt lookup drafted
-  (`lookups_B`, the lookup-or-feature scheme), their total is `lookup_iterations`."""
+  (the rest are padding: a short last batch on a data-parallel mesh). `stats` / `draft_stats`:
+  the scheme's and the drafter's statistics (`DecodeResult`); where the drafter counts per
+  example the target calls the prompt lookup drafted (`lookups_B`, the lookup-or-feature
+  drafter), their total is `lookup_iterations`."""
+  del stats  # no scheme statistic is a counter total today
   def rows_of(x):
     x = np.asarray(x)
     return x if rows is None else x[:rows]
-  extra = ({"lookup_iterations": int(rows_of(stats.lookups_B).sum())}
-           if hasattr(stats, "lookups_B") else {})
+  extra = ({"lookup_iterations": int(rows_of(draft_stats["lookups_B"]).sum())}
+           if isinstance(draft_stats, dict) and "lookups_B" in draft_stats else {})
   return {**extra,
       "drafted": int(rows_of(counters.drafted_B).sum()),
       "accepted": int(rows_of(counters.accepted_B).sum()),

@@ -53,7 +53,7 @@ class FeatureDraftConfig:
   cross-attends to (0 for decoder-only). head: 'target' (frozen copy) or 'own'. block_size: the
   block G its mask entries were trained for (`training/feature_blocks.py`; 0: not trained for
   the parallel chain); mask_id: the mask entries' token in that training (None: the pad id), so
-  `ParallelFeatureChain` feeds the token the draft learned, whatever the run's defaults.
+  `FeatureDrafter(parallel=True)` feeds the token the draft learned, whatever the run's defaults.
   """
 
   kind: str = "t5"
@@ -221,7 +221,7 @@ class FeatureDraft:
   and `shares_encoder` for T5, but its step is `extend_features` (tokens and features); its
   `extend` refuses, since a draft call without the target's features has nothing to draft from.
   Which scheme decodes it (chained, or parallel with mask entries of token `mask_id`) is the
-  caller's choice (`decoding.draft_schemes.chain_for`), not the model's.
+  caller's choice (`decoding.drafter.FeatureDrafter`'s options), not the model's.
 
   `axis_rules` (optional, as `Model.axis_rules`; `specdec_jax.sharding` attaches the draft's):
   the logical-axis rules its parameters, activations and cache are laid out by on a mesh. Its
@@ -329,7 +329,7 @@ class FeatureDraft:
     """An empty cache in the target's coordinates (index = the start token's slot); T5 caches
     its cross K/V of the target's `encoded`. Decoder-only: the prompt's entries are not filled
     here (a cache knows no target states); the loops feed them from the target's
-    `prefill_with_hidden` (`decoding.feature_chain.prime_carry`)."""
+    `prefill_with_hidden` (`decoding.drafter.prime_carry`)."""
     batch = inputs_BxP.shape[0]
     if self.config.kind == "t5" and encoded is None:
       raise ValueError("a T5 feature draft cross-attends to its target's encoder output: pass "
@@ -359,7 +359,7 @@ class FeatureDraft:
     On a mesh the logits come back with the vocabulary gathered and the cache pinned to its
     batch / heads layout, as `Model.extend` leaves a token draft's. `offsets` / `visible`: a
     block that is not a chain (`transformer.masked_block`, a window included: a draft tree's
-    level, `decoding.tree.feature`)."""
+    level, drafted by `decoding.drafter.FeatureDrafter`)."""
     with self._rules():
       logits_BxTxV, out_BxTxD, cache = self.module.apply(
           {"params": params}, cache, tokens_BxT, g_BxTxD, offsets, visible,
@@ -390,7 +390,7 @@ class FeatureDraft:
 
   def extend(self, params, cache, tokens_BxT):
     raise TypeError("a feature-level draft drafts from the target's features: drive it with "
-                    "`extend_features` (the FeatureChain scheme), not `extend`")
+                    "`extend_features` (a FeatureDrafter), not `extend`")
 
   def forward(self, params: Params, inputs_BxP: jax.Array, tokens_BxT: jax.Array,
               g_BxTxD: jax.Array, *, encoded: Optional[Encoded] = None, offsets=None,

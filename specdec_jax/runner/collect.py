@@ -68,11 +68,11 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                                     [p["autoregressive_output_ids"] for p in preds])
            if has_ar else None)
   extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
-  if point.draft.kind == FEATURE_DRAFT:  # decoded with FeatureChain: alpha over drafted positions
+  if point.draft.kind == FEATURE_DRAFT:  # a FeatureDrafter: alpha over drafted positions
     extra["draft_kind"] = FEATURE_DRAFT
-    if cfg.feature_parallel:  # ParallelFeatureChain: one draft call per block
+    if cfg.feature_parallel:  # FeatureDrafter(parallel=True): one call per block
       extra["feature_scheme"] = "parallel"
-    if cfg.feature_lookup_gamma:  # LookupFeatureChain: prompt lookup where it matches
+    if cfg.feature_lookup_gamma:  # LookupFeatureDrafter: prompt lookup where it matches
       calls = sum(r.counters.get("target_calls", 0) for r in spec_records)
       extra["feature_scheme"] = "lookup"
       extra["lookup"] = {

@@ -23,7 +23,7 @@ from specdec_jax.runner import keys, prompt_sets
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 # A DRAFT='model' checkpoint holding a feature_draft_config.json is a feature-level draft
-# (checkpoints/feature_draft.py): its DraftSpec gets this kind, and it decodes with FeatureChain.
+# (checkpoints/feature_draft.py): its DraftSpec gets this kind, and it decodes with FeatureDrafter.
 FEATURE_DRAFT = "feature"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
@@ -49,11 +49,11 @@ class RunConfig:
     each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree`, a TreeScheme or a
     DynamicTreeScheme (`gin/decoding/auto_dynamic_tree.gin`); the cost model picks a chain's
     gamma, a tree or 0 (runner/calibrate.py). Model drafts only (a feature-level draft drafts
-    them from the target's states, `decoding.tree.feature`).
+    them from the target's states, `decoding.drafter`).
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
     draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
-    its weights) is one (DraftSpec kind 'feature', decoded with `FeatureChain`, or with
-    `ParallelFeatureChain` where `feature_parallel`).
+    its weights) is one (DraftSpec kind 'feature', decoded with `FeatureDrafter`, its
+    parallel block where `feature_parallel`).
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
 
@@ -123,10 +123,10 @@ class RunConfig:
   # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
   # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
   draft_panels: str = "auto"
-  # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.chain_for`; token
-  # drafts ignore both): feature_parallel, `ParallelFeatureChain` (one call per block, for a
-  # block-trained draft); feature_lookup_gamma > 0, prompt lookup (that many tokens) where the
-  # last n-gram matches >= feature_lookup_ngram tokens, the draft elsewhere (int GAMMAs only).
+  # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.plan`; token
+  # drafts ignore both): feature_parallel, `FeatureDrafter(parallel=True)` (a call per block,
+  # block-trained draft); feature_lookup_gamma > 0, lookup (that many tokens) where the last
+  # n-gram matches >= feature_lookup_ngram tokens, the draft elsewhere (int GAMMAs only).
   feature_parallel: bool = False
   feature_lookup_gamma: int = 0
   feature_lookup_ngram: int = 2

@@ -7,7 +7,7 @@ uses them, DESIGN.md "The cost model" why both kinds exist).
   the verify curve v(T) on caches as long as the loop's. They are the record's `c` and `v` (public
   contract) and the lone-extend model theory.predicted_speedup; on a mesh they are all there is.
 - the loops themselves (`measure_loops`, one device): for each gamma a run needs, the program the
-  run decodes with (the run's `Decoder` with the draft's chain scheme, `draft_schemes.chain_for`,
+  run decodes with (the run's `Decoder` with the draft's chain scheme, `draft_schemes.plan`,
   or `Autoregressive()`) is compiled
   once with a dynamic iteration cap (`Decoder.generate(..., max_iterations=cap)`) and timed through
   `timing.interleaved` on the calibration prompts, in the run's batch shape, all gammas and the
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
-from specdec_jax.decoding.feature_chain import timed_as_extend
+from specdec_jax.decoding.draft_schemes import plan
+from specdec_jax.decoding.drafter import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
@@ -148,15 +148,11 @@ def loop_order(key) -> tuple:
   return (0, key, "") if isinstance(key, int) else (1, 0, str(key))
 
 
-def scheme_of(program, draft=None, **chain_options):
-  """The scheme a timed program decodes with: the draft's chain at a gamma
-  (`draft_schemes.chain_for`: `Chain(gamma)`, or for a feature-level draft `FeatureChain`, or
-  by `chain_options` the parallel or lookup-or-feature chain), or the tree scheme as the draft
-  decodes it (`draft_schemes.scheme_for`: a feature draft's static tree is its
-  `FeatureTreeScheme`)."""
-  if isinstance(program, int):
-    return chain_for(draft, program, **chain_options)
-  return program if draft is None else scheme_for(draft, program)
+def scheme_of(program, draft=None, **chain_options) -> tuple[Any, Any]:
+  """(scheme, drafter) a timed program decodes with: the chain at a gamma, or the tree scheme,
+  with the draft's drafter (`draft_schemes.plan`: by `chain_options` a feature draft's chain is
+  its parallel block or the lookup-or-feature drafter; None: the draft's default)."""
+  return plan(draft, program, **chain_options)
 
 
 def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
@@ -170,7 +166,7 @@ def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
 def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
             max_decode_len: int | None = None, tick=None) -> dict[DraftSpec, timing.Costs]:
   """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
-  once and shared (a feature-level draft's step: one entry, `feature_chain.LoneStep`).
+  once and shared (a feature-level draft's step: one entry, `drafter.LoneStep`).
   `tick(done, total)`: progress (`timing.interleaved`)."""
   drafts = {k: (timed_as_extend(d), p) for k, (d, p) in drafts.items()}
   return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,
@@ -213,8 +209,8 @@ def measure_loops(template: Decoder, target_params,
               ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
-      spec = dataclasses.replace(template, draft=draft,
-                                 scheme=scheme_of(g, draft, **(chain_options or {})))
+      scheme, drafter = scheme_of(g, draft, **(chain_options or {}))
+      spec = dataclasses.replace(template, draft=draft, scheme=scheme, drafter=drafter)
       programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
       programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
   results, rounds = timing.interleaved_rounds(programs, repeats, tick=tick)

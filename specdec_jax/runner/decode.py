@@ -16,10 +16,8 @@ import numpy as np
 
 from specdec_jax import distributed, sharding, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.decoding.draft_schemes import chain_for
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
-from specdec_jax.runner import drafts as drafts_lib
 from specdec_jax.runner import keys
 from specdec_jax.runner.config import RunConfig, temperatures
 from specdec_jax.runner.pipeline import Loaded, decoder_for, padded
@@ -38,13 +36,11 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
     programs[AR] = program(None, Autoregressive())
   for p in group_points:
     if p.gamma > 0:
-      programs[p.key] = program(p.draft, p.tree or p.adaptive
-                                or chain_for(loaded.drafts[p.draft][0], p.gamma,
-                                             **drafts_lib.chain_options(cfg)))
+      programs[p.key] = program(p.draft, p.tree or p.adaptive or p.gamma)
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
-  counters = {k: acceptance.counters_to_dict(r.counters, rows, r.stats)
+  counters = {k: acceptance.counters_to_dict(r.counters, rows, r.stats, r.draft_stats)
               for k, r in results.items()}
   record = BatchRecord(
       group=keys.group(temperature), indices=tuple(ex.index for ex in examples),

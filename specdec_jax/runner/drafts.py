@@ -42,8 +42,8 @@ class DraftSettings:
       with no ranking beside it (one warning line; a random preset is refused).
     task: whose ranking (the task the run's TASK stands for, `data.tasks.standing_for`; the
       mixture's if the file has none for it).
-    feature_parallel: the run decodes a feature-level draft with `ParallelFeatureChain` (here:
-      a warning when the draft was not block-trained; the scheme is `chain_for`'s choice).
+    feature_parallel: the run decodes a feature-level draft's chain in blocks (here:
+      a warning when the draft was not block-trained; the drafter is `draft_schemes.plan`'s).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -166,7 +166,7 @@ def _check_feature_shapes(target, draft) -> None:
 
 
 def chain_options(cfg: RunConfig) -> dict:
-  """How the run builds a feature-level draft's chain: `draft_schemes.chain_for`'s options
+  """How the run builds a feature-level draft's chain: `draft_schemes.plan`'s options
   (the parallel chain, prompt lookup where it matches), the same at every program it builds."""
   return {"parallel": cfg.feature_parallel, "lookup_gamma": cfg.feature_lookup_gamma,
           "lookup_ngram": cfg.feature_lookup_ngram}
@@ -175,8 +175,8 @@ def chain_options(cfg: RunConfig) -> dict:
 def check_feature_run(cfg: RunConfig, specs) -> None:
   """Refuses the feature-level draft's options without one, or combined in ways not built,
   before anything is loaded (trees, static and dynamic, and GAMMA='adaptive' are drafted from
-  the target's states: `decoding.tree.feature`, `decoding.feature_adaptive`). A mesh is fine:
-  the draft is placed on the draft rules like a token draft (`sharding.place_models`), its
+  the target's states: every scheme takes the feature drafter, `decoding.drafter`). A mesh is
+  fine: the draft is placed on the draft rules like a token draft (`sharding.place_models`), its
   pending features batch-sharded."""
   feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
   if cfg.feature_parallel and not feature:
@@ -189,7 +189,7 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
     return
   if cfg.feature_parallel and ADAPTIVE in as_list(cfg.gamma):
     raise ValueError(f"GAMMA={ADAPTIVE!r} drafts a feature-level draft's tokens one call at a "
-                     "time (decoding.feature_adaptive); it is not combined with feature_parallel")
+                     "time (the adaptive chain); it is not combined with feature_parallel")
   if cfg.feature_lookup_gamma:
     if cfg.feature_parallel:
       raise ValueError("RunConfig.feature_lookup_gamma drafts with the feature chain where the "

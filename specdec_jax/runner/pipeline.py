@@ -26,7 +26,7 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.data import hf_tokenizer, ngram_tables, tasks
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
+from specdec_jax.decoding.draft_schemes import plan
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
@@ -146,7 +146,7 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
   acceptance_of = _calibration_acceptances(cfg, loaded, store)
   trees = cfg.tree_candidate_schemes()
   # Trees are chosen from timed loops only (one device) and drafted by model drafts (token or
-  # feature-level: `draft_schemes.scheme_for`), not by the model-free drafters.
+  # feature-level: the tree takes either drafter), not by the model-free drafters.
   tree_acceptance_of = (_tree_acceptances(cfg, loaded, store, trees)
                         if trees and loaded.mesh is None else None)
   pts = points(cfg)
@@ -228,8 +228,7 @@ def _calibration_acceptances(cfg: RunConfig, loaded: Loaded, store: ResultStore)
     if acc is None:
       acc = calibrate.calibration_acceptance(
           *decoder_for(cfg, loaded, p.temperature, p.draft,
-                       chain_for(loaded.drafts[p.draft][0], gamma,
-                                 **drafts_lib.chain_options(cfg))),
+                       gamma),
           global_batch(cal, loaded, rows)[0], rows=len(rows), seed=cfg.seed)
       acc = dict(acc, gamma=gamma, prompts=len(rows), held_out=loaded.held_out)
       store.remember("calibration", key, acc)
@@ -312,10 +311,12 @@ def sampling_of(cfg: RunConfig, temperature: float) -> SamplingConfig:
 
 def decoder_for(cfg: RunConfig, loaded: Loaded, temperature: float, spec: DraftSpec | None = None,
                 scheme=Autoregressive()) -> tuple[Decoder, Params]:
-  """The run's Decoder for a draft (None: the autoregressive baseline) and scheme, with its
-  params; on the run's mesh when it has one. A static tree of a feature-level draft is its
-  `FeatureTreeScheme` (`draft_schemes.scheme_for`)."""
+  """The run's Decoder for a draft (None: the autoregressive baseline) and scheme (an int: the
+  chain at that gamma), with its params; on the run's mesh when it has one. A feature-level
+  draft's chain is built with the run's options (`draft_schemes.plan`,
+  `drafts.chain_options`: its parallel block, prompt lookup first)."""
   draft, dparams = loaded.drafts[spec] if spec is not None else (None, None)
-  decoder = Decoder(loaded.target, draft, scheme_for(draft, scheme), sampling_of(cfg, temperature), rule=cfg.rule,
-                    max_decode_len=cfg.max_decode_length, mesh=loaded.mesh)
+  scheme, drafter = plan(draft, scheme, **drafts_lib.chain_options(cfg))
+  decoder = Decoder(loaded.target, draft, scheme, sampling_of(cfg, temperature), rule=cfg.rule,
+                    max_decode_len=cfg.max_decode_length, mesh=loaded.mesh, drafter=drafter)
   return decoder, Params(loaded.target_params, dparams)

@@ -1,7 +1,7 @@
 """The block loss of a feature-level draft: its mask entries, trained for the parallel chain.
 
-Why (issue 28's parallel variant, after DFlash / PARD): `decoding/feature_parallel.py` makes one
-draft call per iteration, the verified (pending) entries followed by G - 1 mask entries (token
+Why (issue 28's parallel variant, after DFlash / PARD): `FeatureDrafter(parallel=True)`
+(decoding/drafter.py) makes one draft call per iteration, the verified (pending) entries followed by G - 1 mask entries (token
 `mask_id`, feature zeros) whose outputs are the marginals q_2..q_G. A draft trained on next-token
 entries only has never seen a mask; this loss trains each mask entry on exactly what that call
 feeds it, against the target's distribution at the position it drafts.

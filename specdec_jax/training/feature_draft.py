@@ -15,7 +15,7 @@ step a - 1 at entry j - 1, with the attention inference would see (step-0 entrie
 then its own chain of drafted entries: `rollout_layout`), and learns the same target; so the
 draft is trained on the features it will read when drafting ahead of the target. Block loss
 (`block_size` G, `training/feature_blocks.py`): after every anchor entry, G - 1 mask entries
-learn the target's distributions 2..G places ahead, as `ParallelFeatureChain` reads them.
+learn the target's distributions 2..G places ahead, as `FeatureDrafter(parallel=True)` reads them.
 """
 from __future__ import annotations
 

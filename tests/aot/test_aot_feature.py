@@ -2,16 +2,17 @@
 
 Why: the paper-scale compile (configs/paper/feature/, docs/aot_results.md) takes minutes; these
 check what it depends on in seconds: the gin macro pair naming a feature draft that cannot be
-read, its config shaped for the target, and the runner's programs (FeatureChain or its parallel
-variant, the draft on the draft rules) lowered and compiled on a mesh with the state donated.
+read, its config shaped for the target, and the runner's programs (a `Chain` with the feature
+draft's `FeatureDrafter` or its parallel block, the draft on the draft rules) lowered and compiled
+on a mesh with the state donated.
 """
 import jax
 import pytest
 
 from specdec_jax import sharding as sh
 from specdec_jax.aot import abstract, cli, job, programs
-from specdec_jax.decoding.feature_chain import FeatureChain
-from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.runner.config import RunConfig
@@ -41,8 +42,8 @@ def test_a_local_export_is_read_from_its_config(tmp_path):
   assert got.config == cfg and "feature_draft_config.json" in got.source
 
 
-@pytest.mark.parametrize("parallel,scheme", [(False, FeatureChain), (True, ParallelFeatureChain)])
-def test_feature_draft_programs_compile_on_a_mesh(parallel, scheme):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_feature_draft_programs_compile_on_a_mesh(parallel):
   mesh_config = sh.MeshConfig(data=2, model_outer=2, model_inner=2)
   mesh = sh.make_mesh(mesh_config)
   target_cfg = get_preset("t5_test_target")
@@ -60,7 +61,8 @@ def test_feature_draft_programs_compile_on_a_mesh(parallel, scheme):
   assert fuse.sharding.shard_shape(fuse.shape) == fuse.shape
   progs = job.select(programs.decode_programs(setup, mesh), ["spec_loop"])
   assert [p.kind for p in progs] == ["spec_prefill", "spec_loop"]
-  assert isinstance(progs[0].call({})[1][0].scheme, scheme)
+  decoder = progs[0].call({})[1][0]
+  assert decoder.scheme == Chain(3) and decoder.drafter == FeatureDrafter(parallel=parallel)
   with jax.set_mesh(mesh):
     results = job._compile_all(progs, None, lambda _: None)  # pylint: disable=protected-access
   assert [r.error for r in results] == [None, None]
@@ -69,10 +71,9 @@ def test_feature_draft_programs_compile_on_a_mesh(parallel, scheme):
 
 
 def test_feature_draft_tree_programs_compile_on_a_mesh():
-  """GAMMA='tree' with a feature-level draft: the builder's tree run is the draft's
-  `FeatureTreeScheme` (`draft_schemes.scheme_for`), compiled with the state donated (the
-  pending entries batch-sharded, `FeatureTreeScheme.constrain_stats`) and no host transfer."""
-  from specdec_jax.decoding.tree.feature import FeatureTreeScheme  # pylint: disable=import-outside-toplevel
+  """GAMMA='tree' with a feature-level draft: the builder's tree run is the `TreeScheme` with
+  the draft's `FeatureDrafter` (its default), compiled with the state donated (the pending
+  entries batch-sharded, the state's `draft_carry`) and no host transfer."""
   from specdec_jax.decoding.tree.scheme import TreeScheme  # pylint: disable=import-outside-toplevel
   mesh_config = sh.MeshConfig(data=2, model_outer=2, model_inner=2)
   mesh = sh.make_mesh(mesh_config)
@@ -83,8 +84,9 @@ def test_feature_draft_tree_programs_compile_on_a_mesh():
   setup = programs.decode_setup(cfg, mesh, mesh_config, target_cfg, {"feat": fcfg})
   progs = job.select(programs.decode_programs(setup, mesh), ["spec_loop"])
   assert [p.kind for p in progs] == ["spec_prefill", "spec_loop"]
-  scheme = progs[0].call({})[1][0].scheme
-  assert isinstance(scheme, FeatureTreeScheme) and scheme.tree.num_nodes == 7
+  decoder = progs[0].call({})[1][0]
+  assert isinstance(decoder.scheme, TreeScheme) and decoder.scheme.tree.num_nodes == 7
+  assert decoder.drafter == FeatureDrafter()
   with jax.set_mesh(mesh):
     results = job._compile_all(progs, None, lambda _: None)  # pylint: disable=protected-access
   assert [r.error for r in results] == [None, None]

@@ -1,4 +1,4 @@
-"""Adaptive draft length with a feature-level draft (`decoding/feature_adaptive.py`).
+"""Adaptive draft length with a feature-level draft (`AdaptiveConfig` with `FeatureDrafter`).
 
 Why: the scheme varies the block per row and per iteration, verifies at a bucketed width and
 feeds the draft the target's states of a variable number of written positions, so each piece
@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import feature_chain, start
+from specdec_jax.decoding import drafter, start
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
@@ -39,22 +39,21 @@ def test_greedy_adaptive_feature_equals_autoregressive(kind):
   target, tp, draft, dp = tiny_feature_pair(kind, 8)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=24).generate(Params(tp), inputs)
-  scheme = AdaptiveFeatureChain.for_draft(
-      draft, AdaptiveConfig(gamma_max=4, gamma_init=2, confidence_threshold=0.3))
+  scheme = AdaptiveConfig(gamma_max=4, gamma_init=2, confidence_threshold=0.3)
   for rows in (slice(2, 3), slice(0, 4)):  # batch 1 and batch > 1 (ragged)
     spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=24).generate(
         Params(tp, dp), inputs[rows])
     np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN[rows]))
     np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B[rows]))
     assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(spec.lengths_B))
-  hist = np.asarray(spec.stats.adaptive.proposed_hist)  # the batch of 4
+  hist = np.asarray(spec.stats.proposed_hist)  # the batch of 4
   assert np.count_nonzero(hist) >= 2, hist  # the block length did vary
   # alpha's positions are the proposed ones: after g_b accepted drafts the token at g_b is a
   # fresh draw from p (q = 0 there), not a drafted position (it once counted as beta 0)
   c = spec.counters
   assert 0 < np.sum(c.accepted_B) and np.all(np.asarray(c.beta_count_B)
                                              <= np.asarray(c.drafted_B)), c
-  assert int(spec.stats.adaptive.draft_calls) < 4 * int(np.max(spec.counters.target_calls_B))
+  assert int(spec.stats.draft_calls) < 4 * int(np.max(spec.counters.target_calls_B))
 
 
 def test_draft_state_after_blocks_of_different_lengths():
@@ -66,8 +65,7 @@ def test_draft_state_after_blocks_of_different_lengths():
                                                      mlp_dim=32, eos_id=-1))
   dp = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
   inputs = jnp.asarray([[5, 6, 5, 6, 5], [3, 4, 3, 2, 3]], jnp.int32)
-  scheme = AdaptiveFeatureChain.for_draft(
-      draft, AdaptiveConfig(gamma_max=4, gamma_init=3, confidence_threshold=0.3))
+  scheme = AdaptiveConfig(gamma_max=4, gamma_init=3, confidence_threshold=0.3)
   decoder = Decoder(target, draft, scheme, GREEDY, max_decode_len=24)
   params = Params(tp, dp)
   state = start.init_state(decoder, params, inputs, jax.random.key(0))
@@ -75,8 +73,8 @@ def test_draft_state_after_blocks_of_different_lengths():
   for _ in range(6):
     state = step(state)
   assert not np.any(np.asarray(state.done_B))
-  assert np.count_nonzero(np.asarray(state.stats.adaptive.proposed_hist)) >= 2
-  got_BxV, _, _ = feature_chain.first_draft_call(draft, dp, state, state.stats.carry)
+  assert np.count_nonzero(np.asarray(state.stats.proposed_hist)) >= 2
+  got_BxV, _, _ = drafter.feature_first_call(draft, dp, state, state.draft_carry)
   for b in range(2):
     stream = np.asarray(state.tokens_BxL[b, 1:int(state.num_B[b])])
     want = teacher_forced_draft_logits(target, tp, draft, dp, np.asarray(inputs[b]), stream)
@@ -97,8 +95,7 @@ def test_adaptive_feature_sampling_is_exact(rule, batched):
   row's block), or all in one batch (rows with shorter blocks than the verify width: drafted
   tokens past g_b that the masked rule must never keep)."""
   models = sharp_t5_feature_pair(V)
-  scheme = AdaptiveFeatureChain.for_draft(
-      models[2], AdaptiveConfig(gamma_max=3, confidence_threshold=0.95))
+  scheme = AdaptiveConfig(gamma_max=3, confidence_threshold=0.95)
   sampling = SamplingConfig(temperature=1.0, top_k=5)
   if batched:
     pvalue, out = law_pvalue(models, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES,
@@ -106,7 +103,7 @@ def test_adaptive_feature_sampling_is_exact(rule, batched):
   else:
     pvalue, out = vmapped_law_pvalue(models, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES,
                                      rule=rule)
-  hist = np.asarray(out.stats.adaptive.proposed_hist).reshape(-1, 4).sum(axis=0)
+  hist = np.asarray(out.stats.proposed_hist).reshape(-1, 4).sum(axis=0)
   assert hist[1] > 0.05 * hist.sum() and hist[3] > 0.05 * hist.sum(), hist
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
   assert 0 < accepted < drafted
@@ -114,13 +111,14 @@ def test_adaptive_feature_sampling_is_exact(rule, batched):
 
 
 def test_refusals_name_the_problem():
+  """The adaptive chain takes either drafter; a drafter of the other kind of draft is refused by
+  name, and the feature-level draft's default is its `FeatureDrafter`, sized by gamma_max."""
   target, _, draft, _ = tiny_feature_pair("decoder", 8)
-  with pytest.raises(ValueError, match="for_draft"):
-    AdaptiveFeatureChain(AdaptiveConfig(4))
-  with pytest.raises(TypeError, match="AdaptiveConfig"):
-    AdaptiveFeatureChain(4, width=16)
   token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
   with pytest.raises(TypeError, match="feature-level draft"):
-    Decoder(target, token_draft, AdaptiveFeatureChain(AdaptiveConfig(4), 16), GREEDY,
-            max_decode_len=4)
-  assert AdaptiveFeatureChain.for_draft(draft, AdaptiveConfig(4)).gamma == 4
+    Decoder(target, token_draft, AdaptiveConfig(4), GREEDY, max_decode_len=4,
+            drafter=FeatureDrafter())
+  with pytest.raises(TypeError, match="is a feature-level draft"):
+    Decoder(target, draft, AdaptiveConfig(4), GREEDY, max_decode_len=4, drafter=TokenDrafter())
+  decoder = Decoder(target, draft, AdaptiveConfig(4), GREEDY, max_decode_len=4)
+  assert isinstance(decoder.drafter, FeatureDrafter) and decoder.scheme.gamma == 4

@@ -1,5 +1,5 @@
-"""The feature chain scheme (`decoding/feature_chain.py`): greedy speculative = greedy
-autoregressive with a feature-level draft, T5 and decoder-only, batch > 1 with ragged prompts.
+"""The chain with a feature-level draft (`Chain` and `decoding/drafter.py`'s `FeatureDrafter`):
+greedy speculative = greedy autoregressive, T5 and decoder-only, batch > 1 with ragged prompts.
 
 Why: at temperature 0 the acceptance rule keeps a drafted token exactly when it is the target's
 argmax, so any difference points at the verify-with-states call, the pending entries fed after
@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import feature_chain, start
+from specdec_jax.decoding import drafter, start
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import FeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts, tiny_feature_pair
@@ -42,7 +43,7 @@ def test_greedy_feature_chain_equals_autoregressive(kind, vocab):
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=12).generate(Params(tp), inputs)
   for gamma in (1, 3):
-    spec = Decoder(target, draft, FeatureChain.for_draft(draft, gamma), GREEDY,
+    spec = Decoder(target, draft, Chain(gamma), GREEDY,
                    max_decode_len=12).generate(Params(tp, dp), inputs)
     np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
     np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
@@ -52,19 +53,21 @@ def test_greedy_feature_chain_equals_autoregressive(kind, vocab):
       assert int(np.sum(c.accepted_B)) > 0
 
 
-def test_scheme_refuses_a_token_draft_and_a_missing_width():
+def test_drafters_refuse_the_other_kind_of_draft():
+  """`FeatureDrafter` with a token draft, `TokenDrafter` with a feature-level one: each refused
+  by name when the Decoder is built, not when the program is traced."""
   target = Model(get_preset("t5_test_target"))
-  with pytest.raises(ValueError, match="for_draft"):
-    FeatureChain(gamma=2)
   with pytest.raises(TypeError, match="feature-level draft"):
-    d = Model(get_preset("t5_test_draft"))
-    Decoder(target, d, FeatureChain(2, 16), GREEDY, max_decode_len=4).generate(
-        Params(target.init(jax.random.key(0)), d.init(jax.random.key(1))),
-        jnp.asarray([[5, 1]], jnp.int32))
+    Decoder(target, Model(get_preset("t5_test_draft")), Chain(2), GREEDY, max_decode_len=4,
+            drafter=FeatureDrafter())
+  target, _, draft, _ = tiny_feature_pair("t5", 64)
+  with pytest.raises(TypeError, match="is a feature-level draft"):
+    Decoder(target, draft, Chain(2), GREEDY, max_decode_len=4, drafter=TokenDrafter())
+  assert isinstance(Decoder(target, draft, Chain(2), GREEDY).drafter, FeatureDrafter)
 
 
 def test_decoder_only_draft_starts_from_the_prompt_states():
-  """`prime_carry` (via `start.init_state`): the first iteration's q is the draft's
+  """`drafter.prime_carry` (via `start.init_state`): the first iteration's q is the draft's
   teacher-forced over the whole prompt at its last entry (h_{n-2}, t_{n-1}), as training saw
   it, for ragged rows; a one-token prompt keeps the start entry (zero feature, its token).
   Fails if the prompt's entries are not fed, are fed one slot off, or the wrong one pends."""
@@ -72,10 +75,10 @@ def test_decoder_only_draft_starts_from_the_prompt_states():
   lengths = [5, 2, 4, 1]
   _, prompts = ragged_prompts(lengths, extra=0)
   inputs = jnp.asarray(prompts)
-  decoder = Decoder(target, draft, FeatureChain.for_draft(draft, 2), GREEDY, max_decode_len=8)
+  decoder = Decoder(target, draft, Chain(2), GREEDY, max_decode_len=8)
   state = start.init_state(decoder, Params(tp, dp), inputs, jax.random.key(0))
-  np.testing.assert_array_equal(np.asarray(state.stats.count_B), [1, 1, 1, 0])
-  got_BxV, _, _ = feature_chain.first_draft_call(draft, dp, state, state.stats)
+  np.testing.assert_array_equal(np.asarray(state.draft_carry.count_B), [1, 1, 1, 0])
+  got_BxV, _, _ = drafter.feature_first_call(draft, dp, state, state.draft_carry)
   _, hidden = target.forward_with_hidden(tp, inputs, inputs, draft.feature_layers)
   want, _ = draft.forward(dp, inputs, inputs[:, 1:], draft.fuse(dp, hidden[:, :-1]))
   alone, _ = draft.forward(dp, inputs, inputs[:, :1], jnp.zeros((4, 1, draft.width)))
@@ -93,7 +96,7 @@ def test_speculative_sampling_with_feature_draft_is_exact():
   target, tp, draft, dp = sharp_t5_feature_pair(V)
   sampling = SamplingConfig(temperature=1.0)
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  out = Decoder(target, draft, FeatureChain.for_draft(draft, 2), sampling,
+  out = Decoder(target, draft, Chain(2), sampling,
                 max_decode_len=NUM_TOKENS).generate(Params(tp, dp), inputs, jax.random.key(0))
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)

@@ -1,6 +1,6 @@
-"""The parallel feature chain (`decoding/feature_parallel.py`): one draft call proposes the whole
-block; greedy speculative = greedy autoregressive, T5 and decoder-only, batch 4 with ragged
-prompts.
+"""The parallel feature chain (`FeatureDrafter(parallel=True)`, `decoding/drafter.py`): one draft
+call proposes the whole block; greedy speculative = greedy autoregressive, T5 and decoder-only,
+batch 4 with ragged prompts.
 
 Why: the block's tokens are drawn from per-position marginals read at mask entries placed after
 each row's own number of pending entries; an off-by-one there, in the draft cache's rollback or
@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_parallel import ParallelFeatureChain, block_entries
+from specdec_jax.decoding.drafter import FeatureDrafter, block_entries
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree import TreeScheme
 from specdec_jax.testing import tiny_feature_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -37,9 +39,8 @@ def test_greedy_parallel_feature_chain_equals_autoregressive(kind, vocab):
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=12).generate(Params(tp), inputs)
   for gamma in (1, 3):
-    scheme = ParallelFeatureChain.for_draft(draft, gamma)
-    spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=12).generate(
-        Params(tp, dp), inputs)
+    spec = Decoder(target, draft, Chain(gamma), GREEDY, max_decode_len=12,
+                   drafter=FeatureDrafter(parallel=True)).generate(Params(tp, dp), inputs)
     np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
     np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
     assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(ar.lengths_B))
@@ -49,7 +50,7 @@ def test_greedy_parallel_feature_chain_equals_autoregressive(kind, vocab):
 
 def test_block_entries_put_the_masks_after_each_rows_pending_entries():
   from specdec_jax.decoding import state as st  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.feature_chain import FeatureCarry  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.drafter import FeatureCarry  # pylint: disable=import-outside-toplevel
   tokens = jnp.asarray([[9, 5, 6, 7, 0, 0, 0, 0], [9, 3, 0, 0, 0, 0, 0, 0]], jnp.int32)
   state = st.DecodeState.__new__(st.DecodeState)
   object.__setattr__(state, "tokens_BxL", tokens)
@@ -59,3 +60,12 @@ def test_block_entries_put_the_masks_after_each_rows_pending_entries():
   assert toks.tolist() == [[5, 6, 7, 99, 99, 99], [3, 99, 99, 99, 99, 99]]
   assert first.tolist() == [2, 0]
   assert g[0, :3].sum() == 6 and g[0, 3:].sum() == 0 and g[1, 1:].sum() == 0
+
+
+def test_the_parallel_block_is_a_chains_only():
+  """A tree drafts level by level from each parent's output: the one-call block cannot draft it,
+  so the pair is refused by name when the Decoder is built."""
+  target, _, draft, _ = _pair("decoder", 8)
+  with pytest.raises(ValueError, match="parallel"):
+    Decoder(target, draft, TreeScheme((2, 1)), GREEDY, max_decode_len=4,
+            drafter=FeatureDrafter(parallel=True))

@@ -1,11 +1,11 @@
 """The chain's temperature-0 path (token ids, no one-hot rows) equals its general path bit for bit.
 
 Why: at temperature 0 with an exact rule `Chain.iteration` skips q rows, uniform draws, residuals
-and min(p, q) sums (`speculative.greedy_draft_step`, `greedy_accept`, `greedy_beta`). Greedy
-equality with autoregressive decoding would not notice a wrong alpha, a wrong bonus row kept in
-the state or a wrong pending flag: here the same decode runs through the general path (the same
-token-wise rule registered under another name, which the greedy path does not take) and every
-output must be identical: tokens, lengths, every counter, the final caches' indices.
+and min(p, q) sums (`drafter.greedy_chain_draft`, `speculative.greedy_accept`, `greedy_beta`).
+Greedy equality with autoregressive decoding would not notice a wrong alpha, a wrong bonus row
+kept in the state or a wrong pending flag: here the same decode runs through the general path (the
+same token-wise rule registered under another name, which the greedy path does not take) and
+every output must be identical: tokens, lengths, every counter, the final caches' indices.
 """
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,7 @@
-"""Prompt lookup where it matches, the feature draft elsewhere (`decoding/lookup_feature.py`).
+"""Prompt lookup where it matches, the feature draft elsewhere (`decoding/lookup_feature.py`'s
+`LookupFeatureDrafter` with `Chain(lookup_gamma)`).
 
-Why: the scheme switches between two drafts inside the one loop and lets the feature draft fall
+Why: the drafter switches between two drafts inside the one loop and lets the feature draft fall
 behind while the lookup drafts, so the tests hold each piece that could silently go wrong: greedy
 speculative = greedy autoregressive (T5 and decoder-only, batch > 1, ragged prompts, both
 branches taken, catch-up over several calls); after lookup iterations the draft's first q equals
@@ -16,8 +17,11 @@ import pytest
 
 from specdec_jax.decoding import lookup_feature, start
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.lookup_feature import LookupFeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter
+from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
+from specdec_jax.decoding.tree import TreeScheme
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
@@ -40,16 +44,16 @@ def test_greedy_lookup_feature_equals_autoregressive(kind, lookup_ngram):
   used = []
   for batch in (inputs, inputs[2:3]):  # batch > 1 (the batch drafts with one of the two) and 1
     want = ar.tokens_BxN if batch.shape[0] == 4 else ar.tokens_BxN[2:3]
-    scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=3, lookup_ngram=lookup_ngram,
-                                          catchup_width=2)
-    spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=24).generate(Params(tp, dp),
-                                                                             batch)
+    drafter = LookupFeatureDrafter(draft_gamma=2, lookup_ngram=lookup_ngram, catchup_width=2)
+    spec = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=24,
+                   drafter=drafter).generate(Params(tp, dp), batch)
     np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(want))
     assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(spec.lengths_B))
     np.testing.assert_array_equal(np.asarray(spec.lengths_B),
                                   np.asarray(ar.lengths_B)[:batch.shape[0]] if batch.shape[0] == 4
                                   else np.asarray(ar.lengths_B)[2:3])
-    used.append((int(np.max(spec.stats.lookups_B)), int(np.max(spec.counters.target_calls_B))))
+    used.append((int(np.max(spec.draft_stats["lookups_B"])),
+                 int(np.max(spec.counters.target_calls_B))))
   lookups, calls = used[1]  # batch 1: its own choice every iteration
   assert 0 < lookups < calls, used  # both drafts drafted
 
@@ -63,19 +67,19 @@ def test_draft_catches_up_on_lookup_iterations():
                                                      mlp_dim=32, eos_id=-1))
   dp = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
   inputs = jnp.asarray([[5, 6, 5, 6, 5], [3, 4, 3, 2, 3]], jnp.int32)
-  scheme = LookupFeatureChain.for_draft(draft, 2, lookup_gamma=3, lookup_ngram=1,
-                                        catchup_width=2)
-  decoder = Decoder(target, draft, scheme, GREEDY, max_decode_len=20)
+  drafter = LookupFeatureDrafter(draft_gamma=2, lookup_ngram=1, catchup_width=2)
+  decoder = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=20, drafter=drafter)
   params = Params(tp, dp)
   state = start.init_state(decoder, params, inputs, jax.random.key(0))
-  step = jax.jit(lambda s: scheme.iteration(decoder, params, s))
+  step = jax.jit(lambda s: decoder.scheme.iteration(decoder, params, s))
   for _ in range(12):  # until a row is more than one catch-up call behind
     state = step(state)
-    if int(np.min(state.stats.count_B)) > 3 and int(np.max(state.stats.count_B)) > 5:
+    count_B = state.draft_carry.count_B
+    if int(np.min(count_B)) > 3 and int(np.max(count_B)) > 5:
       break
   assert not np.any(np.asarray(state.done_B))
-  assert int(np.max(state.stats.count_B)) > 5, state.stats.count_B
-  got_BxV, _, _ = lookup_feature.first_call(draft, dp, state, state.stats, 2, 2)
+  assert int(np.max(state.draft_carry.count_B)) > 5, state.draft_carry.count_B
+  got_BxV, _, _ = lookup_feature.first_call(draft, dp, state, state.draft_carry, 2, 2)
   for b in range(2):
     n = int(state.num_B[b])
     stream = np.asarray(state.tokens_BxL[b, 1:n])
@@ -93,10 +97,10 @@ def test_speculative_sampling_with_lookup_or_draft_is_exact():
   """Each sample is its own batch-1 decode (vmapped), so each row chooses its own draft per
   iteration, as at batch 1; both choices occur among the samples."""
   models = sharp_t5_feature_pair(V)
-  scheme = LookupFeatureChain.for_draft(models[2], 2, lookup_gamma=2, lookup_ngram=1)
-  pvalue, out = vmapped_law_pvalue(models, SamplingConfig(temperature=1.0, top_k=5), scheme,
-                                   PROMPT, NUM_TOKENS, NUM_SAMPLES)
-  lookups = np.asarray(out.stats.lookups_B)[:, 0]
+  pvalue, out = vmapped_law_pvalue(models, SamplingConfig(temperature=1.0, top_k=5), Chain(2),
+                                   PROMPT, NUM_TOKENS, NUM_SAMPLES,
+                                   drafter=LookupFeatureDrafter(draft_gamma=2, lookup_ngram=1))
+  lookups = np.asarray(out.draft_stats["lookups_B"])[:, 0]
   calls = np.asarray(out.counters.target_calls_B)[:, 0]
   assert 0.05 < np.mean(lookups > 0) and np.mean(lookups < calls) > 0.05  # both drafts used
   accepted, drafted = np.sum(out.counters.accepted_B), np.sum(out.counters.drafted_B)
@@ -106,15 +110,21 @@ def test_speculative_sampling_with_lookup_or_draft_is_exact():
 
 def test_refusals_name_the_problem():
   target, tp, draft, dp = tiny_feature_pair("decoder", 8)
-  with pytest.raises(ValueError, match="for_draft"):
-    LookupFeatureChain(draft_gamma=2)
   with pytest.raises(ValueError, match="lookup_ngram"):
-    LookupFeatureChain.for_draft(draft, 2, lookup_ngram=4)
-  with pytest.raises(ValueError, match="lookup_gamma"):
-    LookupFeatureChain.for_draft(draft, 2, lookup_gamma=0)
-  with pytest.raises(ValueError, match="verify width"):
-    LookupFeatureChain.for_draft(draft, 4, lookup_gamma=3)
+    LookupFeatureDrafter(draft_gamma=2, lookup_ngram=4)
+  with pytest.raises(ValueError, match="draft_gamma must be"):
+    LookupFeatureDrafter(draft_gamma=0)
+  with pytest.raises(ValueError, match="parallel"):
+    LookupFeatureDrafter(draft_gamma=2, parallel=True)
+  with pytest.raises(ValueError, match="verify width .* >= draft_gamma"):
+    Decoder(target, draft, Chain(3), GREEDY, max_decode_len=4,
+            drafter=LookupFeatureDrafter(draft_gamma=4))
+  with pytest.raises(ValueError, match="chain"):  # a tree is drafted level by level
+    Decoder(target, draft, TreeScheme((2, 1)), GREEDY, max_decode_len=4,
+            drafter=LookupFeatureDrafter(draft_gamma=2))
   token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
   with pytest.raises(TypeError, match="feature-level draft"):
-    Decoder(target, token_draft, LookupFeatureChain(2, 3, width=16), GREEDY, max_decode_len=4)
+    Decoder(target, token_draft, Chain(3), GREEDY, max_decode_len=4,
+            drafter=LookupFeatureDrafter(draft_gamma=2))
+  assert isinstance(LookupFeatureDrafter(), FeatureDrafter)  # a feature drafter's options
   del tp, dp

@@ -13,12 +13,10 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params, decode_program
-from specdec_jax.decoding.feature_chain import FeatureChain
-from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.testing import tiny_feature_pair, tiny_pair
 
@@ -49,17 +47,19 @@ def test_speculative_loop_is_one_while_without_host_ops(kind):
 def test_tree_and_feature_loops_are_one_while_without_host_ops(scheme):
   """The schemes added after the chain: a draft tree verified in one call (static, or dynamic:
   its rerank and per-row tables stay on device), and the drafts that read the target's hidden
-  states; their per-iteration feature hand-off stays on device."""
+  states (`FeatureDrafter`, and its parallel block); their per-iteration feature hand-off stays
+  on device."""
+  drafter = None  # the draft's default
   if scheme in ("tree", "dynamic_tree"):
     target, tp, draft, dp = tiny_pair("decoder")
     chosen = TreeScheme((2, 2)) if scheme == "tree" else DynamicTreeScheme(3, 2, 3, 8)
   else:
     target, tp, draft, dp = tiny_feature_pair("decoder", 64)
-    chosen = (FeatureTreeScheme((2, 2), width=draft.width) if scheme == "feature_tree" else
-              (FeatureChain if scheme == "feature_chain" else ParallelFeatureChain).for_draft(
-                  draft, 3))
+    chosen = TreeScheme((2, 2)) if scheme == "feature_tree" else Chain(3)
+    drafter = FeatureDrafter(parallel=True) if scheme == "feature_parallel" else None
   inputs = jnp.asarray(np.array([[5, 6, 2, 0], [7, 8, 9, 3]]), jnp.int32)
-  decoder = Decoder(target, draft, chosen, SamplingConfig(temperature=1.0), max_decode_len=8)
+  decoder = Decoder(target, draft, chosen, SamplingConfig(temperature=1.0), max_decode_len=8,
+                    drafter=drafter)
   stablehlo, hlo = _texts(decode_program, decoder, Params(tp, dp), inputs, jax.random.key(0),
                           None)
   assert "stablehlo.while" in stablehlo

@@ -1,5 +1,6 @@
-"""The feature tree scheme (`decoding/tree/feature.py`): a static tree drafted by a feature-level
-draft from the target's states, verified in one target call that returns the nodes' states.
+"""The trees with a feature-level draft (`TreeScheme` / `DynamicTreeScheme` with `FeatureDrafter`,
+`decoding/drafter.py`): a tree drafted from the target's states, verified in one target call that
+returns the nodes' states.
 
 Why each test:
 - greedy tree decoding equals greedy autoregressive decoding (T5 and decoder-only, two tree
@@ -12,23 +13,23 @@ Why each test:
 - the chi-square test at T > 0 (and top-k / top-p in the slow suite): the sampled law of every
   3-token continuation equals the target's, and the faulty verifier that tests the next sibling
   against p instead of the residual fails at the same size;
-- the dynamic tree (`FeatureDynamicTreeScheme`, EAGLE-2's expansion): greedy equality, the
+- the dynamic tree (`DynamicTreeScheme`, EAGLE-2's expansion): greedy equality, the
   chi-square law with kept pruned children exercised (walks that end on one: the case a verifier
   skipping pruned siblings gets wrong);
-- refusals by name: a token draft, the prompt-lookup tree with a feature draft, no width.
+- refusals by name: a feature drafter with a token draft and a token drafter with a feature
+  draft, the prompt-lookup tree with a feature draft; the default drafter follows the draft.
 """
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import scheme_for
-from specdec_jax.decoding.feature_chain import FeatureChain
+from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import Tree, TreeScheme
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
-from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.models.config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (TREE_LAW_CASES, TREE_LAW_PROMPT, TREE_LAW_SAMPLES,
@@ -43,21 +44,17 @@ INPUTS = {
 }
 
 
-def _tree(draft, branching):
-  return scheme_for(draft, TreeScheme.from_branching(branching))
-
-
 @pytest.mark.parametrize("kind,vocab", [("t5", 64), ("decoder", 8)])
 def test_greedy_feature_tree_equals_autoregressive(kind, vocab):
   target, tp, draft, dp = tiny_feature_pair(kind, vocab)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
   ar = Decoder(target, sampling=GREEDY, max_decode_len=12).generate(Params(tp), inputs)
   for branching in ((2, 1, 1), (3, 2), DynamicTreeScheme(depth=3, width=2, branch=3, nodes=8)):
-    scheme = (scheme_for(draft, branching) if isinstance(branching, DynamicTreeScheme)
-              else _tree(draft, branching))
-    assert isinstance(scheme, FeatureTreeScheme)
-    spec = Decoder(target, draft, scheme, GREEDY, max_decode_len=12).generate(
-        Params(tp, dp), inputs)
+    scheme = (branching if isinstance(branching, DynamicTreeScheme)
+              else TreeScheme.from_branching(branching))
+    decoder = Decoder(target, draft, scheme, GREEDY, max_decode_len=12)
+    assert isinstance(decoder.drafter, FeatureDrafter)  # the feature draft's default drafter
+    spec = decoder.generate(Params(tp, dp), inputs)
     np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
     np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
     assert int(np.sum(spec.counters.emitted_B)) == int(np.sum(ar.lengths_B))
@@ -70,9 +67,8 @@ def test_one_branch_tree_drafts_what_the_feature_chain_drafts(kind, vocab):
   target, tp, draft, dp = tiny_feature_pair(kind, vocab)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
   params = Params(tp, dp)
-  chain = Decoder(target, draft, FeatureChain.for_draft(draft, 3), GREEDY,
-                  max_decode_len=16).generate(params, inputs)
-  tree = Decoder(target, draft, _tree(draft, (1, 1, 1)), GREEDY,
+  chain = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=16).generate(params, inputs)
+  tree = Decoder(target, draft, TreeScheme.from_branching((1, 1, 1)), GREEDY,
                  max_decode_len=16).generate(params, inputs)
   np.testing.assert_array_equal(np.asarray(tree.tokens_BxN), np.asarray(chain.tokens_BxN))
   for name in ("accepted_B", "target_calls_B", "emitted_B"):
@@ -98,18 +94,17 @@ def sharp_pair():
                                   for n in CASES])
 def test_feature_tree_matches_exact_target_distribution(sharp_pair, name):
   sampling, branching = CASES[name]
-  scheme = _tree(sharp_pair[2], branching)
+  scheme = TreeScheme.from_branching(branching)
   pvalue, out = law_pvalue(sharp_pair, sampling, scheme, PROMPT, NUM_TOKENS, NUM_SAMPLES)
   assert pvalue > 1e-3, f"{name}: p={pvalue:.2e}"
-  kept = np.asarray(out.stats.tree.kept_rank_DxK)
+  kept = np.asarray(out.stats.kept_rank_DxK)
   assert kept[0, 1:].sum() > 0  # later siblings were kept: the sibling logic was exercised
 
 
 def test_feature_tree_sibling_residual_from_p_is_detected(sharp_pair):
   sampling, branching = CASES["t1_3x2"]
-  faulty = FeatureTreeScheme(Tree.from_branching(branching),
-                             faulty_tree_verifier(sibling_residual_from_p),
-                             width=sharp_pair[2].width)
+  faulty = TreeScheme(Tree.from_branching(branching),
+                      faulty_tree_verifier(sibling_residual_from_p))
   pvalue, _ = law_pvalue(sharp_pair, sampling, faulty, PROMPT, NUM_TOKENS, NUM_SAMPLES)
   assert pvalue < 1e-6, f"p={pvalue:.2e}"
 
@@ -117,9 +112,7 @@ def test_feature_tree_sibling_residual_from_p_is_detected(sharp_pair):
 def test_feature_dynamic_tree_matches_exact_target_distribution(sharp_pair):
   """T = 1, depth 2, beam 2, branch 3, 5 nodes (tests/decoding/test_tree_dynamic_distribution.py's
   budget): pruned children are drawn and some walks end on one."""
-  scheme = scheme_for(sharp_pair[2], DynamicTreeScheme(depth=2, width=2, branch=3,
-                                                                nodes=5))
-  assert isinstance(scheme, FeatureDynamicTreeScheme)
+  scheme = DynamicTreeScheme(depth=2, width=2, branch=3, nodes=5)
   pvalue, out = law_pvalue(sharp_pair, SamplingConfig(temperature=1.0), scheme, PROMPT,
                            NUM_TOKENS, NUM_SAMPLES)
   assert pvalue > 1e-3, f"p={pvalue:.2e}"
@@ -132,13 +125,13 @@ def test_feature_dynamic_tree_matches_exact_target_distribution(sharp_pair):
 # ---- refusals -----------------------------------------------------------------------------------
 def test_refusals_name_the_problem():
   target, tp, draft, dp = tiny_feature_pair("decoder", 8)
-  with pytest.raises(ValueError, match="for_draft"):
-    FeatureTreeScheme((2, 1))
-  with pytest.raises(ValueError, match="drafts from tokens"):
-    scheme_for(draft, LookupTreeScheme(branches=2, length=2))
-  with pytest.raises(TypeError, match="DynamicTree"):
-    FeatureDynamicTreeScheme((2, 1), width=16)
+  with pytest.raises(TypeError, match="model-free draft"):  # the lookup tree drafts from tokens
+    Decoder(target, draft, LookupTreeScheme(branches=2, length=2), GREEDY, max_decode_len=4)
   token_draft = Model(get_preset("decoder_test_draft", vocab_size=8))
-  assert scheme_for(token_draft, TreeScheme((2, 1))) == TreeScheme((2, 1))  # token drafts: as is
-  with pytest.raises(TypeError, match="feature-level draft"):
-    Decoder(target, token_draft, FeatureTreeScheme((2, 1), width=16), GREEDY, max_decode_len=4)
+  for scheme in (TreeScheme((2, 1)), DynamicTreeScheme(depth=2, width=2, branch=2, nodes=4)):
+    # token drafts: their own drafter, the scheme as is
+    assert isinstance(Decoder(target, token_draft, scheme, GREEDY).drafter, TokenDrafter)
+    with pytest.raises(TypeError, match="feature-level draft"):
+      Decoder(target, token_draft, scheme, GREEDY, max_decode_len=4, drafter=FeatureDrafter())
+    with pytest.raises(TypeError, match="is a feature-level draft"):
+      Decoder(target, draft, scheme, GREEDY, max_decode_len=4, drafter=TokenDrafter())

@@ -1,13 +1,13 @@
 """The static trees' temperature-0 path (token ids, `tree.token_path`) and the feature chain's
-(`feature_chain.greedy_draft_step`) equal their general paths bit for bit.
+(`drafter.greedy_chain_draft` with `FeatureDrafter`) equal their general paths bit for bit.
 
-Why: at temperature 0 with a named verifier ('auto', 'greedy') `TreeScheme` and
-`FeatureTreeScheme` carry argmax tables instead of one-hot rows: their own greedy walk, beta from
-agreeing argmaxes, the kept row rebuilt from the next token. Greedy equality with autoregressive
-decoding (tests/decoding/test_tree_scheme.py, test_tree_feature.py, which now run this path)
-cannot see a wrong alpha, a wrong kept sibling rank or tried count in the tree statistics, a
-wrong bonus row or pending flag. Here the same decode runs through the general path too (the
-verifier passed as the function `verify.greedy`, which keeps it) and everything must be
+Why: at temperature 0 with a named verifier ('auto', 'greedy') `TreeScheme`, with a token or a
+feature-level draft, carries argmax tables instead of one-hot rows: their own greedy walk, beta
+from agreeing argmaxes, the kept row rebuilt from the next token. Greedy equality with
+autoregressive decoding (tests/decoding/test_tree_scheme.py, test_tree_feature.py, which now run
+this path) cannot see a wrong alpha, a wrong kept sibling rank or tried count in the tree
+statistics, a wrong bonus row or pending flag. Here the same decode runs through the general path
+too (the verifier passed as the function `verify.greedy`, which keeps it) and everything must be
 identical: tokens, lengths, every counter, the tree statistics. The feature chain's general path
 is forced as the chain's test forces it (the token-wise rule registered under another name).
 """
@@ -18,10 +18,9 @@ import pytest
 
 from specdec_jax.decoding import acceptance
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.feature_chain import FeatureChain
 from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import Tree, TreeScheme, verify
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme
 from specdec_jax.decoding.tree.token_path import argmax_walk, uses_token_path
 from specdec_jax.testing import TopTwoSwapped, tiny_feature_pair, tiny_pair
 
@@ -98,7 +97,7 @@ def test_feature_tree_token_path_equals_the_general_path(kind, vocab, branching)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
 
   def run(verifier):
-    scheme = FeatureTreeScheme(tuple(branching), verifier, draft.width)
+    scheme = TreeScheme(tuple(branching), verifier)
     return Decoder(target, draft, scheme, GREEDY, max_decode_len=12).generate(Params(tp, dp),
                                                                               inputs)
 
@@ -136,17 +135,26 @@ def test_argmax_walk_gives_the_greedy_verifiers_verdict(pruned):
 @pytest.mark.parametrize("kind", ["t5", "decoder"])
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_feature_chain_token_path_equals_the_general_path(kind, gamma):
-  """Counters and the pending entries (`FeatureCarry`, the scheme's stats) alike."""
+  """Counters and the pending entries (`FeatureCarry`, the final state's draft_carry) alike."""
   target, tp, draft, dp = tiny_feature_pair(kind, 8)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], 7), jnp.int32)
 
   def run(rule):
-    return Decoder(target, draft, FeatureChain.for_draft(draft, gamma), GREEDY, rule=rule,
-                   max_decode_len=12).generate(Params(tp, dp), inputs)
+    """(the result, the final state's pending entries): the loop run without `finish`, which
+    keeps no drafter carry."""
+    decoder = Decoder(target, draft, Chain(gamma), GREEDY, rule=rule, max_decode_len=12)
+    final = jax.jit(lambda p, x: decoder.run(p, decoder.init(p, x, jax.random.key(0))))(
+        Params(tp, dp), inputs)
+    return decoder.finish(final), final.draft_carry
 
-  fast = run("tokenwise")
+  fast, fast_carry = run("tokenwise")
   with acceptance.registered_rule("_tokenwise_general_path", acceptance.tokenwise) as name:
-    general = run(name)
+    general, general_carry = run(name)
   _assert_identical(fast, general)
+  leaves_f, tree_f = jax.tree.flatten(fast_carry)
+  leaves_g, tree_g = jax.tree.flatten(general_carry)
+  assert tree_f == tree_g and len(leaves_f) == 2  # g_BxG1xD, count_B
+  for a, b in zip(leaves_f, leaves_g):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   c = general.counters
   assert 0 < int(np.sum(c.accepted_B)) < int(np.sum(c.drafted_B))

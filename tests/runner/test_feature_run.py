@@ -1,7 +1,7 @@
 """A feature-level draft through the run: selected by its checkpoint in a gin config.
 
-Why: the feature draft (models/feature_draft.py, decoding/feature_chain.py) must decode from
-`python -m specdec_jax.run` like any model draft: its checkpoint selects the FeatureChain scheme
+Why: the feature draft (models/feature_draft.py, decoding/drafter.py) must decode from
+`python -m specdec_jax.run` like any model draft: its checkpoint selects the FeatureDrafter
 for the decode, the calibration decode, the timed loops ('auto') and the lone cost c; its
 pairing record refuses any other target; metrics.json keeps its keys (one added: draft_kind).
 The draft here is random and tiny, trained for nothing: greedy outputs must still equal the
@@ -16,13 +16,12 @@ from specdec_jax.checkpoints import feature_draft as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.adaptive import AdaptiveConfig
-from specdec_jax.decoding.draft_schemes import chain_for, scheme_for
-from specdec_jax.decoding.feature_adaptive import AdaptiveFeatureChain
-from specdec_jax.decoding.feature_chain import FeatureChain, LoneStep
-from specdec_jax.decoding.feature_parallel import ParallelFeatureChain
+from specdec_jax.decoding.decoder import Decoder
+from specdec_jax.decoding.draft_schemes import plan
+from specdec_jax.decoding.drafter import FeatureDrafter, LoneStep
+from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme, FeatureTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
@@ -48,25 +47,27 @@ def test_checkpoint_selects_the_feature_kind_and_scheme(tmp_path):
   feature, model = rc.draft_specs(cfg)
   assert feature.kind == rc.FEATURE_DRAFT and feature.name == "fd"  # not 'export'
   assert model.kind == rc.MODEL_DRAFT and model.name == "t5_test_draft"
+  target = loader.load_model("t5_test_target", seed=0)[0]
   draft, _ = fd_ckpt.load(path, loader.load_model("t5_test_target", seed=0)[1])
-  assert chain_for(draft, 3) == FeatureChain(3, draft.width)
-  assert chain_for(loader.load_model("t5_test_draft")[0], 3) == Chain(3)
-  # GAMMA='adaptive' drafts from the target's states too (feature_adaptive), not in parallel
+  assert plan(draft, 3) == (Chain(3), None)  # the draft's default drafter:
+  assert Decoder(target, draft, Chain(3)).drafter == FeatureDrafter()
+  assert plan(loader.load_model("t5_test_draft")[0], 3) == (Chain(3), None)
+  # GAMMA='adaptive' drafts from the target's states too (the same drafter), not in parallel
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="adaptive"), [feature])
-  assert scheme_for(draft, AdaptiveConfig(4)) == AdaptiveFeatureChain(AdaptiveConfig(4),
-                                                                      draft.width)
+  assert Decoder(target, draft, AdaptiveConfig(4)).drafter == FeatureDrafter()
   for gamma in ("adaptive", "tree"):  # neither drafts a block in one call
     with pytest.raises(ValueError, match="not combined with feature_parallel"):
       drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma=gamma,
                                                 feature_parallel=True), [feature])
-  # Static and dynamic trees are drafted from the target's states (tree.feature); the
+  # Static and dynamic trees are drafted from the target's states (the same drafter); the
   # prompt-lookup tree (tokens of the history) is refused.
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="tree"), [feature])
   drafts_lib.check_feature_run(rc.RunConfig(draft_checkpoint=path, gamma="auto",
                                             tree_candidates=((2, 1), DynamicTreeScheme())),
                                [feature])
-  assert scheme_for(draft, TreeScheme((2, 1))) == FeatureTreeScheme((2, 1), width=draft.width)
-  assert isinstance(scheme_for(draft, DynamicTreeScheme()), FeatureDynamicTreeScheme)
+  for tree in (TreeScheme((2, 1)), DynamicTreeScheme()):
+    assert plan(draft, tree) == (tree, None)
+    assert Decoder(target, draft, tree).drafter == FeatureDrafter()
   with pytest.raises(ValueError, match="drafts from tokens"):
     drafts_lib.check_feature_run(
         rc.RunConfig(draft_checkpoint=path, gamma="tree", tree=LookupTreeScheme()), [feature])
@@ -89,8 +90,8 @@ def test_pairing_refuses_another_target_and_lone_step_times_one_entry(tmp_path):
 
 def test_feature_parallel_decodes_the_draft_with_the_parallel_chain(tmp_path):
   """RunConfig.feature_parallel: every program the run builds for a feature draft (decode,
-  calibration, timed loops: `chain_for`, `costs.scheme_of`) is ParallelFeatureChain with the
-  draft's own mask token (the pad id when it was not block-trained); the loaded draft is the same
+  calibration, timed loops: `draft_schemes.plan`, `costs.scheme_of`) is its chain with
+  `FeatureDrafter(parallel=True)`, the draft's own mask token (the pad id when it was not block-trained); the loaded draft is the same
   object either way (the choice is the run's, not the model's); a run without a feature draft
   refuses."""
   path = _save_feature_draft(tmp_path / "fd")
@@ -100,10 +101,11 @@ def test_feature_parallel_decodes_the_draft_with_the_parallel_chain(tmp_path):
   draft, _ = drafts_lib.load_draft(spec, target, tp, settings)
   plain, _ = drafts_lib.load_draft(spec, target, tp, drafts_lib.DraftSettings())
   assert draft == plain
-  parallel = ParallelFeatureChain(3, draft.width, mask_id=draft.pad_id)
-  assert chain_for(draft, 3, parallel=True) == parallel
+  parallel = (Chain(3), FeatureDrafter(parallel=True))
+  assert plan(draft, 3, parallel=True) == parallel
   assert costs.scheme_of(3, draft, parallel=True) == parallel
-  assert chain_for(plain, 3) == FeatureChain(3, plain.width) == costs.scheme_of(3, plain)
+  assert plan(plain, 3) == (Chain(3), None) == costs.scheme_of(3, plain)
+  assert draft.mask_id == draft.pad_id  # not block-trained: the mask entries' token is the pad
   cfg = rc.RunConfig(feature_parallel=True)
   with pytest.raises(ValueError, match="feature_parallel"):
     drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
@@ -128,7 +130,7 @@ def test_run_with_a_feature_draft_matches_greedy_autoregressive(tmp_path):
 @pytest.mark.slow  # ~40 s of CPU on 2 cores: the tree decode, its probe and its timed loop
 def test_run_with_a_feature_draft_tree_fixed_and_among_auto_candidates(tmp_path):
   """GAMMA='tree' and 'auto' with a static tree candidate, T = 0, with a feature draft: the tree
-  point decodes the target's own tokens with a FeatureTreeScheme (the row carries the tree), and
+  point decodes the target's own tokens with its FeatureDrafter (the row carries the tree), and
   'auto' probes and times the feature tree beside the chains (its memo names the probe tree)."""
   path = _save_feature_draft(tmp_path / "fd" / "export")
   metrics = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
@@ -176,7 +178,7 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   import specdec_jax as sd  # pylint: disable=import-outside-toplevel
   path = _save_feature_draft(tmp_path / "fd")
   pair = sd.load("t5_test_target", path, vocabulary=False)
-  assert isinstance(pair.decoder(2).scheme, FeatureChain)
+  assert pair.decoder(2).scheme == Chain(2) and pair.decoder(2).drafter == FeatureDrafter()
   prompts = [[5, 6, 7, 1], [3, 1]]
   spec = pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2)
   assert spec.ids == pair.generate(prompts, gamma=0, max_new_tokens=8, batch_size=2).ids
@@ -187,13 +189,13 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   small = sd.load("t5_test_target", path, vocabulary=False, head_vocab=16)
   assert len(small.draft.head_ids) == 16 and 1 in small.draft.head_ids  # EOS kept
   assert small.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2).ids == spec.ids
-  assert isinstance(pair.decoder(2, parallel=True).scheme, ParallelFeatureChain)
+  assert pair.decoder(2, parallel=True).drafter == FeatureDrafter(parallel=True)
   assert pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2,
                        parallel=True).ids == spec.ids
-  assert isinstance(pair.decoder("tree", tree=(2, 1)).scheme, FeatureTreeScheme)
+  assert pair.decoder("tree", tree=(2, 1)).drafter == FeatureDrafter()
   assert pair.generate(prompts, gamma="tree", tree=(2, 1), max_new_tokens=8,
                        batch_size=2).ids == spec.ids
-  assert isinstance(pair.decoder("adaptive").scheme, AdaptiveFeatureChain)
+  assert pair.decoder("adaptive").drafter == FeatureDrafter()
   assert pair.generate(prompts, gamma="adaptive", max_new_tokens=8, batch_size=2).ids == spec.ids
   with pytest.raises(ValueError, match="not combined"):
     pair.decoder("adaptive", parallel=True)
@@ -244,18 +246,19 @@ def test_sharded_run_with_a_feature_draft_equals_the_unsharded_run(tmp_path):
 def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
   """RunConfig.feature_lookup_gamma: refused by name without a feature draft, with 'auto' (its
   prediction assumes one chain) and with the parallel chain; `chain_options` builds the
-  LookupFeatureChain at every program of the run."""
+  LookupFeatureDrafter at every program of the run."""
   path = _save_feature_draft(tmp_path / "fd")
   target, tp = loader.load_model("t5_test_target", seed=0)
   draft, _ = drafts_lib.load_draft(rc.DraftSpec(rc.FEATURE_DRAFT, path), target, tp,
                                    drafts_lib.DraftSettings())
   cfg = rc.RunConfig(feature_lookup_gamma=4, feature_lookup_ngram=1, gamma=2)
-  scheme = chain_for(draft, 2, **drafts_lib.chain_options(cfg))
-  assert (scheme.draft_gamma, scheme.lookup_gamma, scheme.lookup_ngram) == (2, 4, 1)
-  assert costs.scheme_of(2, draft, **drafts_lib.chain_options(cfg)) == scheme
+  scheme, drafter = plan(draft, 2, **drafts_lib.chain_options(cfg))
+  assert scheme == Chain(4) and isinstance(drafter, LookupFeatureDrafter)
+  assert (drafter.draft_gamma, drafter.lookup_ngram) == (2, 1)
+  assert costs.scheme_of(2, draft, **drafts_lib.chain_options(cfg)) == (scheme, drafter)
   token = drafts_lib.load_draft(rc.DraftSpec("prompt_lookup"), target, tp,
                                drafts_lib.DraftSettings())[0]
-  assert chain_for(token, 2, **drafts_lib.chain_options(cfg)) == Chain(2)  # token drafts: off
+  assert plan(token, 2, **drafts_lib.chain_options(cfg)) == (Chain(2), None)  # token: off
   with pytest.raises(ValueError, match="has none"):
     drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
   for bad, match in ((dict(gamma="auto"), "fixed int GAMMAs"),

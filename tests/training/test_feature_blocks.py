@@ -1,13 +1,13 @@
 """The block loss of a feature-level draft (`training/feature_blocks.py`), trained for the
-parallel chain (`decoding/feature_parallel.py`).
+parallel chain (`FeatureDrafter(parallel=True)`, `decoding/drafter.py`).
 
 Why each test: (1) a mask entry must see exactly what the decode-time call gives it (its anchor's
 prefix, the earlier masks of its own block), no other block and no later entry; (2) the training
-forward's mask logits must be the very logits `ParallelFeatureChain`'s one draft call computes
+forward's mask logits must be the very logits the parallel drafter's one draft call computes
 for the same verified prefix, every anchor, every pending count, both model kinds: an off-by-one
 in positions, features or the start entry trains masks for a call that never happens, and only
 this test would show it; (3) a few dozen steps must lower the block KL on held-out sequences;
-(4) a run selects the parallel scheme for a feature draft and feeds the mask token its config
+(4) a run selects the parallel drafter for a feature draft and feeds the mask token its config
 records.
 """
 import dataclasses
@@ -19,10 +19,13 @@ import numpy as np
 import optax
 import pytest
 
+from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.draft_schemes import chain_for
-from specdec_jax.decoding.feature_chain import FeatureCarry, FeatureChain
-from specdec_jax.decoding.feature_parallel import ParallelFeatureChain, block_logits
+from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.draft_schemes import plan
+from specdec_jax.decoding.drafter import FeatureCarry, FeatureDrafter, block_logits
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.testing import tiny_feature_pair
 from specdec_jax.training import data as data_lib
@@ -151,14 +154,29 @@ def test_block_loss_training_lowers_held_out_block_kl(pairs):
 
 
 def test_run_selects_the_parallel_chain_with_the_recorded_mask_token(pairs):
-  target, _, draft, _ = _pair(pairs, "t5")
-  assert chain_for(draft, 3) == FeatureChain(3, draft.width)
-  assert chain_for(draft, 3, parallel=True) == ParallelFeatureChain(
-      3, draft.width, mask_id=draft.pad_id)
+  """`draft_schemes.plan` (the run's choice): the chain with the draft's default drafter, or the
+  parallel drafter, whose mask entries (mask_id None) are the draft's own token: the pad id, or
+  the one its block training recorded, which the drafter's one call then feeds."""
+  target, tp, draft, _ = _pair(pairs, "t5")
+  assert plan(draft, 3) == (Chain(3), None)  # the default: FeatureDrafter()
+  assert plan(draft, 3, parallel=True) == (Chain(3), FeatureDrafter(parallel=True))
+  assert draft.mask_id == draft.pad_id
   cfg = fdt.FeatureTrainConfig(target="tiny", tasks=TASKS, max_steps=1, block_size=4, mask_id=7,
                                emb_dim=16, num_heads=2, mlp_dim=32)
   trained = FeatureDraft(FeatureDraftConfig.from_json(cfg.draft_config(target.config).to_json()))
   assert trained.config.block_size == 4 and trained.mask_id == 7
-  assert chain_for(trained, 2, parallel=True) == ParallelFeatureChain(2, 16, mask_id=7)
+  scheme, drafter = plan(trained, 2, parallel=True)
+  assert (scheme, drafter) == (Chain(2), FeatureDrafter(parallel=True))
+  dp = trained.with_target_pieces(trained.init(jax.random.key(2)), tp)
+  inputs = jnp.asarray([[5, 6, 7, 1]], jnp.int32)
+
+  def first_q(d):  # the first iteration's q rows; q_2 is read at a mask entry
+    decoder = Decoder(target, trained, scheme, SamplingConfig(temperature=1.0), drafter=d)
+    state = start.init_state(decoder, Params(tp, dp), inputs, jax.random.key(0))
+    return np.asarray(d.propose(decoder, dp, state, jax.random.key(1))[0].q_BxGxV)
+
+  got = first_q(drafter)
+  np.testing.assert_array_equal(got, first_q(FeatureDrafter(parallel=True, mask_id=7)))
+  assert not np.allclose(got, first_q(FeatureDrafter(parallel=True, mask_id=trained.pad_id)))
   with pytest.raises(ValueError, match="block_size"):
     fdt.FeatureTrainConfig(target="tiny", tasks=TASKS, max_steps=1, block_size=1)

@@ -101,8 +101,8 @@ def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
   cache): its training logits must be that call's, or the loss trains a call that never happens."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import state as st  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.feature_chain import (  # pylint: disable=import-outside-toplevel
-      FeatureChain, first_draft_call)
+  from specdec_jax.decoding.drafter import (  # pylint: disable=import-outside-toplevel
+      FeatureCarry, feature_first_call)
   from specdec_jax.testing import tiny_feature_pair  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = tiny_feature_pair(kind, 64)
   rng = np.random.default_rng(0)
@@ -121,7 +121,8 @@ def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
         tokens_BxL=jnp.pad(dec, ((0, 0), (0, 10))), num_B=jnp.full((2,), j + 1),
         done_B=jnp.zeros(2, bool), base_B=cache.index_B - j, target_cache=None, rng=None,
         counters=None, draft_cache=cache.rollback(cache.index_B + j))
-    carry = FeatureChain(gamma=gamma, width=draft.width).init_stats(2)
-    logits, _, _ = first_draft_call(draft, dp, state, carry)
+    carry = FeatureCarry(jnp.zeros((2, gamma + 1, draft.width), jnp.float32),
+                         jnp.zeros((2,), jnp.int32))  # `FeatureDrafter.init_carry`: none pending
+    logits, _, _ = feature_first_call(draft, dp, state, carry)
     np.testing.assert_allclose(np.asarray(trained[:, j]), np.asarray(logits), rtol=1e-5,
                                atol=1e-5, err_msg=f"{kind}, start token at {j}")

@@ -9,8 +9,8 @@
   and commits the kept path.
 - `dynamic`: `DynamicTreeScheme`, a dynamic (EAGLE-2 style) tree: beam expansion by cumulative
   draft log-probability, the best N - 1 candidates verified, exact (pruned children are tried).
-- `feature`: `FeatureTreeScheme` / `FeatureDynamicTreeScheme`, the same trees drafted by a
-  feature-level draft from the target's states (`draft_schemes.scheme_for` makes them).
+  Both trees take any drafter (`decoding.drafter`): a token draft, or a feature-level draft
+  drafting from the target's states.
 - `token_path`: the static trees at temperature 0 as token ids (argmax tables, not one-hot rows;
   the same result bit for bit).
 """
@@ -21,5 +21,3 @@ from specdec_jax.decoding.tree.verify import sample_without_replacement  # noqa:
 from specdec_jax.decoding.tree.scheme import TreeScheme  # noqa: F401
 from specdec_jax.decoding.tree.shape import DynamicTree  # noqa: F401
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme  # noqa: F401
-from specdec_jax.decoding.tree.feature import FeatureDynamicTreeScheme  # noqa: F401
-from specdec_jax.decoding.tree.feature import FeatureTreeScheme  # noqa: F401

@@ -3,7 +3,7 @@
 A `Decoder` with `scheme=DynamicTreeScheme(depth=4, width=4, branch=4, nodes=32)` (gin:
 gin/decoding/dynamic_tree.gin) runs `dynamic_iteration`, static shapes throughout:
 1. Expansion (D draft calls, as the static tree): the draft's first call
-   (`speculative.first_draft_call`) gives q at the root, which draws k children (T = 0: the top k
+   (the drafter's, `decoding.drafter`) gives q at the root, which draws k children (T = 0: the top k
    of the raw logits; T > 0: sequential draws without replacement from the processed q, rank = draw
    order). A candidate's score is the cumulative log q along its path (T = 0: log_softmax of the
    raw logits, so scores are not all 0 under a one-hot q). For depth d = 1..D-1 the beam is the
@@ -54,11 +54,11 @@ import numpy as np
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
-from specdec_jax.decoding.speculative import first_draft_call
+from specdec_jax.decoding.drafter import take_rows
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.commit import commit_path
-from specdec_jax.decoding.tree.scheme import (VERIFIERS, ModelTree, commit_tree, draw_children,
-                                              tree_stats)
+from specdec_jax.decoding.tree.commit import commit_tree, observe_tree
+from specdec_jax.decoding.tree.scheme import VERIFIERS, ModelTree, draw_children
 from specdec_jax.decoding.tree.shape import DynamicTree
 
 
@@ -133,19 +133,30 @@ def expand_beam(first_logits_BxV: jax.Array, carry, level_call, key: jax.Array,
   return drafted, carry
 
 
-def draft_dynamic(draft, draft_params, state: st.DecodeState, key: jax.Array, spec: DynamicTree,
+def draft_dynamic(decoder, draft_params, state: st.DecodeState, key: jax.Array, spec: DynamicTree,
                   sampling: SamplingConfig) -> tuple[Drafted, jax.Array, seam.Cache]:
-  """Expands the beam level by level (D draft calls, `expand_beam`): the candidates, the
-  processed q at the previous bonus position [B, V], and the draft cache holding the root at its
-  slot and beam expander e at root + e."""
-  logits_BxV, bonus_logits_BxV, cache = first_draft_call(draft, draft_params, state)
+  """Expands the beam level by level with the decoder's drafter (D draft calls, `expand_beam`):
+  the candidates, the processed q at the previous bonus position [B, V] (zeros for a drafter
+  that scores none), and the draft cache holding the root at its slot and beam expander e at
+  root + e. A feature-level drafter feeds each beam entry its expander's output feature (a
+  per-row gather from the previous level's outputs)."""
+  drafter = decoder.drafter
+  logits_BxV, bonus_logits_BxV, out_Bx1xD, cache = drafter.first_call(decoder, draft_params,
+                                                                      state)
 
-  def level(cache, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU):
-    del parent_BxW  # a token draft reads tokens only
-    return draft.extend_with_mask(draft_params, cache, tokens_BxW, offsets_U, visible_BxWxU)
+  def level(c, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU):
+    cache, out_BxLxD = c  # the previous level's output features (depth 1: the root's)
+    g_BxWxD = take_rows(out_BxLxD, parent_BxW)
+    logits_BxWxV, out_BxWxD, cache = drafter.step(decoder, draft_params, cache, tokens_BxW,
+                                                  g_BxWxD, offsets=offsets_U,
+                                                  visible=visible_BxWxU)
+    return logits_BxWxV, (cache, None if out_BxWxD is None else out_BxWxD.astype(jnp.float32))
 
-  drafted, cache = expand_beam(logits_BxV, cache, level, key, spec, sampling)
-  return drafted, process_logits(bonus_logits_BxV, sampling), cache
+  out = None if out_Bx1xD is None else out_Bx1xD.astype(jnp.float32)
+  drafted, (cache, _) = expand_beam(logits_BxV, (cache, out), level, key, spec, sampling)
+  bonus_q_BxV = (jnp.zeros(logits_BxV.shape, jnp.float32) if bonus_logits_BxV is None
+                 else process_logits(bonus_logits_BxV, sampling))
+  return drafted, bonus_q_BxV, cache
 
 
 class Layout(NamedTuple):
@@ -248,23 +259,28 @@ class DynamicTreeScheme(ModelTree):
 def dynamic_iteration(decoder, params, state: st.DecodeState, scheme: DynamicTreeScheme
                       ) -> st.DecodeState:
   """One expand -> rerank -> verify -> keep a path -> commit iteration (one target call)."""
-  sampling = decoder.sampling
+  sampling, drafter = decoder.sampling, decoder.drafter
   rng, k_draft, k_verify = jax.random.split(state.rng, 3)
   root_B = state.target_cache.index_B
-  drafted, bonus_q_BxV, draft_cache = draft_dynamic(decoder.draft, params.draft, state, k_draft,
+  drafted, bonus_q_BxV, draft_cache = draft_dynamic(decoder, params.draft, state, k_draft,
                                                     scheme.tree, sampling)
   lay = layout(scheme.tree, drafted, st.last_tokens(state))
-  logits_BxNxV, target_cache = decoder.target.extend_with_mask(
-      params.target, state.target_cache, lay.tokens_BxN, lay.depths_BxN, lay.visible_BxNxN)
+  logits_BxNxV, hidden, target_cache = drafter.verify(
+      decoder, params.target, state.target_cache, lay.tokens_BxN, offsets=lay.depths_BxN,
+      visible=lay.visible_BxNxN)
   p_BxNxV = process_logits(logits_BxNxV, sampling)
   verdict = scheme.verify_fn(sampling)(k_verify, lay.walk, lay.tokens_BxN, lay.q_BxNxV, p_BxNxV)
   n_B, path_BxD = verdict.num_accepted_B, verdict.path_BxD
-  slot_BxD = jnp.take_along_axis(lay.expander_BxN, jnp.maximum(path_BxD, 0), axis=1)
-  draft_path_BxD = jnp.where((path_BxD >= 0) & (slot_BxD > 0), slot_BxD, -1)
   last_expander_B = jnp.take_along_axis(lay.expander_BxN, verdict.last_node_B[:, None], axis=1)
+  if drafter.feeds_verified:  # fed the kept nodes again, with the target's states
+    pending_B = jnp.zeros_like(state.done_B)
+  else:  # the draft's entries of the path's expanded nodes gathered, as the target's
+    slot_BxD = jnp.take_along_axis(lay.expander_BxN, jnp.maximum(path_BxD, 0), axis=1)
+    draft_path_BxD = jnp.where((path_BxD >= 0) & (slot_BxD > 0), slot_BxD, -1)
+    draft_cache = commit_path(draft_cache, root_B, draft_path_BxD, n_B)
+    pending_B = last_expander_B[:, 0] < 0
   state = state.replace(rng=rng, target_cache=commit_path(target_cache, root_B, path_BxD, n_B),
-                        draft_cache=commit_path(draft_cache, root_B, draft_path_BxD, n_B))
+                        draft_cache=draft_cache)
   new = commit_tree(state, verdict, p_BxNxV, lay.q_BxNxV, bonus_q_BxV, decoder.target.eos_id,
-                    decoder.max_decode_len, pending_B=last_expander_B[:, 0] < 0)
-  kept_B = new.counters.accepted_B - state.counters.accepted_B
-  return new.replace(stats=tree_stats(state.stats, verdict, ~state.done_B, kept_B))
+                    decoder.max_decode_len, pending_B=pending_B)
+  return observe_tree(decoder, params, state, new, verdict, hidden)

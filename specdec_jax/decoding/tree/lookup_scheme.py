@@ -6,7 +6,7 @@ A `Decoder` with `scheme=LookupTreeScheme(branches=4, length=8)` and a model-fre
 `lookup_tree_iteration` inside its one `lax.while_loop`:
 1. the last committed token is written at its history slot (the root), and `lookup.find_branches`
    picks up to K continuations of the n-gram ending there, distinct at depth 1;
-2. `tree.scheme.verify_tree`: one target `extend_with_mask` over the N = 1 + K * L nodes of
+2. `tree.scheme.tree_logits`: one target `extend_with_mask` over the N = 1 + K * L nodes of
    `lookup.lookup_tree(K, L)` (offsets = depths, visible = ancestors);
 3. `lookup_verify.greedy` at T = 0, `lookup_verify.point_mass` above (exact for deterministic
    siblings: see that module);
@@ -28,10 +28,11 @@ import jax.numpy as jnp
 from specdec_jax import seam
 from specdec_jax.decoding import drafters
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.tree import lookup, lookup_verify
 from specdec_jax.decoding.tree.commit import commit_path
-from specdec_jax.decoding.tree.scheme import TreeStats, commit_tree, tree_stats, verify_tree
+from specdec_jax.decoding.tree.commit import TreeStats, commit_tree, tree_stats
+from specdec_jax.decoding.tree.scheme import tree_logits
 from specdec_jax.decoding.tree.shape import Tree
 
 LOOKUP_VERIFIERS = ("auto",) + tuple(lookup_verify.LOOKUP_VERIFIERS)
@@ -128,8 +129,9 @@ def lookup_tree_iteration(decoder, params, state: st.DecodeState, scheme: Lookup
   root_B = state.target_cache.index_B
   tokens_BxN, offered_BxNxV, history = propose(scheme, state.draft_cache, st.last_tokens(state),
                                                target.vocab_size)
-  p_BxNxV, target_cache = verify_tree(target, params.target, state.target_cache, tokens_BxN,
-                                      tree, sampling)
+  logits_BxNxV, _, target_cache = tree_logits(decoder, params.target, state.target_cache,
+                                              tokens_BxN, tree)
+  p_BxNxV = process_logits(logits_BxNxV, sampling)
   verdict = scheme.verify_fn(sampling)(k_verify, tree, tokens_BxN, offered_BxNxV, p_BxNxV)
   target_cache = commit_path(target_cache, root_B, verdict.path_BxD, verdict.num_accepted_B)
   history = lookup.write_history(history, history.index_B + 1, verdict.tokens_BxD)

@@ -11,7 +11,7 @@ walk's row gathers and selects, and the min(p, q) sums: the chain's token-id pat
 (`speculative.Chain._greedy_iteration`) measured that glue at half a zoo draft call per drafted
 token, and a tree drafts many more nodes than a chain per target call.
 
-Taken by the static trees (`scheme.TreeScheme`, `feature.FeatureTreeScheme`) when
+Taken by the static tree (`scheme.TreeScheme`, with any drafter) when
 `uses_token_path`: temperature 0 and the verifier named ('auto' or 'greedy'). A verifier passed
 as a function keeps the general path (the tests' faulty verifiers, and `verify.greedy` itself,
 which is how tests/decoding/test_tree_token_path.py compares the two paths).
