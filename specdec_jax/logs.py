@@ -12,6 +12,9 @@ so they all behave alike:
 - Filtering is by where a record was logged (its file), because Orbax and rouge log through absl's
   own logger like this project does: a record from a file outside `specdec_jax/` is a library's.
 - Python `warnings` go through the same filter (`logging.captureWarnings`).
+- Lines fit a terminal: by default a record is `I12:34:56 pipeline.py] message` (level, time,
+  file) and a message line longer than `WIDTH` columns is wrapped with an indent; absl's full
+  prefix (date, thread id, file:line) and unwrapped lines are `--log_prefix=full` away.
 - libtpu on a host without TPU chips: it is still loaded (jax tries every installed backend, and
   the AOT tool compiles with it) and complains about the unset slice description; `setup` sets
   the variables it asks for (only where no chip is present and the user set none), which silences
@@ -24,6 +27,8 @@ import importlib.util
 import logging
 import os
 import re
+import textwrap
+import time
 
 from absl import flags
 from absl import logging as absl_logging
@@ -86,17 +91,55 @@ class QuietLibraries(logging.Filter):
 
 _FILTER = QuietLibraries()
 
+WIDTH = 110  # columns a log line fits by default (`--log_prefix=short`)
+if "log_prefix" not in flags.FLAGS:
+  flags.DEFINE_enum("log_prefix", "short", ["short", "full"],
+                    "Log line prefix: 'short' (level, time, file; lines wrapped to 110 columns) "
+                    "or 'full' (absl's: date, time, thread id, file:line; lines as logged).")
+
+
+class ShortFormatter(logging.Formatter):
+  """`I12:34:56 file.py] message`, every line within `width` columns (long lines wrapped with an
+  indent); absl's own formatter where `--log_prefix=full`."""
+
+  def __init__(self, full: logging.Formatter, width: int = WIDTH):
+    super().__init__()
+    self.full, self.width = full, width
+
+  def format(self, record: logging.LogRecord) -> str:
+    if flags.FLAGS["log_prefix"].value == "full":  # read per record: parsed after `setup`
+      return self.full.format(record)
+    prefix = (f"{record.levelname[:1]}{time.strftime('%H:%M:%S', time.localtime(record.created))}"
+              f" {os.path.basename(record.pathname or '?')}] ")
+    text = record.getMessage()
+    if record.exc_info:
+      text += "\n" + self.formatException(record.exc_info)
+    lines = []
+    for i, line in enumerate(text.splitlines() or [""]):
+      first = prefix if i == 0 else "    "
+      if len(first) + len(line) <= self.width:  # as logged (a table row keeps its spacing)
+        lines.append(first + line)
+        continue
+      lines += textwrap.wrap(line, self.width, initial_indent=first, subsequent_indent="    ",
+                             break_on_hyphens=False, break_long_words=True)
+    return "\n".join(lines)
+
 
 def setup(verbosity: int = absl_logging.INFO) -> None:
   """What every entry point calls before `app.run`: libtpu quieted on a chip-less host, the
   default verbosity (`--verbosity` overrides it when absl parses the flags), library INFO and
-  harmless warnings filtered, Python warnings routed through the same filter. Idempotent."""
+  harmless warnings filtered, Python warnings routed through the same filter, lines within
+  `WIDTH` columns (`ShortFormatter`). Idempotent."""
   quiet_tpu_runtime()
   flags.FLAGS.set_default("verbosity", verbosity)  # what --help shows; the flag overrides it
   absl_logging.set_verbosity(verbosity)
   handler = absl_logging.get_absl_handler()
   if _FILTER not in handler.filters:
     handler.addFilter(_FILTER)
+  python_handler = handler.python_handler  # where absl's handler formats its records
+  if not isinstance(python_handler.formatter, ShortFormatter):
+    python_handler.setFormatter(
+        ShortFormatter(python_handler.formatter or absl_logging.PythonFormatter()))
   logging.captureWarnings(True)
 
 

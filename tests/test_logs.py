@@ -16,8 +16,9 @@ from absl import logging as absl_logging
 from specdec_jax import logs
 from specdec_jax.paths import PACKAGE_PARENT
 
-# An absl-formatted log line: level, date, time, thread, file:line]
-ABSL_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ (\S+?):\d+\]")
+# A log line: the short prefix (level, time, file]) or absl's full one (level, date, time,
+# thread, file:line])
+ABSL_LINE = re.compile(r"^[IWEF](?:\d{4} )?[\d:.]+\s+(?:\d+ )?(\S+?)(?::\d+)?\]")
 PROJECT_FILES = {f for _, _, fs in os.walk(logs.PACKAGE_DIR) for f in fs if f.endswith(".py")}
 
 
@@ -61,6 +62,31 @@ def test_tpu_runtime_is_quieted_only_on_a_chipless_host(monkeypatch):
   assert os.environ["TPU_ACCELERATOR_TYPE"] == "v5e-8"  # the user's own setting wins
 
 
+def test_log_lines_fit_110_columns_and_the_full_prefix_is_a_flag_away():
+  """`logs.ShortFormatter` (installed by `setup`): level, time and file, every line of a long
+  message within `WIDTH` columns (wrapped with an indent, nothing dropped), a short line as
+  logged; absl's own prefix (thread id, file:line) and the line as logged with --log_prefix=full."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  logs.setup()
+  fmt = absl_logging.get_absl_handler().python_handler.formatter
+  assert isinstance(fmt, logs.ShortFormatter)
+  words = [f"v({i})=1.{i:03d}" for i in range(40)]
+  long = _record(os.path.join(logs.PACKAGE_DIR, "runner", "pipeline.py"), logging.INFO,
+                 "costs: " + " ".join(words) + "\n  | a | table |")
+  out = fmt.format(long).splitlines()
+  assert ABSL_LINE.match(out[0]).group(1) == "pipeline.py"
+  assert max(map(len, out)) <= logs.WIDTH and len(out) >= 4
+  assert " ".join(" ".join(out).split()).endswith(" ".join(words) + " | a | table |")
+  assert out[-1] == "      | a | table |"  # a short line keeps its spacing, indented
+  flags.FLAGS.log_prefix = "full"
+  try:
+    full = fmt.format(long)
+    assert re.match(r"^I\d{4} [\d:.]+\s+\d+ pipeline.py:1\] costs: ", full)
+    assert len(full.splitlines()[0]) > logs.WIDTH
+  finally:
+    flags.FLAGS.log_prefix = "short"
+
+
 def library_lines(stderr: str) -> list[str]:
   """absl-formatted lines logged from files outside the package."""
   out = []
@@ -100,4 +126,5 @@ def test_smoke_run_prints_no_library_lines(tmp_path):
     assert bad not in proc.stderr, bad
   lines = proc.stderr.splitlines()
   assert any("pipeline.py" in line for line in lines)  # ours still speak
+  assert max(map(len, lines)) <= logs.WIDTH, max(lines, key=len)  # it fits a terminal
   assert sum("full output head" in line for line in lines) == 1  # no ranking: one warning line
