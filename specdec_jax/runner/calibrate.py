@@ -74,7 +74,8 @@ class ResolvedPoint:
     lone_curve: the lone-extend prediction for every gamma up to gamma_max (what pruned the
     candidates). lead_se: ((gamma, the standard error of the best-predicted gamma's lead over
     it), ...) from the loops' rounds; 'auto' took the smallest gamma within it
-    (`theory.within_noise_gamma`).
+    (`theory.within_noise_gamma`). confidence: 'auto''s `confidence` as sorted (key, value)
+    pairs (how far the choice cleared the gate and the runner-up, in standard errors).
   loop: the measured loop costs of this point's draft and temperature (None on a mesh, for an
     adaptive point, or for gamma 0).
   calibration: the calibration decode's acceptance for this draft and temperature ({'alpha',
@@ -95,6 +96,7 @@ class ResolvedPoint:
   calibration: Mapping[str, Any] | None = None
   tree_curve: tuple[tuple[str, float], ...] = ()
   lead_se: tuple[tuple[int, float], ...] = ()
+  confidence: tuple[tuple[str, Any], ...] = ()
 
   @property
   def key(self) -> str:
@@ -218,6 +220,8 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
           "curve": [[g, s] for g, s in sorted(curve.items())], "curve_from": source,
           "lone_curve": [[g, s] for g, s in sorted(plan.lone_curve.items())],
           "candidates": list(plan.candidates)}
+  if source == "loop":
+    memo["confidence"] = confidence(loop, curve, tokens, memo["gamma"], min_speedup)
   if plan.accept_at_least is not None:
     memo["accept_at_least"] = list(plan.accept_at_least)
   if plan.trees:  # a tree beating every chain and the bar replaces the chain's gamma
@@ -225,6 +229,48 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
                                         plan.dynamic_tokens))
   store.remember("gammas", keys.auto_choice(plan.point.draft.name, plan.point.temperature), memo)
   return memo
+
+
+def confidence(loop: LoopCosts, curve: Mapping[int, float], tokens: Mapping[int, float],
+               chosen: int, min_speedup: float) -> dict:
+  """How sure a chain choice is, in the loops' own noise (issue 46): `pick` (the chosen gamma,
+  or the best-predicted one where plain decoding was chosen), its predicted margin over the gate
+  (`min_speedup`) in standard errors of its speedup (`gate_z`), and its lead over the
+  best-predicted other gamma (`runner_up`) in standard errors of that lead (`lead_z`, paired by
+  round). `within_noise`: the gate or the runner-up is within one standard error, so another run
+  of the same config on the same machine may choose otherwise. z is None where the rounds
+  were not kept (fewer than two)."""
+  timed = [g for g in tokens if g > 0]
+  if not timed:
+    return {}
+  pick = chosen if chosen else max(timed, key=lambda g: curve[g])
+  gate_se = loop.speedup_se(pick, tokens[pick])
+  out = {"pick": pick, "gate": min_speedup, "margin": curve[pick] - min_speedup,
+         "gate_z": (curve[pick] - min_speedup) / gate_se if gate_se > 0 else None}
+  others = [g for g in timed if g != pick]
+  if others:
+    runner = max(others, key=lambda g: curve[g])
+    lead_se = loop.lead_se(pick, tokens[pick], runner, tokens[runner])
+    out.update(runner_up=runner, lead=curve[pick] - curve[runner],
+               lead_z=(curve[pick] - curve[runner]) / lead_se if lead_se > 0 else None)
+  zs = [out.get("gate_z")] + ([out.get("lead_z")] if chosen else [])
+  out["within_noise"] = any(z is not None and abs(z) < 1.0 for z in zs)
+  return out
+
+
+def describe_confidence(conf: Mapping[str, Any]) -> str:
+  """The log's words for `confidence`: '' where nothing was measured."""
+  if not conf:
+    return ""
+  def z(v):
+    return "n/a" if v is None else f"{v:+.1f} SE"
+  text = (f"; gamma {conf['pick']} vs the gate {conf['gate']:.2f}: {conf['margin']:+.3f} "
+          f"({z(conf['gate_z'])})")
+  if "runner_up" in conf:
+    text += f", vs gamma {conf['runner_up']}: {conf['lead']:+.3f} ({z(conf.get('lead_z'))})"
+  if conf.get("within_noise"):
+    text += " -- WITHIN NOISE: another run of this config may choose otherwise"
+  return text
 
 
 def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple:
@@ -263,6 +309,7 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
                        loop=loop if gamma > 0 else None, calibration=calibration,
                        tree=tree_choice.chosen(memo, trees, tree),
                        tree_curve=tuple((str(k), float(v)) for k, v in memo.get("tree_curve", [])),
-                       lead_se=tuple((int(g), float(x)) for g, x in memo.get("lead_se", [])))
+                       lead_se=tuple((int(g), float(x)) for g, x in memo.get("lead_se", [])),
+                       confidence=tuple(sorted(memo.get("confidence", {}).items())))
 
 

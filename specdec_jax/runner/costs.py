@@ -111,6 +111,13 @@ class LoopCosts:
                                 ar_fixed=self.ar_fixed_ms, spec_fixed=self.fixed_ms[gamma])
             if ar > 0 and it > 0 else None for ar, it in zip(self.ar_rounds_ms, its)]
 
+  def speedup_se(self, gamma, tokens_per_iteration: float) -> float:
+    """The standard error of `gamma`'s predicted speedup over plain decoding: the spread of its
+    round-by-round speedups (each round's own autoregressive loop) over sqrt(rounds); 0 with
+    fewer than two rounds."""
+    xs = [x for x in self.speedup_rounds(gamma, tokens_per_iteration) if x is not None]
+    return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) >= 2 else 0.0
+
   def lead_se(self, a, tokens_a: float, b, tokens_b: float) -> float:
     """The standard error of `a`'s predicted lead over `b` (programs of this measurement, each
     with its expected tokens per iteration): the spread of their round-by-round speedups'

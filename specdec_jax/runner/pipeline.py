@@ -183,7 +183,8 @@ def resolve_points(cfg: RunConfig, loaded: Loaded, store: ResultStore, log: Call
         + ", ".join(f"{g}: {s:.2f}" for g, s in r.predicted_curve + r.tree_curve)
         + f" ({memo.get('curve_from', 'lone_extend')}) -> "
         + (costs_lib.loop_key(r.tree) if r.tree is not None else f"gamma {r.gamma}")
-        + (" (plain autoregressive decoding)" if r.gamma == 0 else ""))
+        + (" (plain autoregressive decoding)" if r.gamma == 0 else "")
+        + calibrate.describe_confidence(memo.get("confidence", {})))
     resolved.append(r)
   return resolved, costs
 

@@ -251,3 +251,38 @@ def test_choose_passes_over_a_lead_the_rounds_do_not_resolve():
   assert set(lead) == {2, 3} and curve[4] - curve[2] < lead[2]
   point = calibrate.resolved(Point(SPEC, "auto", 0.0), memo=memo, loop=loop)
   assert point.gamma == 2 and dict(point.lead_se) == pytest.approx(lead)
+
+
+def test_auto_reports_its_confidence_and_says_when_it_is_within_noise():
+  """'auto''s memo and its resolved point carry `confidence` (issue 46): the chosen gamma's
+  margin over the gate in standard errors of its round-by-round speedup, its lead over the
+  best other gamma in standard errors of that lead; `within_noise` where either is under one
+  standard error, and the log line says so. Fails if the z-scores are computed from the wrong
+  spread, the runner-up is not the best other gamma, or a close call is not flagged."""
+  store = MemoryStore()
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.8},
+                             gamma_max=4, min_speedup=1.0, rule="tokenwise")
+  # Clear: gamma 2 well above the gate and the others, every round alike but for small jitter.
+  loop = _rounds_loop([4.0, 4.1, 3.9, 4.0, 4.05], {2: [5.0, 5.1, 4.9, 5.0, 5.05],
+                                                   3: [9.6] * 5, 4: [12.0] * 5})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
+  conf, curve = memo["confidence"], dict(memo["curve"])
+  tokens = theory.expected_tokens_per_iteration(0.8, 2, "tokenwise")
+  assert memo["gamma"] == conf["pick"] == 2 and conf["runner_up"] == max((3, 4), key=curve.get)
+  se = loop.speedup_se(2, tokens)
+  assert se > 0 and conf["gate_z"] == pytest.approx((curve[2] - 1.0) / se)
+  assert conf["gate_z"] > 1 and conf["lead_z"] > 1 and not conf["within_noise"]
+  point = calibrate.resolved(Point(SPEC, "auto", 0.0), memo=memo, loop=loop)
+  assert dict(point.confidence) == conf
+  assert "WITHIN NOISE" not in calibrate.describe_confidence(conf)
+  # Near the gate: gamma 2 barely above plain decoding, its rounds swinging across the gate.
+  store = MemoryStore()
+  plan = calibrate.plan_auto(Point(SPEC, "auto", 0.0), COSTS, store, lambda: {"alpha": 0.8},
+                             gamma_max=4, min_speedup=1.0, rule="tokenwise")
+  iter2 = 4.0 * tokens / 1.02
+  loop = _rounds_loop([4.0] * 5, {2: [iter2 * f for f in (0.8, 1.2, 0.9, 1.15, 0.95)],
+                                  3: [20.0] * 5, 4: [24.0] * 5})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
+  conf = memo["confidence"]
+  assert conf["pick"] == 2 and abs(conf["gate_z"]) < 1 and conf["within_noise"]
+  assert "WITHIN NOISE" in calibrate.describe_confidence(conf)
