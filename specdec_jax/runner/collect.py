@@ -83,8 +83,6 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label
     extra["auto_predicted_speedup"] = {str(g): s for g, s in curve}
-    if point.confidence:  # how far the choice cleared the gate and the runner-up (SE units)
-      extra["auto_confidence"] = dict(point.confidence)
     extra["auto_lone_extend_speedup"] = {str(g): s for g, s in point.lone_curve}
     best = max(((g, sp) for g, sp in curve if g != 0), key=lambda x: x[1], default=(None, None))
     if point.tree is not None:  # chosen from the timed tree loop and the calibration tree decode
@@ -94,6 +92,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                           "best_predicted": best[1], "passed": point.gamma > 0}
     if point.lead_se:  # the choice: the smallest gamma within one standard error of the best
       extra["auto_gate"]["lead_se"] = {str(g): x for g, x in point.lead_se}
+    if point.confidence:  # how far the choice cleared the gate and the runner-up (SE units)
+      extra["auto_gate"]["confidence"] = dict(point.confidence)
   if point.adaptive is not None:
     extra["adaptive"] = dataclasses.asdict(point.adaptive)
   if point.tree is not None:  # accepts_per_position: the first `gamma` (= depth) entries count
@@ -230,8 +230,8 @@ def sweep_notes(metrics: list[dict]) -> list[str]:
         text += (f"{'; ' if best else ''}GAMMA='auto' chose {a['gamma']} "
                  f"(calibration alpha {a.get('auto_calibration_alpha') or 0:.3f}, "
                  f"{measured_text})")
-        if (a.get("auto_confidence") or {}).get("within_noise"):
-          text += (" -- within noise of the gate or the runner-up (auto_confidence): another "
-                   "run may choose otherwise")
+        if (a.get("auto_gate") or {}).get("confidence", {}).get("within_noise"):
+          text += (" -- within noise of the gate or the runner-up (auto_gate.confidence): "
+                   "another run may choose otherwise")
       notes.append(text)
   return notes
