@@ -206,8 +206,39 @@ def costs_table(records: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines)
 
 
+def repeats_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Several processes of one command, as one headline (issue 46): each run's gamma and speedup,
+  their median, the between-run range beside the median run's own bootstrap interval (which
+  covers the prompts only), and the machine. A run whose 'auto' chose gamma 0 decoded plainly:
+  it counts as 1.00x (what its user got), marked. Refuses records of different commands (a
+  note after two spaces, '  (run 2 of 3)', is not part of the command)."""
+  commands = {r["command"].split("  (")[0] for r in records}
+  if len(commands) != 1:
+    raise ValueError(f"a repeats table is one command's runs, got {sorted(commands)}")
+  runs = []
+  for r in records:
+    m = r["metrics"]
+    x = m.get("speedup")
+    runs.append((1.0 if x is None and m.get("gamma") == 0 else x, r))
+  if any(x is None for x, _ in runs):
+    raise ValueError("a repeats table needs every run's speedup (or gamma 0)")
+  ordered = sorted(runs, key=lambda t: t[0])
+  median_x, median_r = ordered[(len(ordered) - 1) // 2]
+  machines = sorted({f"{r['machine'].get('cpu')}, {r['machine'].get('cores')} cores"
+                     for _, r in runs})
+  head = ("runs", "gamma per run", "speedup per run", "median", "between-run range",
+          "median run's 95% CI (prompts)", "machine")
+  cells = (str(len(runs)), ", ".join(str(r["metrics"]["gamma"]) for _, r in runs),
+           ", ".join(f"{_f(x)}x" + (" (gamma 0)" if r["metrics"].get("speedup") is None else "")
+                     for x, r in runs),
+           f"{_f(median_x)}x", f"{_f(ordered[0][0])}-{_f(ordered[-1][0])}x",
+           _interval(median_r["metrics"].get("speedup_interval95")), "; ".join(machines))
+  return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                    "| " + " | ".join(cells) + " |"])
+
+
 TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
-    "headline": headline_table, "costs": costs_table, "alpha": findings.alpha_table,
+    "headline": headline_table, "costs": costs_table, "repeats": repeats_table, "alpha": findings.alpha_table,
     "findings": findings.findings_table,
     "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
     # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.

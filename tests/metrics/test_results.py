@@ -42,6 +42,23 @@ def test_the_costs_table_puts_c_beside_tokens_per_call():
   assert "| a | fd | 0 |" in out and "| 0.410 | 0.500 | 4.25 | 1.50 | 0.90x [0.80, 1.00] |" in out
 
 
+def test_the_repeats_table_gives_the_median_and_the_between_run_range():
+  """Three processes of one command: the median run's speedup, the between-run range beside the
+  median run's own (prompts-only) interval; a gamma-0 'auto' run counts as 1.00x, marked; runs
+  of different commands are refused."""
+  recs = {n: _record(n, x) for n, x in (("a", 1.3), ("b", 1.1), ("c", 1.5))}
+  recs["b"]["metrics"].update(gamma=0, speedup=None, speedup_interval95=None)
+  for r in recs.values():
+    r["machine"] = {"cpu": "AMD EPYC", "cores": 2}
+  out = results.render("<!-- results:repeats a b c -->\n<!-- /results:repeats -->", recs)
+  row = out.splitlines()[3]
+  assert row == ("| 3 | 2, 0, 2 | 1.30x, 1.00x (gamma 0), 1.50x | 1.30x | 1.00-1.50x | "
+                 "[1.20, 1.40] | AMD EPYC, 2 cores |")
+  recs["c"]["command"] = "python -m specdec_jax.run --other"
+  with pytest.raises(ValueError, match="one command"):
+    results.render("<!-- results:repeats a b c -->\n<!-- /results:repeats -->", recs)
+
+
 def test_unknown_tables_and_missing_records_are_refused():
   with pytest.raises(ValueError, match="do not exist"):
     results.render("<!-- results:headline x -->\n<!-- /results:headline -->", {})
