@@ -9,7 +9,7 @@ from measurements only (no decode): for every depth D the chain record timed and
 drafted nodes N,
 - tokens: `theory.tree_tokens_bound(N + 1, a[d][r], D)`, more than ANY tree of N drafted nodes and
   depth <= D keeps per call under the rank acceptance a[d][r] that `--rank_record`
-  (scripts/tree_rank_acceptance.py, held-out prompts) measured at `--temperature` (only the
+  (experiments/tree_rank_acceptance.py, held-out prompts) measured at `--temperature` (only the
   ranks its probe tree tried; at most as many children a node as its widest level);
 - time: at least the depth-D chain's measured loop iteration (`loop_costs.iteration_ms`, held-out
   prompts: a tree of depth D makes D draft calls as that chain does, each over more rows) plus the

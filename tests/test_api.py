@@ -82,7 +82,7 @@ def test_builds_what_the_cli_builds_on_the_smoke_config(ids_pair):
 def test_builds_what_the_cli_builds_on_the_default_config(tmp_path):
   """The zoo pair of the README's main command: packed, the shared draft's head restricted to
   3,072 tokens of the en-de ranking, paired; the same prompt ids from the same English text, also
-  when the run reads that text from a JSONL of `en` lines (scripts/api_speed.py's comparison)."""
+  when the run reads that text from a JSONL of `en` lines (experiments/api_speed.py's comparison)."""
   cfg = _cli_config("configs/local/default.gin", "NUM_EXAMPLES=2",
                     "RunConfig.auto_calibration_examples=1")
   loaded = pipeline.load(cfg)

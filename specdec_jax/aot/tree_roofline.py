@@ -39,7 +39,7 @@ from specdec_jax.metrics import theory
 
 TREE_NODES = (16, 32, 64)   # the node budgets of the trees table (the verify call's width)
 # a_r / a_0 at depth 1 for r = 1, 2, 3, measured with the (4, 3, 2, 1) tree on 48 held-out en-de
-# prompts (scripts/tree_rank_acceptance.py; docs/results/tree_rank_acceptance_ende.json, rounded
+# prompts (experiments/tree_rank_acceptance.py; docs/results/tree_rank_acceptance_ende.json, rounded
 # to 2 decimals), by temperature (0: greedy, where siblings are the draft's next most likely
 # tokens; 1: drawn without replacement, tested against the residual). Measured a_0 was 0.598 at
 # T = 0 and 0.518 at T = 1; ranks past 3 take rank 3's rate.

@@ -15,9 +15,9 @@ prompt in the run's batch shape). It writes one JSON: per setting the speedup ov
 autoregressive loop, tokens per target call, the lookup's share of target calls and the
 adaptive chain's mean proposed length.
 
-  python scripts/lookup_feature_calibrate.py --gin_file=configs/local/code_lookup_feature.gin \
+  python experiments/lookup_feature_calibrate.py --gin_file=configs/local/code_lookup_feature.gin \
       --output=/tmp/lookup_feature_calibration.json
-  python scripts/lookup_feature_calibrate.py --gin_file=configs/local/feature.gin \
+  python experiments/lookup_feature_calibrate.py --gin_file=configs/local/feature.gin \
       --thresholds=0.5,0.7 --gamma_maxes=4,8 --output=/tmp/adaptive_feature_calibration.json
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ The job (configs/paper/feature/ende_t5_xxl_feature_t0.gin on the v4-8 mesh file)
       --gin_file=configs/paper/feature/ende_t5_xxl_feature_t0.gin \
       --gin_file=configs/paper/mesh_tpu_v4_8.gin --topology=v4-8 \
       --only=spec_prefill,spec_loop --output_dir=/tmp/aot/feature_v4_8
-  python scripts/aot_feature.py --name=aot_feature_t5_xxl_v4_8 --command="..." \
+  python experiments/aot_feature.py --name=aot_feature_t5_xxl_v4_8 --command="..." \
       /tmp/aot/feature_v4_8/aot.json
   python scripts/results.py tables      # docs/aot_results.md's table from the records
 

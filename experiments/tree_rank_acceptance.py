@@ -1,6 +1,6 @@
 r"""Measure a draft tree's acceptance by depth and sibling rank on local prompts, and record it.
 
-  python scripts/tree_rank_acceptance.py --tree=4,3,2,1 --temperature=0 --temperature=1 \
+  python experiments/tree_rank_acceptance.py --tree=4,3,2,1 --temperature=0 --temperature=1 \
       --name=tree_rank_acceptance_ende
 
 Decodes held-out en-de prompts (the default run's calibration draw: never among its reported

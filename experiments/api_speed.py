@@ -1,6 +1,6 @@
 r"""The README's Python snippet against the main command, on the same prompts: both speedups.
 
-  python scripts/api_speed.py [--output_dir=/tmp/api_speed]
+  python experiments/api_speed.py [--output_dir=/tmp/api_speed]
 
 Why: the API promises the CLI's speed. This runs the snippet of README.md's "Python API" section
 as a new user runs it (it decodes its en-de sentences and prints the API's speedup), then the

@@ -5,7 +5,7 @@ Counts, not timing: both drafts decode the same prompts with the same target at 
 the prompts are the Table-3 analogue's (configs/local/table3_ende.gin: 100 valid prompts drawn by
 SEED, calibration prompts held out as that run holds them out).
 
-  python scripts/feature_draft_alpha.py --feature_draft=runs/train/t5_feature_draft/export \
+  python experiments/feature_draft_alpha.py --feature_draft=runs/train/t5_feature_draft/export \
       --output=runs/feature_eval/ende_t0_g4.json [--gamma=4 --temperature=0 --batch_size=10]
 
 alpha: mean over drafted positions of sum_x min(p, q) (the shared draft's row also counts the

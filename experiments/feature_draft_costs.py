@@ -2,7 +2,7 @@ r"""c of a feature-level draft with the target's full head and with a 3,072-toke
 shipped shared draft's (3,072), in one process: lone `extend` steps as the run times them
 (`runner.costs.measure`: T = 1, batch 1, caches sized for 64 tokens), on one en-de prompt.
 
-  python scripts/feature_draft_costs.py runs/train/t5_feature_draft/export
+  python experiments/feature_draft_costs.py runs/train/t5_feature_draft/export
 
 The feature draft's directory needs the ranking beside it for the 3,072 row
 (docs/feature_draft.md). Prints one JSON line per draft and head.
