@@ -152,6 +152,14 @@ def token_first_call(draft, dparams, state: st.DecodeState):
           logits_Bx2xV[:, 0], cache)
 
 
+def token_call(model, params, cache, tokens_BxT, offsets=None, visible=None):
+  """A model's call over tokens: `extend` for a chain, `extend_with_mask` for a tree's layout
+  (`offsets` / `visible`): (logits [B, T, V], cache)."""
+  if offsets is None:
+    return model.extend(params, cache, tokens_BxT)
+  return model.extend_with_mask(params, cache, tokens_BxT, offsets, visible)
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenDrafter:
   """Drafts with a token draft (`seam.Decodable`): see the module docstring. No options."""
@@ -174,11 +182,7 @@ class TokenDrafter:
 
   def step(self, decoder, dparams, cache, tokens_BxT, g_BxTxD=None, offsets=None, visible=None):
     del g_BxTxD  # a token draft reads tokens only
-    if offsets is None:
-      logits_BxTxV, cache = decoder.draft.extend(dparams, cache, tokens_BxT)
-    else:
-      logits_BxTxV, cache = decoder.draft.extend_with_mask(dparams, cache, tokens_BxT, offsets,
-                                                           visible)
+    logits_BxTxV, cache = token_call(decoder.draft, dparams, cache, tokens_BxT, offsets, visible)
     return logits_BxTxV, None, cache
 
   def propose(self, decoder, dparams, state, key):
@@ -187,11 +191,7 @@ class TokenDrafter:
     return proposal, cache, state.draft_carry
 
   def verify(self, decoder, tparams, cache, tokens_BxT, offsets=None, visible=None):
-    if offsets is None:
-      logits_BxTxV, cache = decoder.target.extend(tparams, cache, tokens_BxT)
-    else:
-      logits_BxTxV, cache = decoder.target.extend_with_mask(tparams, cache, tokens_BxT, offsets,
-                                                            visible)
+    logits_BxTxV, cache = token_call(decoder.target, tparams, cache, tokens_BxT, offsets, visible)
     return logits_BxTxV, None, cache
 
   def observe(self, decoder, dparams, before, new, hidden, carry):
