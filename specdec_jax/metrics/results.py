@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specdec_jax.aot import feature_roofline, roofline, tree_roofline
 from specdec_jax.metrics import compare
 from specdec_jax.metrics import findings
 
@@ -237,31 +236,30 @@ def repeats_table(records: Sequence[Mapping[str, Any]]) -> str:
                     "| " + " | ".join(cells) + " |"])
 
 
+# The measured runs' tables. The TPU roofline's (from records holding AOT jobs' aot.json) live
+# with the roofline, in `aot.tables.TABLES`, and are passed in by the caller (scripts/results.py):
+# metrics/ imports nothing of aot/, which imports metrics/.
 TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
-    "headline": headline_table, "costs": costs_table, "repeats": repeats_table, "alpha": findings.alpha_table,
-    "findings": findings.findings_table,
+    "headline": headline_table, "costs": costs_table, "repeats": repeats_table,
+    "alpha": findings.alpha_table, "findings": findings.findings_table,
     "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
-    # The TPU roofline (docs/roofline_tpu_v4.md), from records holding its jobs' aot.json.
-    "roofline": roofline.summary_table,          # one line per layout
-    "roofline_table2": roofline.table2_table,    # one layout's Table-2 predictions
-    "roofline_check": roofline.check_table,      # one layout's steps beside the compiler's
-    "roofline_trees": tree_roofline.trees_table,  # one layout's Table-2 rows, trees beside chains
-    "aot_trees": tree_roofline.compiled_trees_table,  # the tree programs an AOT job compiled
-    "aot_feature": feature_roofline.compiled_table,  # a feature draft's programs and its c
 }
 
 
-def render(text: str, records: Mapping[str, Mapping[str, Any]]) -> str:
-  """`text` with every `<!-- results:KIND rec1 rec2 ... -->` block re-rendered from records."""
+def render(text: str, records: Mapping[str, Mapping[str, Any]],
+           tables: Mapping[str, Callable] | None = None) -> str:
+  """`text` with every `<!-- results:KIND rec1 rec2 ... -->` block re-rendered from records, by
+  `TABLES` and the caller's `tables` (the roofline's, `aot.tables.TABLES`)."""
+  registry = {**TABLES, **(tables or {})}
   pattern = re.compile(r"(<!-- results:(\w+)((?: \w+)*) -->\n)(.*?)(<!-- /results:\2 -->)",
                        re.S)
 
   def one(m):
     kind, names = m.group(2), m.group(3).split()
-    if kind not in TABLES:
-      raise ValueError(f"unknown results table {kind!r} (known: {sorted(TABLES)})")
+    if kind not in registry:
+      raise ValueError(f"unknown results table {kind!r} (known: {sorted(registry)})")
     missing = [n for n in names if n not in records]
     if missing:
       raise ValueError(f"results table {kind!r} names records that do not exist: {missing}")
-    return m.group(1) + TABLES[kind]([records[n] for n in names]) + "\n" + m.group(5)
+    return m.group(1) + registry[kind]([records[n] for n in names]) + "\n" + m.group(5)
   return pattern.sub(one, text)
