@@ -40,7 +40,7 @@ Optional capabilities (not in the Protocol: a scheme that needs one checks for i
   forward it (a wrapper that changes `extend` would not change it).
 - `prefill_with_hidden(params, inputs_BxP, cache_len, layers) -> (cache, hidden_BxTxnxD)`:
   decoder-only, `prefill` that also returns those states at the prompt's fed slots, so a
-  feature-level draft starts from the whole prompt (`drafter.prime_carry`); not forwarded
+  feature-level draft starts from the whole prompt (`feature_entries.prime_carry`); not forwarded
   by `Delegate` either.
 """
 from __future__ import annotations

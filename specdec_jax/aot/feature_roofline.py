@@ -8,7 +8,7 @@ the token embedding and the feature fused into the block's input) and, for a blo
 than the target, the head projection. Counted that way, the roofline's byte and flop basis holds
 unchanged. The fusion of the target's states (n x target_dim -> emb_dim) runs once per iteration,
 on the verify side, over the G + 1 verified positions: it is reported beside c (`fuse_c`), not
-in it, as the lone-extend timer leaves it out of the measured c (`drafter.LoneStep`).
+in it, as the lone-extend timer leaves it out of the measured c (`feature_entries.LoneStep`).
 """
 from __future__ import annotations
 

@@ -45,9 +45,8 @@ import jax.numpy as jnp
 
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.feature_entries import (  # noqa: F401 (the entries' API, re-exported)
-    FeatureCarry, LoneStep, block_entries, block_logits, feature_first_call, is_feature_draft,
-    last_output, next_carry, prime_carry, timed_as_extend)
+from specdec_jax.decoding.feature_entries import (FeatureCarry, block_logits, feature_first_call,
+                                                  is_feature_draft, next_carry, prime_carry)
 from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
 
 
@@ -271,8 +270,6 @@ class FeatureDrafter:
     return logits_BxV, None, out_BxD[:, None], cache
 
   def step(self, decoder, dparams, cache, tokens_BxT, g_BxTxD, offsets=None, visible=None):
-    if offsets is None:
-      return decoder.draft.extend_features(dparams, cache, tokens_BxT, g_BxTxD)
     return decoder.draft.extend_features(dparams, cache, tokens_BxT, g_BxTxD, offsets=offsets,
                                          visible=visible)
 
@@ -288,10 +285,8 @@ class FeatureDrafter:
     return proposal, cache, state.draft_carry
 
   def verify(self, decoder, tparams, cache, tokens_BxT, offsets=None, visible=None):
-    layers = decoder.draft.feature_layers
-    if offsets is None:
-      return decoder.target.extend_with_hidden(tparams, cache, tokens_BxT, layers)
-    return decoder.target.extend_with_hidden(tparams, cache, tokens_BxT, layers, offsets=offsets,
+    return decoder.target.extend_with_hidden(tparams, cache, tokens_BxT,
+                                             decoder.draft.feature_layers, offsets=offsets,
                                              visible=visible)
 
   def observe(self, decoder, dparams, before, new, hidden_BxKxnxD, carry):

@@ -48,8 +48,8 @@ import jax.numpy as jnp
 
 from specdec_jax import seam
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.drafter import (FeatureCarry, FeatureDrafter, Proposal, chain_draft,
-                                          check_feature_pair, last_output, prime_carry)
+from specdec_jax.decoding.drafter import FeatureDrafter, Proposal, chain_draft, check_feature_pair
+from specdec_jax.decoding.feature_entries import FeatureCarry, last_output, prime_carry
 from specdec_jax.decoding.drafters import NEG, best_match
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 
@@ -169,7 +169,7 @@ def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureC
                gamma: int, catchup_width: int):
   """Catches up, then the feature chain's first call over the last <= gamma + 1 pending
   entries: (logits for x_1 [B, V], its output feature [B, D], the cache at the last verified
-  slot); what `drafter.feature_first_call` gives when nothing is further behind."""
+  slot); what `feature_entries.feature_first_call` gives when nothing is further behind."""
   cache, count_B = catch_up(draft, draft_params, state, carry, gamma + 1, catchup_width)
   start_B = state.base_B + state.num_B - 1
   # count 0 (a T5 start): the start entry, zeros, at slot start; a done row, never caught up,
@@ -241,7 +241,7 @@ class LookupFeatureDrafter(FeatureDrafter):
   def prime(self, decoder, dparams, cache, inputs_BxP, hidden_BxTxnxD,
             carry: LookupFeatureCarry):
     """Decoder-only targets: the prompt's entries fed, the last pending at buffer slot 0
-    (`drafter.prime_carry`)."""
+    (`feature_entries.prime_carry`)."""
     cache, primed = prime_carry(decoder.draft, dparams, cache, inputs_BxP, hidden_BxTxnxD,
                                 FeatureCarry(carry.g_BxLxD[:, :1], carry.count_B))
     return cache, carry.replace(g_BxLxD=carry.g_BxLxD.at[:, :1].set(primed.g_BxG1xD),

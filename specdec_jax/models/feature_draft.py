@@ -329,7 +329,7 @@ class FeatureDraft:
     """An empty cache in the target's coordinates (index = the start token's slot); T5 caches
     its cross K/V of the target's `encoded`. Decoder-only: the prompt's entries are not filled
     here (a cache knows no target states); the loops feed them from the target's
-    `prefill_with_hidden` (`decoding.drafter.prime_carry`)."""
+    `prefill_with_hidden` (`decoding.feature_entries.prime_carry`)."""
     batch = inputs_BxP.shape[0]
     if self.config.kind == "t5" and encoded is None:
       raise ValueError("a T5 feature draft cross-attends to its target's encoder output: pass "

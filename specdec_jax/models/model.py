@@ -145,7 +145,7 @@ class Model:
     """Decoder-only `prefill` that also returns the residual stream at `layers` of the prompt
     tokens it feeds: (the same cache, float32 hidden [B, P - 1, n, D]; row b's first
     len_b - 1 entries are real). Why: a feature-level draft reads the prompt's target states
-    the way it reads verified tokens' (`decoding.drafter.prime_carry`), from the one
+    the way it reads verified tokens' (`decoding.feature_entries.prime_carry`), from the one
     prefill call. An optional seam member, as `extend_with_hidden` is."""
     if self.config.is_encoder_decoder:
       raise ValueError("prefill_with_hidden is the decoder-only prefill; a T5 decoder starts "

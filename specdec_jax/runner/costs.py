@@ -32,7 +32,7 @@ from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.draft_schemes import plan
-from specdec_jax.decoding.drafter import timed_as_extend
+from specdec_jax.decoding.feature_entries import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
@@ -173,7 +173,7 @@ def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:
 def measure(target, target_params, drafts: dict, inputs_BxP, tokens, repeats: int = 10, *,
             max_decode_len: int | None = None, tick=None) -> dict[DraftSpec, timing.Costs]:
   """Costs per draft spec, on caches as long as the decode loop's; the target curve is measured
-  once and shared (a feature-level draft's step: one entry, `drafter.LoneStep`).
+  once and shared (a feature-level draft's step: one entry, `feature_entries.LoneStep`).
   `tick(done, total)`: progress (`timing.interleaved`)."""
   drafts = {k: (timed_as_extend(d), p) for k, (d, p) in drafts.items()}
   return timing.measure_costs_many(target, target_params, drafts, inputs_BxP, tokens, repeats,

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import drafter, start
+from specdec_jax.decoding import feature_entries, start
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
@@ -74,7 +74,7 @@ def test_draft_state_after_blocks_of_different_lengths():
     state = step(state)
   assert not np.any(np.asarray(state.done_B))
   assert np.count_nonzero(np.asarray(state.stats.proposed_hist)) >= 2
-  got_BxV, _, _ = drafter.feature_first_call(draft, dp, state, state.draft_carry)
+  got_BxV, _, _ = feature_entries.feature_first_call(draft, dp, state, state.draft_carry)
   for b in range(2):
     stream = np.asarray(state.tokens_BxL[b, 1:int(state.num_B[b])])
     want = teacher_forced_draft_logits(target, tp, draft, dp, np.asarray(inputs[b]), stream)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import drafter, start
+from specdec_jax.decoding import feature_entries, start
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
@@ -67,7 +67,7 @@ def test_drafters_refuse_the_other_kind_of_draft():
 
 
 def test_decoder_only_draft_starts_from_the_prompt_states():
-  """`drafter.prime_carry` (via `start.init_state`): the first iteration's q is the draft's
+  """`feature_entries.prime_carry` (via `start.init_state`): the first iteration's q is the draft's
   teacher-forced over the whole prompt at its last entry (h_{n-2}, t_{n-1}), as training saw
   it, for ragged rows; a one-token prompt keeps the start entry (zero feature, its token).
   Fails if the prompt's entries are not fed, are fed one slot off, or the wrong one pends."""
@@ -78,7 +78,7 @@ def test_decoder_only_draft_starts_from_the_prompt_states():
   decoder = Decoder(target, draft, Chain(2), GREEDY, max_decode_len=8)
   state = start.init_state(decoder, Params(tp, dp), inputs, jax.random.key(0))
   np.testing.assert_array_equal(np.asarray(state.draft_carry.count_B), [1, 1, 1, 0])
-  got_BxV, _, _ = drafter.feature_first_call(draft, dp, state, state.draft_carry)
+  got_BxV, _, _ = feature_entries.feature_first_call(draft, dp, state, state.draft_carry)
   _, hidden = target.forward_with_hidden(tp, inputs, inputs, draft.feature_layers)
   want, _ = draft.forward(dp, inputs, inputs[:, 1:], draft.fuse(dp, hidden[:, :-1]))
   alone, _ = draft.forward(dp, inputs, inputs[:, :1], jnp.zeros((4, 1, draft.width)))

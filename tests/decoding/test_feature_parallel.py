@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.drafter import FeatureDrafter, block_entries
+from specdec_jax.decoding.drafter import FeatureDrafter
+from specdec_jax.decoding.feature_entries import block_entries
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme
@@ -50,7 +51,7 @@ def test_greedy_parallel_feature_chain_equals_autoregressive(kind, vocab):
 
 def test_block_entries_put_the_masks_after_each_rows_pending_entries():
   from specdec_jax.decoding import state as st  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.drafter import FeatureCarry  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.feature_entries import FeatureCarry  # pylint: disable=import-outside-toplevel
   tokens = jnp.asarray([[9, 5, 6, 7, 0, 0, 0, 0], [9, 3, 0, 0, 0, 0, 0, 0]], jnp.int32)
   state = st.DecodeState.__new__(st.DecodeState)
   object.__setattr__(state, "tokens_BxL", tokens)

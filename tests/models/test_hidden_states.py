@@ -82,7 +82,7 @@ def test_layer_out_of_range_is_refused():
 
 def test_prefill_with_hidden_is_prefill_with_the_prompt_states():
   """The decoder-only prefill that also gives the prompt's states (a feature draft's start,
-  `decoding.drafter.prime_carry`): the same cache as `prefill`, and each real prompt slot's states
+  `decoding.feature_entries.prime_carry`): the same cache as `prefill`, and each real prompt slot's states
   the full forward's."""
   model, params, _, _ = tiny_pair("decoder")
   lengths = [5, 2, 4, 1]

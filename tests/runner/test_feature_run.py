@@ -18,7 +18,8 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.decoder import Decoder
 from specdec_jax.decoding.draft_schemes import plan
-from specdec_jax.decoding.drafter import FeatureDrafter, LoneStep
+from specdec_jax.decoding.drafter import FeatureDrafter
+from specdec_jax.decoding.feature_entries import LoneStep
 from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme

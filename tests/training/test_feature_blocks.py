@@ -10,7 +10,6 @@ this test would show it; (3) a few dozen steps must lower the block KL on held-o
 (4) a run selects the parallel drafter for a feature draft and feeds the mask token its config
 records.
 """
-import dataclasses
 import functools
 
 import jax
@@ -23,7 +22,8 @@ from specdec_jax.decoding import start
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.draft_schemes import plan
-from specdec_jax.decoding.drafter import FeatureCarry, FeatureDrafter, block_logits
+from specdec_jax.decoding.drafter import FeatureDrafter
+from specdec_jax.decoding.feature_entries import FeatureCarry, block_logits
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig

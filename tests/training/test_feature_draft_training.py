@@ -101,7 +101,7 @@ def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
   cache): its training logits must be that call's, or the loss trains a call that never happens."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import state as st  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding.drafter import (  # pylint: disable=import-outside-toplevel
+  from specdec_jax.decoding.feature_entries import (  # pylint: disable=import-outside-toplevel
       FeatureCarry, feature_first_call)
   from specdec_jax.testing import tiny_feature_pair  # pylint: disable=import-outside-toplevel
   target, tp, draft, dp = tiny_feature_pair(kind, 64)
