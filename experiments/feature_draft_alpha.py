@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from specdec_jax import configurables
-from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import loader
 from specdec_jax.data import tasks
 from specdec_jax.decoding.decoder import Decoder, Params

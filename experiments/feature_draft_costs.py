@@ -15,7 +15,7 @@ from specdec_jax.checkpoints import loader
 from specdec_jax.data import tasks
 from specdec_jax.models import packed
 from specdec_jax.runner import costs as costs_lib, drafts as drafts_lib
-from specdec_jax.runner.config import DraftSpec, checkpoint_kind
+from specdec_jax.runner.run_config import DraftSpec, checkpoint_kind
 from specdec_jax.runner.inputs import Prompts
 
 target_path = "specdec_jax/assets/zoo/t5_target"

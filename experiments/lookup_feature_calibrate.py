@@ -40,7 +40,7 @@ from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance
 from specdec_jax.runner import pipeline
-from specdec_jax.runner.config import FEATURE_DRAFT
+from specdec_jax.runner.run_config import FEATURE_DRAFT
 
 flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
 flags.DEFINE_list("ngrams", ["1", "2", "3"], "lookup_ngram values.")

@@ -10,7 +10,7 @@ r"""Where the time of one decode goes: memory bandwidth, the verify-cost curve, 
 layout (models/packed.py: 'auto' is the packed kernel from two rows on one CPU device), every
 figure below timed for all layouts side by side in one process (the speed of a shared machine
 drifts; a before/after table from two processes would measure the drift). --shapes adds the
-kernel vs XLA's dot per matrix shape of the target's step (scripts/bench_matmul.py's table).
+kernel vs XLA's dot per matrix shape of the target's step (experiments/bench_matmul.py's table).
 
 Prints (random weights; speed does not depend on their values):
 1. the autoregressive ms/token beside (decode-path weight bytes) / (measured memory bandwidth),
@@ -155,7 +155,7 @@ def main(argv=None) -> dict:
   import jax.numpy as jnp
   import numpy as np
   from specdec_jax.models import packed
-  from specdec_jax.models.config import get_preset
+  from specdec_jax.models.model_config import get_preset
   from specdec_jax.models.model import Model
 
   # eos_id -1: random weights would otherwise stop some decodes early and skew ms/token.
@@ -211,7 +211,8 @@ def main(argv=None) -> dict:
           f"{ms['draft_step_plus_verify']:.2f} | {ms['loop_overhead']:.2f}")
 
   if args.shapes:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "experiments"))
     import bench_matmul  # pylint: disable=import-outside-toplevel
     _, kparams = packed.pack(target, tp, "kernel")
     print("\nper matrix shape of the decode step (ms per matrix, XLA's dot / kernel):")

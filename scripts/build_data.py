@@ -20,8 +20,16 @@ never written to the rebuilt train split, so models trained on a rebuild can be 
 committed files.
 
 Never run by the tests (it needs the network and takes minutes). The builders live in
-scripts/data_build/ (one module per step, see its __init__; not part of the installed package:
-they shell out to apt-get and pip); this file holds the flags.
+scripts/data_build/ (not part of the installed package: they shell out to apt-get and pip; a
+namespace package, no __init__), one module per idea, each holding one part of the recipe in
+assets/data/SOURCES.md, so the pure parts can be read and tested without the network:
+  sources  fetching (`Fetcher`: private apt lists, apt-get download, dpkg-deb -x, pip download)
+           and splitting (sha1 buckets, the committed-valid holdout, <task>/<split>.jsonl.xz)
+  parsing  the raw formats: text folding, sentence splitting and pair filters; the innermost
+           blocks of HTML and Mallard pages; gettext .mo catalogues; Debian package
+           descriptions (apt's Translation-<lang> files)
+  tasks    each task from its sources: `build_translation`, `build_summaries`, `build_code`
+This file holds the flags.
 """
 from __future__ import annotations
 
@@ -35,16 +43,13 @@ from absl import flags
 
 # pylint: disable=g-import-not-at-top
 from specdec_jax.data import checksums
-from data_build import code_complete
-from data_build import splits
-from data_build import summaries
-from data_build import translation
-from data_build.fetch import Fetcher
+from data_build import sources as sources_lib
+from data_build import tasks
 
 TASK_SOURCES = {
-    "translate_en_de": translation.SOURCES,
-    "summarize": summaries.SOURCES,
-    "code_complete": code_complete.SOURCES,
+    "translate_en_de": tasks.TRANSLATION_SOURCES,
+    "summarize": tasks.SUMMARY_SOURCES,
+    "code_complete": tasks.CODE_SOURCES,
 }
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write <task>/<split>.jsonl.xz.")
@@ -52,13 +57,13 @@ _WORK_DIR = flags.DEFINE_string("work_dir", None,
                                 "Download/extraction cache (default OUTPUT_DIR/_work); reused.")
 _TASKS = flags.DEFINE_list("tasks", list(TASK_SOURCES), "Tasks to build.")
 _SOURCES = flags.DEFINE_list("sources", None, "Only these sources (default: all of each task).")
-_MO_PACKAGES = flags.DEFINE_list("mo_packages", translation.MO_PACKAGES,
+_MO_PACKAGES = flags.DEFINE_list("mo_packages", tasks.MO_PACKAGES,
                                  "Debian packages with .mo files.")
-_PYPI = flags.DEFINE_list("pypi_packages", translation.PYPI_PACKAGES,
+_PYPI = flags.DEFINE_list("pypi_packages", tasks.PYPI_PACKAGES,
                           "Wheels with .mo files (pip specs).")
 _MAN_DIRS = flags.DEFINE_list("man_dirs", [],
                               "Extra man folders (e.g. /usr/share/man) besides downloaded pages.")
-_TRAIN_ONLY = flags.DEFINE_list("train_only_sources", splits.TRAIN_ONLY_DEFAULT,
+_TRAIN_ONLY = flags.DEFINE_list("train_only_sources", sources_lib.TRAIN_ONLY_DEFAULT,
                                 "Sources kept out of valid/test (short UI strings).")
 _HOLDOUT = flags.DEFINE_string(
     "holdout_from", str(checksums.ASSETS_DATA_DIR),
@@ -75,15 +80,15 @@ def main(argv):
   out_dir = Path(_OUTPUT_DIR.value)
   work = Path(_WORK_DIR.value or out_dir / "_work")
   work.mkdir(parents=True, exist_ok=True)
-  fetcher = Fetcher(work.resolve())
+  fetcher = sources_lib.Fetcher(work.resolve())
   builders = {
       "translate_en_de": functools.partial(
-          translation.build_translation, mo_packages=_MO_PACKAGES.value,
+          tasks.build_translation, mo_packages=_MO_PACKAGES.value,
           pypi_packages=_PYPI.value),
       "summarize": functools.partial(
-          summaries.build_summaries, mo_packages=_MO_PACKAGES.value, man_dirs=_MAN_DIRS.value,
+          tasks.build_summaries, mo_packages=_MO_PACKAGES.value, man_dirs=_MAN_DIRS.value,
           workers=_WORKERS.value, boilerplate_min_count=_BOILERPLATE.value),
-      "code_complete": code_complete.build_code,
+      "code_complete": tasks.build_code,
   }
   info = {}
   for task in _TASKS.value:
@@ -92,7 +97,7 @@ def main(argv):
     sources = [s for s in TASK_SOURCES[task] if _SOURCES.value is None or s in _SOURCES.value]
     t0 = time.time()
     rows = builders[task](fetcher, sources)
-    splits.write_task(out_dir, task, rows, info, holdout_from=_HOLDOUT.value,
+    sources_lib.write_task(out_dir, task, rows, info, holdout_from=_HOLDOUT.value,
                       train_only=_TRAIN_ONLY.value, xz_preset=_XZ_PRESET.value)
     info[task]["seconds"] = round(time.time() - t0, 1)
   info["packages"] = fetcher.versions

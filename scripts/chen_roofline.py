@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 from specdec_jax.aot import roofline, topologies  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.metrics import theory  # noqa: E402  pylint: disable=wrong-import-position
 from specdec_jax.models import gqa  # noqa: E402  pylint: disable=wrong-import-position
-from specdec_jax.models.config import get_preset  # noqa: E402  pylint: disable=wrong-import-position
+from specdec_jax.models.model_config import get_preset  # noqa: E402  pylint: disable=wrong-import-position
 
 # (experiment, K, prompt slots, decode length, Chen's ms/token speculative, Chen's speedup)
 ROWS = (("XSum greedy", 3, 1024, 128, 7.00, 2.01), ("XSum nucleus", 3, 1024, 128, 7.52, 1.92),

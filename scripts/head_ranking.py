@@ -29,9 +29,9 @@ import numpy as np
 def task_frequencies(cfg, vocab_size: int, encoder_decoder: bool
                      ) -> list[tuple[str, float, np.ndarray]]:
   """[(task name, weight, token frequencies [V])] over the decoder-side targets of cfg.tasks."""
-  from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+  from specdec_jax.data import tasks as tasks_lib
   from specdec_jax.training import data as data_lib
-  vocab = SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+  vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)  # SentencePiece or tokenizer.json
   from specdec_jax.training import seqdata
   out = []
   for spec in cfg.tasks:
@@ -56,6 +56,7 @@ def main(argv=None) -> int:
                       help="comma list of K to report the coverage of")
   args = parser.parse_args(argv)
   from specdec_jax import train as train_cli
+  from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
   from specdec_jax.checkpoints import head_ranking, loader
   from specdec_jax.models import head_vocab
   ckpt = args.checkpoint
@@ -63,9 +64,16 @@ def main(argv=None) -> int:
     print(f"error: --checkpoint {ckpt!r} is not a directory", file=sys.stderr)
     return 1
   cfg = train_cli.parse(args.gin_file, args.gin)
-  model, _ = loader.load_model(ckpt, vocab_size=None, dtype=None, seed=0)
+  if fd_ckpt.is_feature_draft(ckpt):  # its config is enough: vocabulary, EOS, kind
+    from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+    with open(os.path.join(ckpt, fd_ckpt.CONFIG_FILE), encoding="utf-8") as f:
+      model = FeatureDraft(FeatureDraftConfig.from_json(f.read()))
+    encoder_decoder = model.config.kind == "t5"
+  else:
+    model, _ = loader.load_model(ckpt, vocab_size=None, dtype=None, seed=0)
+    encoder_decoder = model.config.is_encoder_decoder
   v = model.vocab_size
-  freqs = task_frequencies(cfg, v, model.config.is_encoder_decoder)
+  freqs = task_frequencies(cfg, v, encoder_decoder)
   total = sum(w for _, w, _ in freqs)
   mixed_V = sum(w / total * f for _, w, f in freqs)
   ranking = head_ranking.ranking_from_counts(mixed_V)

@@ -6,7 +6,11 @@ r"""Runs a suite of configs and prints the Leviathan et al. Table 2 / Table 3 an
 
 Each config runs into OUTPUT_ROOT/<name> exactly as `python -m specdec_jax.run` would run it (and
 resumes there if killed); extra `--gin.NAME=VALUE` flags apply to every config. Already finished
-configs are only re-read. At the end: one Table-2-style table (task, draft, temperature, gamma,
+configs are only re-read. With `--processes=N` (3 by default when recording) each config runs in N
+fresh processes (OUTPUT_ROOT/<name>/process<k>: fresh compiles, autoregressive and speculative
+interleaved within each), and each row reported or recorded is the median process's, carrying
+every process's figures under `between_runs`: a within-run bootstrap interval covers prompt
+sampling only, and the same command has moved 1.00-1.16x between processes on one machine. At the end: one Table-2-style table (task, draft, temperature, gamma,
 alpha, measured and predicted speedup, quality of autoregressive vs speculative output) and one
 Table-3-style alpha table, with the paper's numbers beside the paper rows.
 """
@@ -95,6 +99,54 @@ def _record(name: str, config: str, rows, bindings) -> None:
                                           results.row_name(name, m), m, command=command))
 
 
+def _speedup(m) -> float:
+  """A process's speedup; 1.0 where 'auto' chose plain decoding (it timed the baseline only)."""
+  return 1.0 if m.get("speedup") is None else float(m["speedup"])
+
+
+def median_rows(processes: list[list[dict]]) -> list[dict]:
+  """Row by row (processes run one config, so their rows align), the median process's row with
+  `between_runs`: each process's speedup, interval, gamma and ms per token, and their range."""
+  out = []
+  for rows in zip(*processes):
+    order = sorted(range(len(rows)), key=lambda k: _speedup(rows[k]))
+    median = dict(rows[order[(len(rows) - 1) // 2]])
+    median["between_runs"] = {
+        "processes": len(rows),
+        "median_process": order[(len(rows) - 1) // 2] + 1,
+        "speedup": [r.get("speedup") for r in rows],
+        "speedup_interval95": [r.get("speedup_interval95") for r in rows],
+        "gamma": [r.get("gamma") for r in rows],
+        "spec_ms_per_token": [r.get("spec_ms_per_token") for r in rows],
+        "speedup_range": [min(map(_speedup, rows)), max(map(_speedup, rows))]}
+    out.append(median)
+  return out
+
+
+def _run_config(config: str, out: str, bindings, processes: int) -> list[dict]:
+  """The config's rows: one process in `out`, or the median of `processes` fresh ones."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  runs = []
+  for k in range(processes):
+    d = out if processes == 1 else os.path.join(out, f"process{k + 1}")
+    done = os.path.join(d, "metrics.json")
+    if os.path.exists(done):
+      print(f"{config}: already done ({d})")
+    elif processes == 1:
+      from specdec_jax import run  # pylint: disable=import-outside-toplevel
+      print(f"{config} -> {d}")
+      run.run([config], d, bindings)
+    else:
+      print(f"{config} -> {d} (process {k + 1} of {processes})")
+      subprocess.run([sys.executable, "-m", "specdec_jax.run", f"--gin_file={config}",
+                      f"--output_dir={d}", *(f"--gin.{b}" for b in bindings)], check=True,
+                     cwd=ROOT)
+    with open(done) as f:
+      metrics = json.load(f)
+    runs.append(metrics if isinstance(metrics, list) else [metrics])
+  return runs[0] if processes == 1 else median_rows(runs)
+
+
 def main(argv=None) -> dict:
   from specdec_jax import gin_utils
   argv = gin_utils.rewrite_gin_args(list(sys.argv if argv is None else argv))
@@ -106,23 +158,21 @@ def main(argv=None) -> dict:
   p.add_argument("--record", action="store_true",
                  help="write every row as a record under docs/results/ (<config>_<draft>_t<T>_g"
                       "<gamma>.json; `python scripts/results.py tables` then renders the docs)")
+  p.add_argument("--processes", type=int, default=None,
+                 help="fresh processes per config, the median reported (default: 3 with "
+                      "--record, else 1)")
   args = p.parse_args(argv[1:])
-  from specdec_jax import run
+  processes = args.processes or (3 if args.record else 1)
+  if processes < 1 or (args.record and processes < 3):
+    p.error(f"--processes must be >= 1, and >= 3 with --record (a headline is the median of "
+            f"several processes), got {processes}")
   tables = {}
   for part in [s.strip() for s in args.only.split(",") if s.strip()]:
     rows = []
     for config in SUITES[args.suite][part]:
       name = os.path.splitext(os.path.relpath(config, "configs"))[0].replace("/", "_")
-      out = os.path.join(args.output_root, name)
-      done = os.path.join(out, "metrics.json")
-      if os.path.exists(done):
-        with open(done) as f:
-          metrics = json.load(f)
-        print(f"{config}: already done ({out})")
-      else:
-        print(f"{config} -> {out}")
-        metrics = run.run([config], out, args.gin_bindings)
-      metrics = metrics if isinstance(metrics, list) else [metrics]
+      metrics = _run_config(config, os.path.join(args.output_root, name), args.gin_bindings,
+                            processes)
       if args.record:
         _record(name, config, metrics, args.gin_bindings)
       rows.extend(metrics)

@@ -52,7 +52,7 @@ def _load(name: str, target_params=None):
   feature-level draft takes its target's pieces from `target_params` (checked against its
   pairing record)."""
   import jax
-  from specdec_jax.checkpoints import feature_draft as fd_ckpt
+  from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
   from specdec_jax.checkpoints import loader
   path = name if os.sep in name else os.path.join(ZOO, name)
   if fd_ckpt.is_feature_draft(path):

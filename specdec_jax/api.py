@@ -50,7 +50,7 @@ from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.metrics import acceptance, code_exec
 from specdec_jax.models import packed
 from specdec_jax.runner import drafts as drafts_lib
-from specdec_jax.runner.config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
+from specdec_jax.runner.run_config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
 from specdec_jax.api_results import Benchmark, Generation
 
 WIDTH_MULTIPLE = 32
@@ -70,7 +70,7 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
   Args:
     target: a checkpoint directory (this project's, T5X or Hugging Face; a relative path is also
       looked for under the repository root, so the zoo's paths work from any directory) or a
-      preset name for random weights (`specdec_jax.models.config.PRESETS`).
+      preset name for random weights (`specdec_jax.models.model_config.PRESETS`).
     draft: a checkpoint or preset for a model draft; a feature-level draft's export (a directory
       with `feature_draft_config.json`, trained for this very target: its pairing record is
       checked; it decodes with `FeatureDrafter`); 'unigram', 'bigram' or 'prompt_lookup' for a

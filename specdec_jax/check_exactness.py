@@ -159,7 +159,7 @@ def _first_tokens(result, k: int) -> np.ndarray:
 def sample_both(cfg, opts: CheckOptions, log=logging.info):
   """(autoregressive [N, k], speculative [N, k], info) for the configuration's first point."""
   from specdec_jax.decoding import acceptance  # pylint: disable=import-outside-toplevel
-  from specdec_jax.runner import config as config_lib, pipeline  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner import run_config as config_lib, pipeline  # pylint: disable=import-outside-toplevel
 
   if opts.fault not in FAULTS:
     raise ValueError(f"fault must be one of {FAULTS}, got {opts.fault!r}")
@@ -204,7 +204,7 @@ def _scheme(cfg, opts: CheckOptions, gamma: int):
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import adaptive
   from specdec_jax.decoding.speculative import Chain
-  from specdec_jax.runner import config as config_lib
+  from specdec_jax.runner import run_config as config_lib
   if opts.adaptive_gamma_max > 0:
     return (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
                                     confidence_threshold=opts.confidence_threshold),

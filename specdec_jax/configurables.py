@@ -21,12 +21,12 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme  # GAMMA = 'tree
 from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
-from specdec_jax.training.config import TrainConfig
+from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.data import TaskSpec
 from specdec_jax.training.distill_data import DistillDataConfig
-from specdec_jax.training.feature_draft import FeatureTrainConfig
+from specdec_jax.training.feature_trainer import FeatureTrainConfig
 
 MODULE = "specdec"
 CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, DynamicTreeScheme, MeshConfig, TrainConfig,
@@ -62,7 +62,7 @@ def is_feature_training_job() -> bool:
 
 
 def feature_train_config() -> FeatureTrainConfig:
-  """The parsed `FeatureTrainConfig` (`training.feature_draft`)."""
+  """The parsed `FeatureTrainConfig` (`training.feature_trainer`)."""
   register()
   return gin.get_configurable("FeatureTrainConfig")()
 

@@ -35,7 +35,7 @@ flags.declare_key_flag("verbosity")  # absl.logging's, listed by --help beside t
 
 def _config_from_flags():
   from specdec_jax.checkpoints import orbax_io, storage
-  from specdec_jax.models.config import get_preset
+  from specdec_jax.models.model_config import get_preset
   if FLAGS.preset and FLAGS.config_json:
     raise app.UsageError("give --preset or --config_json, not both")
   if FLAGS.preset:
@@ -55,7 +55,7 @@ def _config_from_flags():
 def convert(input_format: str, input_path: str, output: str, dtype: str | None = None,
             config=None, scan_layers: bool | None = None) -> str:
   """Library form of the entry point; returns the output directory."""
-  from specdec_jax.checkpoints import loading, orbax_io
+  from specdec_jax.checkpoints import orbax_io, weights
   paths.check_writable(output, "the converted checkpoint")  # before reading a large input
   if input_format == "gguf":
     from specdec_jax.checkpoints import gguf_io
@@ -63,10 +63,10 @@ def convert(input_format: str, input_path: str, output: str, dtype: str | None =
       raise ValueError("a GGUF file carries its config: --preset, --config_json and "
                        "--scan_layers do not apply")
     return gguf_io.convert(input_path, output, dtype, progress=True)
-  found = loading.detect_format(input_path)
+  found = weights.detect_format(input_path)
   if found != input_format:
     raise ValueError(f"--input_format={input_format} but {input_path} looks like {found!r}")
-  cfg, params = loading.load_checkpoint(input_path, dtype=dtype, config=config,
+  cfg, params = weights.load_checkpoint(input_path, dtype=dtype, config=config,
                                         scan_layers=scan_layers, progress=True)
   logging.info("read %s checkpoint %s: %s", input_format, input_path, cfg)
   orbax_io.save(output, cfg, params)

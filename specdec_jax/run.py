@@ -22,7 +22,7 @@ from absl import flags
 from specdec_jax import configurables
 from specdec_jax import distributed  # noqa: F401  (its multi-host flags)
 from specdec_jax import gin_utils, logs
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 FLAGS = flags.FLAGS
 gin_utils.define_entry_flags("Where results, config.gin and TensorBoard events go.")

@@ -16,7 +16,7 @@ import numpy as np
 from specdec_jax import seam
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.metrics.exactness import chi_square_gof  # noqa: F401  (the tests' import)
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 
@@ -208,7 +208,7 @@ TREE_LAW_CASES = {
 def teacher_forced_draft_logits(target: Model, tp, draft, dp, prompt_P: np.ndarray,
                                 stream_T: np.ndarray) -> np.ndarray:
   """A decoder-only target's feature draft's logits [V] for the token after prompt + stream,
-  every entry fed the target's own state (what `training.feature_draft` shows it): entry s =
+  every entry fed the target's own state (what `training.feature_trainer` shows it): entry s =
   (fuse(h_s), t_{s+1}). What a feature scheme's first draft call must reproduce after any
   history of iterations: a pending entry lost, fed twice or given another slot's feature
   changes it."""

@@ -10,7 +10,7 @@ same data order. Distilling a draft (DistillSpec): `TrainConfig.teacher`, `diver
 configs/local/train/t5_draft_small_seqkd_fkl.gin. Flags as in `specdec_jax.run` (`--gin_file`, `--gin.NAME=VALUE`,
 `--gin_search_paths`, and the multi-host `--distributed=auto` / `--coordinator_address`...).
 A config that binds `FeatureTrainConfig.target` trains a feature-level draft on that frozen
-target instead (`training.feature_draft`; e.g. configs/local/train/t5_feature_draft.gin).
+target instead (`training.feature_trainer`; e.g. configs/local/train/t5_feature_draft.gin).
 Writes OUTPUT_DIR/config.gin, tensorboard/, batches.jsonl, train_summary.json and, with
 `TrainConfig.export_dir`, the trained weights.
 
@@ -43,8 +43,10 @@ flags.declare_key_flag("verbosity")
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
           search_paths: Sequence[str] = ()):
   """Parses gin strictly and returns the `TrainConfig` it describes (a mesh module's MeshConfig
-  is its mesh unless it binds its own)."""
+  is its mesh unless it binds its own), or the `FeatureTrainConfig` of a feature draft's job."""
   configurables.parse(gin_files, gin_bindings, search_paths)
+  if configurables.is_feature_training_job():
+    return configurables.feature_train_config()
   return configurables.train_config()
 
 
@@ -54,9 +56,9 @@ def train(gin_files: Sequence[str], output_dir: str, gin_bindings: Sequence[str]
   from specdec_jax.training.trainer import train as run_training
   configurables.parse(gin_files, gin_bindings, search_paths)
   if configurables.is_feature_training_job():  # a feature-level draft on its frozen target
-    from specdec_jax.training import feature_draft  # pylint: disable=import-outside-toplevel
+    from specdec_jax.training import feature_trainer  # pylint: disable=import-outside-toplevel
     with lock.hold(output_dir, "training job"):
-      return feature_draft.train(configurables.feature_train_config(), output_dir)
+      return feature_trainer.train(configurables.feature_train_config(), output_dir)
   cfg = parse(gin_files, gin_bindings, search_paths)
   paths.check_writable(output_dir, "training output")  # the shipped assets are read-only
   if cfg.export_path(output_dir):  # refused now, not after the last step

@@ -24,7 +24,7 @@ from specdec_jax.decoding import decoder as decoder_lib
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.paths import PACKAGE_PARENT as REPO_ROOT
 from specdec_jax.runner import pipeline
-from specdec_jax.runner.config import draft_specs
+from specdec_jax.runner.run_config import draft_specs
 
 ZOO = "specdec_jax/assets/zoo"
 

@@ -60,7 +60,7 @@ def test_check_writable_refuses_the_assets_and_nothing_else(tmp_path, monkeypatc
 
 def test_orbax_save_refuses_the_zoo():
   from specdec_jax.checkpoints import orbax_io
-  from specdec_jax.models.config import get_preset
+  from specdec_jax.models.model_config import get_preset
   target = ASSETS_DIR / "zoo" / "never_written"
   with pytest.raises(ReadOnlyAssetsError):
     orbax_io.save(str(target), get_preset("t5_test_draft"), {"x": np.zeros(1)})

@@ -15,7 +15,7 @@ import gin
 import pytest
 
 from specdec_jax import configurables, gin_utils, run
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "**", "*.gin"), recursive=True))

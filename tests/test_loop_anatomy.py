@@ -1,4 +1,4 @@
-"""scripts/loop_anatomy.py: the free draft is the same draft minus its weights; the script runs.
+"""experiments/loop_anatomy.py: the free draft is the same draft minus its weights; the script runs.
 
 Why the free draft is tested: the script's 'draft' and 'glue' figures are differences between
 the loop with the model draft and with the free one, so the free draft must build the same
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _script():
   spec = importlib.util.spec_from_file_location(
-      "loop_anatomy", os.path.join(ROOT, "scripts", "loop_anatomy.py"))
+      "loop_anatomy", os.path.join(ROOT, "experiments", "loop_anatomy.py"))
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   return mod
@@ -63,7 +63,7 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", "")
   proc = subprocess.run(
-      [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
+      [sys.executable, "experiments/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
        "--gammas=1,2", "--trees=2;2,1", "--general_path", "--num_prompts=4", "--repeats=1",
        "--goal=1.7", f"--output={out}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -91,7 +91,7 @@ def test_loop_anatomy_runs_on_the_smoke_config(tmp_path):
   for row in res["rows"].values():
     assert row["iteration_ms_general_path"] > 0
   again = subprocess.run(
-      [sys.executable, "scripts/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
+      [sys.executable, "experiments/loop_anatomy.py", "--gin_file=configs/local/smoke.gin",
        f"--output={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
       check=False)
   assert again.returncode != 0 and "--output must name a new file" in again.stderr

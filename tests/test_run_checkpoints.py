@@ -6,7 +6,7 @@ import pytest
 
 from specdec_jax import run
 from specdec_jax.checkpoints import orbax_io
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 

@@ -12,7 +12,7 @@ import pytest
 from specdec_jax import run
 from specdec_jax.metrics.records import BatchRecord
 from specdec_jax.runner import store as store_lib
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 SMOKE = "configs/local/smoke.gin"
 BINDINGS = ["NUM_EXAMPLES = 6", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",

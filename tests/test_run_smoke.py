@@ -75,7 +75,7 @@ def test_an_int8_draft_through_the_entry_point(tmp_path):
   the target's greedy output all the same), records the setting in its fingerprint, and refuses
   a bad value before writing anything."""
   from specdec_jax.models import packed
-  from specdec_jax.runner.config import DRAFT_PANELS, RunConfig
+  from specdec_jax.runner.run_config import DRAFT_PANELS, RunConfig
   assert DRAFT_PANELS == packed.PANELS  # the run's choices are the packer's
   assert "draft_panels" not in RunConfig().fingerprint()
   assert RunConfig(draft_panels="int8").fingerprint()["draft_panels"] == "int8"

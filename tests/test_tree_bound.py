@@ -1,4 +1,4 @@
-"""scripts/tree_bound.py: the tree-over-chain bound from committed records.
+"""experiments/tree_bound.py: the tree-over-chain bound from committed records.
 
 Why: the bound is what a note cites to say no tree shape can reach a goal on a machine, so its
 pieces must hold what its docstring says: a tree of as many drafted nodes as its depth keeps no
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "tree_bound.py")
+SCRIPT = os.path.join(ROOT, "experiments", "tree_bound.py")
 
 
 def _script():

@@ -12,13 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.checkpoints.loading import load_checkpoint
+from specdec_jax.checkpoints.weights import load_checkpoint
 from specdec_jax.data import local_tasks
 from specdec_jax.data.vocabulary import default_vocabulary
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.paths import PACKAGE_PARENT
 
@@ -142,7 +142,7 @@ def test_feature_draft_is_the_zoo_targets_own_bf16_and_decodes_exactly(name, tar
   with the zoo target (another target's weights are refused), and greedy speculative decoding
   with it equals the target's own, with a trained draft's agreement."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  from specdec_jax.checkpoints import feature_draft as fd_ckpt  # pylint: disable=import-outside-toplevel
+  from specdec_jax.checkpoints import feature_draft_io as fd_ckpt  # pylint: disable=import-outside-toplevel
   path = os.path.join(ZOO, name)
   with ocp.PyTreeCheckpointer() as ckptr:
     raw = ckptr.restore(os.path.join(path, fd_ckpt.PARAMS_DIR))

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from specdec_jax import sharding as sh
-from specdec_jax.checkpoints import feature_draft as feature_ckpt
+from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.checkpoints import loader
-from specdec_jax.models.config import PRESETS, ModelConfig
+from specdec_jax.models.model_config import PRESETS, ModelConfig
 from specdec_jax.models.feature_draft import FeatureDraftConfig
 from specdec_jax.models.model import Model
 

@@ -81,7 +81,7 @@ def run_job(cfg, topology: topologies.Topology, *, presets: Mapping[str, str] = 
 
 
 def _decode_programs(cfg, mesh, mesh_config, presets, models, roofline_tokens):
-  from specdec_jax.runner.config import MODEL_DRAFT, draft_specs  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.run_config import MODEL_DRAFT, draft_specs  # pylint: disable=import-outside-toplevel
   vocab = preset_vocab_size(cfg)
   target = abstract.resolve_config(cfg.target_checkpoint, presets=presets, dtype=cfg.dtype,
                                    vocab_size=vocab)
@@ -122,7 +122,7 @@ def _feature_draft(spec, target_config, presets, dtype):
   """(name, `abstract.ResolvedFeature`) when `spec` is a feature-level draft (a local export, or
   a checkpoint the gin macros pair with `abstract.FEATURE_PRESET`), else None. Named as the
   runner names one (`DraftSpec` of kind 'feature': a trainer's `D/export` is D)."""
-  from specdec_jax.runner.config import CHECKPOINT_DRAFTS, FEATURE_DRAFT, DraftSpec  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.run_config import CHECKPOINT_DRAFTS, FEATURE_DRAFT, DraftSpec  # pylint: disable=import-outside-toplevel
   if spec.kind not in CHECKPOINT_DRAFTS:
     return None
   resolved = abstract.resolve_feature(spec.checkpoint, target_config, presets=presets,
@@ -150,9 +150,9 @@ def preset_vocab_size(cfg) -> Optional[int]:
   """The vocabulary a random-init preset takes in this run (`runner.pipeline.load`'s rule): the
   run's padded vocabulary when a local task has text to tokenize; None otherwise (seqio tasks
   decode with the T5 vocabulary the T5 v1.1 presets already have)."""
-  from specdec_jax.models.config import PRESETS  # pylint: disable=import-outside-toplevel
+  from specdec_jax.models.model_config import PRESETS  # pylint: disable=import-outside-toplevel
   from specdec_jax.data import tasks  # pylint: disable=import-outside-toplevel
-  from specdec_jax.runner.config import as_list  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.run_config import as_list  # pylint: disable=import-outside-toplevel
   names = [cfg.target_checkpoint] + [c for c in as_list(cfg.draft_checkpoint) if isinstance(c, str)]
   if not any(n in PRESETS for n in names) or tasks.is_seqio(cfg.task):
     return None

@@ -89,7 +89,7 @@ def trees_to_compile(cfg) -> tuple:
 
 def distinct_samplings(cfg) -> tuple:
   """One SamplingConfig per program the run's temperatures need: greedy and/or sampling."""
-  from specdec_jax.runner.config import temperatures  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.run_config import temperatures  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding.sampling import SamplingConfig  # pylint: disable=import-outside-toplevel
   out = {}
   for t in temperatures(cfg):

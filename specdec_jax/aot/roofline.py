@@ -33,7 +33,7 @@ from typing import Any
 
 from specdec_jax.aot import topologies
 from specdec_jax.metrics import theory
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 TARGET_STEP, DRAFT_STEP, VERIFY = "target_step", "draft_step", "verify"
 STEP_KINDS = (TARGET_STEP, VERIFY, DRAFT_STEP)

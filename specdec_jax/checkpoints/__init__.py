@@ -6,7 +6,7 @@ against the model config (`tree`). `loader.load_model` is the one door from a ru
 model (a checkpoint path or a preset) to `(Model, params)`; `loader.model_config` its half that
 reads no weight.
 """
-from specdec_jax.checkpoints.loading import detect_format, load_checkpoint
+from specdec_jax.checkpoints.weights import detect_format, load_checkpoint
 from specdec_jax.checkpoints.tree import (CheckpointError, check_vocab_compatible, stack_layers,
                                           unstack_layers)
 

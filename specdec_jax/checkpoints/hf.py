@@ -17,7 +17,7 @@ import numpy as np
 
 from specdec_jax.checkpoints import hf_decoder, safetensors_io, storage
 from specdec_jax.checkpoints.tree import CheckpointError, expected_shapes, flatten, to_layout
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

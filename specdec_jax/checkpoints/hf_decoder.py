@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from specdec_jax.checkpoints.tree import CheckpointError
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 MODEL_TYPES = ("llama", "qwen2", "gemma")
 _ACT = {"silu": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu"}

@@ -4,8 +4,8 @@ Why one door: the runner, the trainer, the generation job and the AOT builder ea
 into a model their own way, and such copies drift (which names are presets, where a relative path
 is looked for, which dtype the weights come in). The rules, once:
 
-- A name is a preset (random init, `models.config.PRESETS`) when no file of that name exists;
-  otherwise a checkpoint in any format `loading.load_checkpoint` reads: a URL as given, a local
+- A name is a preset (random init, `models.model_config.PRESETS`) when no file of that name exists;
+  otherwise a checkpoint in any format `weights.load_checkpoint` reads: a URL as given, a local
   path as given or else relative to the repository root (`paths.resolve_path`), so a repo-relative
   zoo path works from any directory.
 - A name of `fetch.REMOTE` (`smollm2-135m-instruct`) is a public checkpoint fetched from the
@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax.checkpoints import arrays, fetch, hf, orbax_io, storage, tree
-from specdec_jax.checkpoints.loading import detect_format, load_checkpoint, open_flat
-from specdec_jax.models.config import OWN_VOCABULARY, PRESETS, ModelConfig, get_preset
+from specdec_jax.checkpoints.weights import detect_format, load_checkpoint, open_flat
+from specdec_jax.models.model_config import OWN_VOCABULARY, PRESETS, ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 

@@ -20,7 +20,7 @@ import orbax.checkpoint as ocp
 from specdec_jax import paths
 from specdec_jax.checkpoints import arrays, storage
 from specdec_jax.checkpoints.tree import CheckpointError, check_finite, flatten, to_layout, unflatten, validate
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 CONFIG_FILE = "model_config.json"
 PARAMS_DIR = "params"

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 _LAYER_RE = re.compile(r"^layers_(\d+)$")
 # Prefix used in error messages, so paths read exactly as in a T5X checkpoint.

@@ -5,7 +5,7 @@ state at a position, the token after it), not tokens. Which entries are pending 
 call (`FeatureCarry`, `next_carry`), how the prompt's are fed from the target's prefill
 (`prime_carry`), how an iteration's first call feeds the pending ones (`feature_first_call`),
 and how the parallel block lays mask entries after them (`block_entries`, `block_logits`) are
-one idea: the entry layout, the same one training builds (`training.feature_draft`,
+one idea: the entry layout, the same one training builds (`training.feature_trainer`,
 `training.feature_blocks`). `decoding.drafter.FeatureDrafter` composes them into the seam.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def prime_carry(draft, dparams, cache, inputs_BxP: jax.Array, hidden_BxTxnxD: ja
   Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it; entries 0..len - 3 are
   fed here in one call, entry len - 2 becomes the one pending entry (its output is q for the
   first drafted token), so the first iteration drafts from the whole prompt, as training saw it
-  (`training.feature_draft`: every entry from position 0). A one-token prompt keeps the start
+  (`training.feature_trainer`: every entry from position 0). A one-token prompt keeps the start
   entry (count 0). Rows are right-padded: the entries past a shorter row's prompt sit at or past
   its index, where nothing reads them before they are overwritten."""
   plen = inputs_BxP.shape[1]

@@ -17,7 +17,7 @@ leading drafts that equal the target's argmax, then emit the target's argmax) th
 carries token ids instead of one-hot distributions (`drafter.greedy_chain_draft`, `greedy_accept`,
 `greedy_beta`): the same tokens, counters and state, bit for bit, without the vocabulary-wide
 one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about half a zoo draft
-call per drafted token inside the loop (scripts/loop_anatomy.py, DESIGN.md).
+call per drafted token inside the loop (experiments/loop_anatomy.py, DESIGN.md).
 
 When all gamma tokens are accepted a token draft never saw x_gamma. Instead of an extra draft call,
 the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot

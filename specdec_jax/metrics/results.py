@@ -14,6 +14,7 @@ and a test fails when a table in the docs differs from what the records give.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specdec_jax.metrics import compare
+from specdec_jax.metrics import established
 from specdec_jax.metrics import findings
 
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
@@ -129,7 +131,42 @@ def write_record(directory: str, record: Mapping[str, Any]) -> str:
   with open(path, "x") as f:
     json.dump(record, f, indent=1, sort_keys=True)
     f.write("\n")
+  with open(os.path.join(directory, LEDGER), "a") as f:
+    f.write(f"{_digest(path)}  {os.path.basename(path)}\n")
   return path
+
+
+# `sha256sum -c ledger.sha256` format: one line per record, appended when it is written. Why:
+# refusing a taken name stops a script from replacing a record, not a hand edit or a rewrite; the
+# ledger makes any change to a committed record's bytes, or its deletion, fail a test
+# (`ledger_problems`), so an outcome once recorded stays as measured.
+LEDGER = "ledger.sha256"
+
+
+def _digest(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def ledger_problems(directory: str) -> list[str]:
+  """What breaks append-only in `directory`: a record whose bytes differ from its ledger line, a
+  ledger line whose record is gone, a record the ledger does not list. Empty when all hold."""
+  ledger = {}
+  path = os.path.join(directory, LEDGER)
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        digest, fname = line.rstrip("\n").split("  ", 1)
+        if fname in ledger and ledger[fname] != digest:
+          return [f"{fname}: listed twice in {LEDGER} with different digests"]
+        ledger[fname] = digest
+  files = {f for f in os.listdir(directory) if f.endswith(".json")}
+  out = [f"{f}: changed after it was recorded" for f in sorted(files & ledger.keys())
+         if _digest(os.path.join(directory, f)) != ledger[f]]
+  out += [f"{f}: recorded, now deleted" for f in sorted(ledger.keys() - files)]
+  out += [f"{f}: not in {LEDGER} (write records with scripts/results.py record)"
+          for f in sorted(files - ledger.keys())]
+  return out
 
 
 def load_records(directory: str) -> dict[str, dict[str, Any]]:
@@ -150,6 +187,12 @@ def load_records(directory: str) -> dict[str, dict[str, Any]]:
 def _speedup_cell(m: dict) -> str:
   """The speedup and its interval, or why a row has none (a gamma-0 row decoded autoregressively;
   a speculative-mode run timed no baseline)."""
+  runs = m.get("between_runs")
+  if runs:  # the median of several processes (scripts/reproduce.py --processes)
+    lo, hi = runs["speedup_range"]
+    head = (f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}"
+            if m.get("speedup") is not None else "none (gamma 0)")
+    return f"{head}, median of {runs['processes']} processes: {lo:.2f}-{hi:.2f}x"
   if m.get("speedup") is not None:
     return f"{_f(m['speedup'])}x {_interval(m.get('speedup_interval95'))}"
   if m.get("mode") == "speculative":
@@ -243,7 +286,10 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "headline": headline_table, "costs": costs_table, "repeats": repeats_table,
     "alpha": findings.alpha_table, "findings": findings.findings_table,
     "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
+    "established": established.established_table,
 }
+# Tables over every committed record: their marker names none (a claim counts all it can test).
+ALL_RECORDS = frozenset({"established"})
 
 
 def render(text: str, records: Mapping[str, Mapping[str, Any]],
@@ -258,6 +304,10 @@ def render(text: str, records: Mapping[str, Mapping[str, Any]],
     kind, names = m.group(2), m.group(3).split()
     if kind not in registry:
       raise ValueError(f"unknown results table {kind!r} (known: {sorted(registry)})")
+    if kind in ALL_RECORDS:
+      if names:
+        raise ValueError(f"results table {kind!r} counts every record; it takes no names")
+      names = sorted(records)
     missing = [n for n in names if n not in records]
     if missing:
       raise ValueError(f"results table {kind!r} names records that do not exist: {missing}")

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import LayerKV
 from specdec_jax.models.layers import Dense
 

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.seam import Encoded
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.layers import (Dense, Embed, LayerNorm, RelativePositionBiases,
                                        scatter_logits)
@@ -104,7 +104,8 @@ class FeatureDraftConfig:
                 source_dim=target.emb_dim if target.is_encoder_decoder else 0,
                 relative_attention_num_buckets=target.relative_attention_num_buckets,
                 relative_attention_max_distance=target.relative_attention_max_distance,
-                pad_id=target.pad_id, eos_id=target.eos_id)
+                layer_norm_epsilon=target.layer_norm_epsilon, pad_id=target.pad_id,
+                eos_id=target.eos_id)
     return cls(**{**base, **overrides})
 
   def block_config(self) -> ModelConfig:
@@ -314,8 +315,11 @@ class FeatureDraft:
     """`params` with the target's embedding (and, head='target', its final norm and head)."""
     out = dict(params, token_embedder=target_params["token_embedder"])
     if self.config.head == "target":
-      out.update(decoder_norm=target_params["decoder"]["decoder_norm"],
-                 logits_dense=target_params["decoder"]["logits_dense"])
+      decoder = target_params["decoder"]
+      head = decoder.get("logits_dense")
+      if head is None:  # tied embeddings (SmolLM2, Llama-3.2): the head is the table, transposed
+        head = {"kernel": jnp.asarray(target_params["token_embedder"]["embedding"]).T}
+      out.update(decoder_norm=decoder["decoder_norm"], logits_dense=head)
     return out
 
   def start_tokens(self, inputs_BxP: jax.Array) -> jax.Array:

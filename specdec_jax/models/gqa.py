@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 _KV = ("key", "value")
 

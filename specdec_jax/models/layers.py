@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax.kernels import matmul as kmatmul
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 _NEG_INF = -1e10  # T5X's mask bias value.
 

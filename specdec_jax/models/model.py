@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.seam import Encoded
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.transformer import _NEEDS_ENCODED, Transformer
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.models.attention import MultiHeadAttention
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
 from specdec_jax.models.layers import (Dense, Embed, LayerNorm, MlpBlock, RelativePositionBiases,
                                        apply_rope, mask_to_bias, rope_tables, scatter_logits)

@@ -52,7 +52,7 @@ from specdec_jax import distributed, timing
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import keys, tree_choice
-from specdec_jax.runner.config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
+from specdec_jax.runner.run_config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
 from specdec_jax.runner.costs import LoopCosts
 
 # 'auto' compiles and times the real loop for at most this many candidate gammas ...

@@ -13,7 +13,7 @@ from typing import Any
 
 from specdec_jax.metrics import acceptance, code_exec, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
-from specdec_jax.runner.config import FEATURE_DRAFT, RunConfig, temperatures
+from specdec_jax.runner.run_config import FEATURE_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
 from specdec_jax.runner.costs import loop_key
 from specdec_jax.runner.pipeline import Loaded

@@ -35,7 +35,7 @@ from specdec_jax.decoding.draft_schemes import plan
 from specdec_jax.decoding.feature_entries import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
-from specdec_jax.runner.config import AUTO, GAMMA_WORDS, DraftSpec, as_list
+from specdec_jax.runner.run_config import AUTO, GAMMA_WORDS, DraftSpec, as_list
 
 # Rounds of the loops' interleaved timing (medians; each round decodes the calibration prompts
 # once per program).

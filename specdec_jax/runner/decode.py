@@ -19,7 +19,7 @@ from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import keys
-from specdec_jax.runner.config import RunConfig, temperatures
+from specdec_jax.runner.run_config import RunConfig, temperatures
 from specdec_jax.runner.pipeline import Loaded, decoder_for, padded
 from specdec_jax.runner.store import ResultStore
 

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 
 from specdec_jax import seam
-from specdec_jax.checkpoints import feature_draft as feature_ckpt
+from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
 from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
@@ -25,7 +25,7 @@ from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
+from specdec_jax.runner.run_config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
                                       TREE, DraftSpec, RunConfig, as_list)
 
 
@@ -115,8 +115,8 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
 def feature_draft(checkpoint: str, target: Model, target_params, settings: DraftSettings,
                   target_name: str):
   """(FeatureDraft, params on the default device) of a feature-level draft's checkpoint, refused
-  unless it was trained on this very target (`checkpoints.feature_draft.check_target`: a digest of
-  every target parameter; another target of the same shape would run and draft noise).
+  unless it was trained on this very target (`checkpoints.feature_draft_io.check_target`: a
+  digest of every target parameter; another target of the same shape would run and draft noise).
 
   Its output head is a frozen copy of the target's whole head; `draft_head_vocab` = K restricts
   it to the K first ids of the `head_ranking.json` beside the checkpoint (`restrict_head`), as

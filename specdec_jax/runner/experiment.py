@@ -19,7 +19,7 @@ from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
 from specdec_jax.runner import collect, decode, keys, pipeline
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 from specdec_jax.runner.store import ResultStore
 
 

@@ -31,7 +31,7 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models import packed
 from specdec_jax.runner import calibrate, costs as costs_lib, drafts as drafts_lib
 from specdec_jax.runner import inputs as inputs_lib, keys, prompt_sets, tree_choice
-from specdec_jax.runner.config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
+from specdec_jax.runner.run_config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
                                       TREE, DraftSpec, RunConfig, as_list, draft_specs, points)
 from specdec_jax.runner.store import ResultStore
 

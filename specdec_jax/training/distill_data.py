@@ -43,7 +43,7 @@ from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model_config import ModelConfig, get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import seqdata
 from specdec_jax.training import shared_encoder

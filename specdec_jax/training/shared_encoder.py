@@ -16,7 +16,7 @@ import jax
 
 from specdec_jax.checkpoints import pairing
 from specdec_jax import seam
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 
 
 def check_config(cfg, model_cfg: ModelConfig | None, teacher_cfg: ModelConfig | None) -> None:

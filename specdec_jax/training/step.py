@@ -19,7 +19,7 @@ from specdec_jax.training import divergences
 from specdec_jax.training import losses
 from specdec_jax.training import shared_encoder
 from specdec_jax.training import sharded as sharded_lib
-from specdec_jax.training.config import TrainConfig
+from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
 

@@ -1,5 +1,5 @@
 """The optax trainer: from scratch, fine-tuning a loaded checkpoint, or distilling a draft
-(its settings: `training.config.TrainConfig`).
+(its settings: `training.train_config.TrainConfig`).
 
 Why it looks like this:
 - Resume after a kill is exact: the train state (`training.train_state.TrainState`: params,
@@ -49,7 +49,7 @@ from specdec_jax.checkpoints import orbax_io
 from specdec_jax.checkpoints import pairing
 from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.metrics.tensorboard import RunWriter
-from specdec_jax.models.config import ModelConfig
+from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import evaluation
@@ -60,7 +60,7 @@ from specdec_jax.training import shared_encoder
 from specdec_jax.training import sharded as sharded_lib
 from specdec_jax.training import warm_start
 # Re-exported: `from specdec_jax.training.trainer import TrainConfig` is how users and gin see it.
-from specdec_jax.training.config import OPTIMIZERS, SCHEDULES, TrainConfig  # noqa: F401
+from specdec_jax.training.train_config import OPTIMIZERS, SCHEDULES, TrainConfig  # noqa: F401
 from specdec_jax.training.placement import Placement
 # Re-exported: the step lives in training/step.py; scripts and tests name it from here too.
 from specdec_jax.training.step import (  # noqa: F401

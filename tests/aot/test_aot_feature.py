@@ -13,9 +13,9 @@ from specdec_jax import sharding as sh
 from specdec_jax.aot import abstract, cli, job, programs
 from specdec_jax.decoding.drafter import FeatureDrafter
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 XXL = "gs://b/t5_1_1_xxl/checkpoint_1000000"
 FEATURE = "gs://b/specdec/a_long_path_so_that_gin_wraps_the_binding/ende_feature/export"

@@ -14,7 +14,7 @@ from specdec_jax.aot import programs
 from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 DYN = DynamicTreeScheme(depth=2, width=2, branch=2, nodes=5)
 BUDGET = {"depth": 2, "width": 2, "branch": 2, "nodes": 5}

@@ -15,7 +15,7 @@ import pytest
 
 from specdec_jax.aot import feature_roofline as fr
 from specdec_jax.aot import roofline
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

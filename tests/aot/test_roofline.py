@@ -16,7 +16,7 @@ import pytest
 from specdec_jax.aot import roofline as R
 from specdec_jax.aot import topologies
 from specdec_jax.metrics import theory
-from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model_config import ModelConfig, get_preset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORDS = {k: os.path.join(ROOT, "docs", "results", f"roofline_tpu_v4_{k}.json")

@@ -94,7 +94,7 @@ def test_the_compiled_trees_fit_a_v4_8_without_host_transfers(name, chips):
 def test_the_builder_compiles_every_tree_a_run_may_use():
   from specdec_jax.aot import programs
   from specdec_jax.decoding.tree.scheme import TreeScheme
-  from specdec_jax.runner.config import RunConfig
+  from specdec_jax.runner.run_config import RunConfig
   cfg = RunConfig(gamma=[3, "tree"], tree=TreeScheme((2, 2)))
   assert programs.gammas_to_compile(cfg.gamma, cfg.gamma_max) == 3  # 'tree' is no int
   assert programs.trees_to_compile(cfg) == (TreeScheme((2, 2)),)

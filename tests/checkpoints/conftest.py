@@ -4,7 +4,7 @@ import os
 import pytest
 
 from ckpt_testutil import T5X_TINY
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 
 
 @pytest.fixture

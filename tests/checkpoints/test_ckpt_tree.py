@@ -6,7 +6,7 @@ from ckpt_testutil import random_params
 from specdec_jax.checkpoints.tree import (CheckpointError, check_vocab_compatible, expected_shapes,
                                          flatten, infer_config, stack_layers, to_layout,
                                          unstack_layers, validate)
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 
 
 @pytest.mark.parametrize("name", ["t5_1_1_tiny", "t5_test_target", "decoder_test_target"])

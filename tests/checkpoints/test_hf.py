@@ -7,7 +7,7 @@ import pytest
 from ckpt_testutil import BF16, assert_trees_bit_identical, random_params
 from specdec_jax.checkpoints import hf, hf_decoder, safetensors_io
 from specdec_jax.checkpoints.tree import CheckpointError, flatten, unflatten
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 
 V11 = {"model_type": "t5", "vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 1024,
        "num_heads": 6, "num_layers": 8, "num_decoder_layers": 8,

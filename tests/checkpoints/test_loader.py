@@ -13,7 +13,7 @@ import pytest
 
 from ckpt_testutil import assert_trees_bit_identical
 from specdec_jax.checkpoints import loader, orbax_io
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 BF16, F32 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)

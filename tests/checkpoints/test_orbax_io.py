@@ -11,7 +11,7 @@ import pytest
 from ckpt_testutil import BF16, assert_trees_bit_identical, random_params
 from specdec_jax.checkpoints import orbax_io
 from specdec_jax.checkpoints.tree import CheckpointError, flatten, unflatten
-from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model_config import ModelConfig, get_preset
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])

@@ -9,7 +9,7 @@ import pytest
 from ckpt_testutil import BF16, assert_trees_bit_identical, random_params
 from specdec_jax.checkpoints import t5x_legacy
 from specdec_jax.checkpoints.tree import CheckpointError, expected_shapes, flatten, validate
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 
 
 def test_reads_the_checkpoint_t5x_wrote(t5x_tiny_path):

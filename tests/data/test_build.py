@@ -17,20 +17,16 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts"))
 
-from data_build import blocks  # noqa: E402  (after sys.path)
-from data_build import code_complete  # noqa: E402  (after sys.path)
-from data_build import descriptions  # noqa: E402  (after sys.path)
-from data_build import fetch  # noqa: E402  (after sys.path)
-from data_build import mo  # noqa: E402  (after sys.path)
-from data_build import splits  # noqa: E402  (after sys.path)
-from data_build import text  # noqa: E402
+from data_build import parsing  # noqa: E402  (after sys.path)
+from data_build import sources  # noqa: E402  (after sys.path)
+from data_build import tasks  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
-# text
+# parsing: text
 
 
 def test_fold_nfc_and_whitespace():
-  assert text.fold(" a\u0301\n\t b  ") == "\u00e1 b"
+  assert parsing.fold(" a\u0301\n\t b  ") == "\u00e1 b"
 
 
 @pytest.mark.parametrize("paragraph, expected", [
@@ -51,15 +47,15 @@ def test_fold_nfc_and_whitespace():
     ("Version 3.2 is out. see below.", ["Version 3.2 is out. see below."]),
 ])
 def test_sentences(paragraph, expected):
-  assert text.sentences(paragraph) == expected
+  assert parsing.sentences(paragraph) == expected
 
 
 def test_placeholders_and_markup():
-  assert text.placeholders("Copy %1$s to %2$d, {name} ${HOME} %(count)d %%") == [
+  assert parsing.placeholders("Copy %1$s to %2$d, {name} ${HOME} %(count)d %%") == [
       "${HOME}", "%%", "%(count)d", "%d", "%s", "{name}"]
   # Translators may reorder positional arguments.
-  assert text.placeholders("%2$s von %1$s") == text.placeholders("%s of %s")
-  assert text.markup("<b>Save</b> &amp; <a href='x'>go</a>") == ["a", "a", "b", "b", "&amp;"]
+  assert parsing.placeholders("%2$s von %1$s") == parsing.placeholders("%s of %s")
+  assert parsing.markup("<b>Save</b> &amp; <a href='x'>go</a>") == ["a", "a", "b", "b", "&amp;"]
 
 
 @pytest.mark.parametrize("en, de, ok", [
@@ -78,43 +74,43 @@ def test_placeholders_and_markup():
     ("", "leer", False),
 ])
 def test_good_pair(en, de, ok):
-  assert text.good_pair(en, de) is ok
+  assert parsing.good_pair(en, de) is ok
 
 
 def test_aligned_pairs_splits_only_when_counts_match():
-  assert text.aligned_pairs("Open the file. Then  close it.",
+  assert parsing.aligned_pairs("Open the file. Then  close it.",
                             "Öffnen Sie die Datei. Dann schließen Sie sie.") == [
       ("Open the file.", "Öffnen Sie die Datei."), ("Then close it.", "Dann schließen Sie sie.")]
-  assert text.aligned_pairs("Open the file. Then close it.",
+  assert parsing.aligned_pairs("Open the file. Then close it.",
                             "Öffnen Sie die Datei und\nschließen Sie sie.") == [
       ("Open the file. Then close it.", "Öffnen Sie die Datei und schließen Sie sie.")]
 
 
 def test_aligned_sentences_are_filtered_one_by_one():
-  pairs = text.aligned_pairs("Open %s now. Then close <b>it</b>.",
+  pairs = parsing.aligned_pairs("Open %s now. Then close <b>it</b>.",
                              "Öffne %d jetzt. Dann schließe <b>sie</b>.")
   assert len(pairs) == 2
-  assert [text.good_pair(en, de) for en, de in pairs] == [False, True]
+  assert [parsing.good_pair(en, de) for en, de in pairs] == [False, True]
 
 
 def test_strip_mnemonic():
-  assert text.strip_mnemonic("_Open file", "Datei _öffnen") == ("Open file", "Datei öffnen")
-  assert text.strip_mnemonic("~Save", "~Speichern") == ("Save", "Speichern")
+  assert parsing.strip_mnemonic("_Open file", "Datei _öffnen") == ("Open file", "Datei öffnen")
+  assert parsing.strip_mnemonic("~Save", "~Speichern") == ("Save", "Speichern")
   # Only when both sides have exactly one.
-  assert text.strip_mnemonic("_Open file", "Datei öffnen") == ("_Open file", "Datei öffnen")
-  assert text.strip_mnemonic("a_b_c word", "a_b_c Wort") == ("a_b_c word", "a_b_c Wort")
-  assert text.strip_mnemonic("&File", "&Datei") == ("File", "Datei")
+  assert parsing.strip_mnemonic("_Open file", "Datei öffnen") == ("_Open file", "Datei öffnen")
+  assert parsing.strip_mnemonic("a_b_c word", "a_b_c Wort") == ("a_b_c word", "a_b_c Wort")
+  assert parsing.strip_mnemonic("&File", "&Datei") == ("File", "Datei")
   # An HTML entity is not a Qt accelerator.
-  assert text.strip_mnemonic("Save &amp; Close", "Speichern &amp; Schlie\u00dfen") == (
+  assert parsing.strip_mnemonic("Save &amp; Close", "Speichern &amp; Schlie\u00dfen") == (
       "Save &amp; Close", "Speichern &amp; Schlie\u00dfen")
 
 
 # ------------------------------------------------------------------------------------------------
-# blocks
+# parsing: blocks
 
 
 def test_block_parser_innermost_hidden_and_br():
-  parser = blocks.BlockParser({"p", "li", "title"}, {"script", "head"})
+  parser = parsing.BlockParser({"p", "li", "title"}, {"script", "head"})
   parser.feed('<html><head><title>T</title></head><body>'
               '<p id="a">Press <b>Save</b>.<br>Done</p>'
               '<ul><li id="l">Item <p id="inner">Inner</p> tail</li></ul>'
@@ -130,14 +126,14 @@ def test_mallard_xref_link_marks_block_broken(tmp_path):
   page = tmp_path / "x.page"
   page.write_text('<page><title>Net</title><p>See <link xref="x"/> now.</p>'
                   '<p>Run <code>ls</code> here.</p></page>', encoding="utf-8")
-  parsed = blocks.parse_blocks(page, {"p", "title"}, {"code"}, void=frozenset())
+  parsed = parsing.parse_blocks(page, {"p", "title"}, {"code"}, void=frozenset())
   assert parsed == [(None, "Net", True), (None, "See  now.", False), (None, "Run  here.", True)]
-  assert blocks.pairs_by_order(parsed, parsed) == [("Net", "Net"), ("Run  here.", "Run  here.")]
-  assert blocks.pairs_by_order(parsed, parsed[:2]) == []
+  assert parsing.pairs_by_order(parsed, parsed) == [("Net", "Net"), ("Run  here.", "Run  here.")]
+  assert parsing.pairs_by_order(parsed, parsed[:2]) == []
 
 
 # ------------------------------------------------------------------------------------------------
-# mo
+# parsing: .mo catalogues
 
 
 def _mo_bytes(entries, endian="<"):
@@ -167,23 +163,24 @@ def test_read_mo_entries_charset_plural_context():
       (b"menu\x04Save", b"Speichern"),                          # context: dropped
       (b"untranslated", b""),                                   # empty msgstr: skipped
   ]
-  assert list(mo.read_mo(_mo_bytes(entries))) == [
+  assert list(parsing.read_mo(_mo_bytes(entries))) == [
       ("cannot open %s", "kann %s nicht öffnen"), ("Save", "Speichern")]
-  assert list(mo.read_mo(_mo_bytes(entries, endian=">"))) == list(mo.read_mo(_mo_bytes(entries)))
+  assert list(parsing.read_mo(_mo_bytes(entries, endian=">"))) == list(
+      parsing.read_mo(_mo_bytes(entries)))
 
 
 def test_read_mo_without_header_is_utf8_and_rejects_other_files():
   data = _mo_bytes([(b"Quit", "Beenden ✓".encode())])
-  assert list(mo.read_mo(data)) == [("Quit", "Beenden ✓")]
-  assert list(mo.read_mo(b"\x00" * 4 + data[4:])) == []
-  assert list(mo.read_mo(data[:20])) == []
+  assert list(parsing.read_mo(data)) == [("Quit", "Beenden ✓")]
+  assert list(parsing.read_mo(b"\x00" * 4 + data[4:])) == []
+  assert list(parsing.read_mo(data[:20])) == []
   # Cut inside the offset tables: nothing, not a struct.error.
   two = _mo_bytes([(b"Quit", b"Beenden"), (b"Open", b"Offnen")])
-  assert list(mo.read_mo(two[:36])) == []
+  assert list(parsing.read_mo(two[:36])) == []
 
 
 # ------------------------------------------------------------------------------------------------
-# descriptions
+# parsing: descriptions
 
 _STANZAS = """\
 Package: foo
@@ -214,41 +211,41 @@ Description-de: Werkzeug
 
 
 def test_parse_translations_first_md5_wins_and_language_filter():
-  en = descriptions.parse_translations(_STANZAS, "en")
+  en = parsing.parse_translations(_STANZAS, "en")
   assert list(en) == ["0123456789abcdef0123456789abcdef"]
   pkg, short, long_lines = en["0123456789abcdef0123456789abcdef"]
   assert (pkg, short) == ("foo", "tool that frobs files")
   assert long_lines[:3] == [" Foo frobs files quickly", " and safely.", " ."]
   assert len(long_lines) == 11
-  de = descriptions.parse_translations(_STANZAS, "de")
+  de = parsing.parse_translations(_STANZAS, "de")
   assert de == {"fedcba9876543210fedcba9876543210": ("baz", "Werkzeug", [" Ein Absatz."])}
 
 
 def test_description_paragraphs_text_and_segments():
-  _, _, long_lines = descriptions.parse_translations(_STANZAS, "en")[
+  _, _, long_lines = parsing.parse_translations(_STANZAS, "en")[
       "0123456789abcdef0123456789abcdef"]
-  paras = descriptions.description_paragraphs(long_lines)
+  paras = parsing.description_paragraphs(long_lines)
   assert paras == [["Foo frobs files quickly", "and safely."],
                    ["Features:", " * fast frobbing", "   of many files", " - safe mode",
                     " o legacy mode"],
                    ["Example:", "  foo --frob x"]]
-  assert [descriptions.paragraph_text(p) for p in paras] == [
+  assert [parsing.paragraph_text(p) for p in paras] == [
       "Foo frobs files quickly and safely.",
       "Features:\n * fast frobbing\n   of many files\n - safe mode\n o legacy mode",
       "Example:\n  foo --frob x"]
-  assert [descriptions.paragraph_segments(p) for p in paras] == [
+  assert [parsing.paragraph_segments(p) for p in paras] == [
       ["Foo frobs files quickly and safely."],
       ["Features:", "fast frobbing of many files", "safe mode", "legacy mode"],
       ["Example: foo --frob x"]]
 
 
 def test_description_paragraphs_ignore_empty_separators():
-  assert descriptions.description_paragraphs([" .", " a", " .", " .", " b", " ."]) == [["a"],
+  assert parsing.description_paragraphs([" .", " a", " .", " .", " b", " ."]) == [["a"],
                                                                                       ["b"]]
 
 
 # ------------------------------------------------------------------------------------------------
-# code
+# tasks: code_complete
 
 _SOURCE = '''\
 import os
@@ -298,7 +295,7 @@ class K:
 
 
 def test_code_examples_prompt_is_signature_and_docstring():
-  rows = list(code_complete.code_examples(_SOURCE, "stdlib/m.py"))
+  rows = list(tasks.code_examples(_SOURCE, "stdlib/m.py"))
   assert [r["task_id"] for r in rows] == ["stdlib/m.py:add:5", "stdlib/m.py:method:30",
                                           "stdlib/m.py:outer:37"]
   assert rows[0] == {
@@ -317,15 +314,15 @@ def test_code_examples_limits_and_bad_source():
   def source(n_lines):
     return 'def f():\n    """Doc."""\n' + "".join(f"    x{i} = {i}\n" for i in range(n_lines))
 
-  assert [r["task_id"] for r in code_complete.code_examples(source(40), "m.py")] == ["m.py:f:1"]
-  assert list(code_complete.code_examples(source(41), "m.py")) == []
-  assert [r["task_id"] for r in code_complete.code_examples(source(2), "m.py")] == ["m.py:f:1"]
-  assert list(code_complete.code_examples(source(1), "m.py")) == []
-  assert list(code_complete.code_examples("def (:\n", "m.py")) == []
+  assert [r["task_id"] for r in tasks.code_examples(source(40), "m.py")] == ["m.py:f:1"]
+  assert list(tasks.code_examples(source(41), "m.py")) == []
+  assert [r["task_id"] for r in tasks.code_examples(source(2), "m.py")] == ["m.py:f:1"]
+  assert list(tasks.code_examples(source(1), "m.py")) == []
+  assert list(tasks.code_examples("def (:\n", "m.py")) == []
 
 
 # ------------------------------------------------------------------------------------------------
-# splits
+# sources: splits
 
 
 def _documented_bucket(key):
@@ -334,22 +331,22 @@ def _documented_bucket(key):
 
 
 def _key_in(split, prefix):
-  return next(f"{prefix}{i}" for i in range(100_000) if splits.bucket(f"{prefix}{i}") == split)
+  return next(f"{prefix}{i}" for i in range(100_000) if sources.bucket(f"{prefix}{i}") == split)
 
 
 def test_bucket_is_sha1_mod_1000():
   keys = [f"key {i}" for i in range(3000)] + ["über", "stdlib/ftplib.py", ""]
-  assert [splits.bucket(k) for k in keys] == [_documented_bucket(k) for k in keys]
-  assert {splits.bucket(k) for k in keys} == {"train", "valid", "test"}
+  assert [sources.bucket(k) for k in keys] == [_documented_bucket(k) for k in keys]
+  assert {sources.bucket(k) for k in keys} == {"train", "valid", "test"}
 
 
 def test_split_key():
-  assert splits.split_key("translate_en_de", {"en": "Hello World", "de": "x"}) == "hello world"
+  assert sources.split_key("translate_en_de", {"en": "Hello World", "de": "x"}) == "hello world"
   # Sibling packages sharing one description share a split.
-  assert splits.split_key("summarize", {"id": "libfoo-dev", "document": "Foo does x."}) == (
-      splits.split_key("summarize", {"id": "libfoo-doc", "document": "Foo does x."}))
+  assert sources.split_key("summarize", {"id": "libfoo-dev", "document": "Foo does x."}) == (
+      sources.split_key("summarize", {"id": "libfoo-doc", "document": "Foo does x."}))
   # All functions of one file share a split.
-  assert splits.split_key("code_complete", {"task_id": "stdlib/a/b.py:f:12"}) == "stdlib/a/b.py"
+  assert sources.split_key("code_complete", {"task_id": "stdlib/a/b.py:f:12"}) == "stdlib/a/b.py"
 
 
 def _read(path):
@@ -373,8 +370,8 @@ def test_write_task_buckets_holdout_and_train_only(tmp_path):
           {"en": en_ui, "de": "e", "src": "mo_base"},
           {"en": en_ui_held, "de": "f", "src": "mo_gcc"}]
   info = {}
-  splits.write_task(tmp_path / "out", task, rows, info, holdout_from=str(tmp_path / "committed"),
-                    train_only=splits.TRAIN_ONLY_DEFAULT, xz_preset=0)
+  sources.write_task(tmp_path / "out", task, rows, info, holdout_from=str(tmp_path / "committed"),
+                     train_only=sources.TRAIN_ONLY_DEFAULT, xz_preset=0)
   out = tmp_path / "out" / task
   assert [r["en"] for r in _read(out / "train.jsonl.xz")] == [en_train, en_ui]
   assert _read(out / "valid.jsonl.xz") == [{"de": "b", "en": en_valid, "src": "ddtp"}]
@@ -386,16 +383,16 @@ def test_write_task_buckets_holdout_and_train_only(tmp_path):
 
 
 def test_holdout_keys_disabled_or_missing(tmp_path):
-  assert splits.holdout_keys("summarize", "") == set()
-  assert splits.holdout_keys("summarize", str(tmp_path)) == set()
+  assert sources.holdout_keys("summarize", "") == set()
+  assert sources.holdout_keys("summarize", str(tmp_path)) == set()
 
 
 # ------------------------------------------------------------------------------------------------
-# fetch (subprocess replaced: no network)
+# sources: fetching (subprocess replaced: no network)
 
 
 def test_wheels_downloads_missing_and_returns_only_the_asked_ones(tmp_path, monkeypatch):
-  f = fetch.Fetcher(tmp_path)
+  f = sources.Fetcher(tmp_path)
   (tmp_path / "pypi").mkdir()
   (tmp_path / "pypi" / "Django-4.2-py3-none-any.whl").write_bytes(b"")   # cached
   (tmp_path / "pypi" / "stale_pkg-1.0-py3-none-any.whl").write_bytes(b"")  # an earlier run's
@@ -412,7 +409,7 @@ def test_wheels_downloads_missing_and_returns_only_the_asked_ones(tmp_path, monk
 
 
 def test_translation_file_updates_the_lists_first(tmp_path, monkeypatch):
-  f = fetch.Fetcher(tmp_path)
+  f = sources.Fetcher(tmp_path)
   updated = []
   monkeypatch.setattr(f, "update", lambda: updated.append(True))
   with pytest.raises(RuntimeError, match="no Translation-en"):

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from specdec_jax.data import chat, local_tasks
-from specdec_jax.runner import config as run_config
+from specdec_jax.runner import run_config
 from specdec_jax.runner import fingerprint
 
 TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -17,7 +17,7 @@ from specdec_jax.decoding import acceptance
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, sample
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, exact_joint
 

@@ -7,7 +7,7 @@ import pytest
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import tiny_pair
 

@@ -21,7 +21,7 @@ from specdec_jax.decoding.sampling import SamplingConfig, sample
 from specdec_jax.decoding.tree import lookup_verify as lv
 from specdec_jax.decoding.tree import verify
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, exact_joint
 

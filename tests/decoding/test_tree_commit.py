@@ -12,7 +12,7 @@ import pytest
 
 from specdec_jax.decoding.tree import Tree
 from specdec_jax.decoding.tree.commit import commit_path
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.kv_cache import valid_prefix_equal
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts

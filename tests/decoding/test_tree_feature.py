@@ -30,7 +30,7 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import Tree, TreeScheme
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (TREE_LAW_CASES, TREE_LAW_PROMPT, TREE_LAW_SAMPLES,
                                  TREE_LAW_TOKENS, TREE_LAW_VOCAB, faulty_tree_verifier,
@@ -101,7 +101,8 @@ def test_feature_tree_matches_exact_target_distribution(sharp_pair, name):
   assert kept[0, 1:].sum() > 0  # later siblings were kept: the sibling logic was exercised
 
 
-def test_feature_tree_sibling_residual_from_p_is_detected(sharp_pair):
+@pytest.mark.slow  # the verifier is the drafter's no matter: test_tree_scheme_distribution's twin
+def test_feature_tree_sibling_residual_from_p_is_detected(sharp_pair):  # stays in the fast run
   sampling, branching = CASES["t1_3x2"]
   faulty = TreeScheme(Tree.from_branching(branching),
                       faulty_tree_verifier(sibling_residual_from_p))

@@ -64,9 +64,21 @@ def test_the_token_path_is_taken_for_named_verifiers_at_temperature_0_only():
   assert not uses_token_path("recursive_rejection", GREEDY)
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
-@pytest.mark.parametrize("branching", [(2, 2), (3, 1, 1)])
-@pytest.mark.parametrize("swapped", [False, True])
+def _pairwise(*cases):
+  """`cases` (tuples of parameters) with every case not in `FAST` marked slow. Why: the full
+  cross products took ~2 minutes of the suite; a fast run keeps a set that covers every pair of
+  values (each kind with each branching, each branching swapped and not), the slow run all."""
+  return [c[:-1] if c[:-1] in c[-1] else pytest.param(*c[:-1], marks=pytest.mark.slow)
+          for c in cases]
+
+
+_TOKEN_TREE_FAST = {("t5", (2, 2), False), ("t5", (3, 1, 1), True), ("decoder", (2, 2), True),
+                    ("decoder", (3, 1, 1), False)}
+
+
+@pytest.mark.parametrize("kind,branching,swapped", _pairwise(*[
+    (k, b, s, _TOKEN_TREE_FAST) for k in ("t5", "decoder") for b in ((2, 2), (3, 1, 1))
+    for s in (False, True)]))
 def test_token_tree_token_path_equals_the_general_path(kind, branching, swapped):
   """A near copy of the target as the draft; swapped: the target itself with its top two
   logits swapped on rows 0 and 2, so only rank-1 siblings are kept there (kept ranks and tried
@@ -90,8 +102,9 @@ def test_token_tree_token_path_equals_the_general_path(kind, branching, swapped)
     assert 0 < int(np.sum(c.accepted_B)) < int(np.sum(c.drafted_B))
 
 
-@pytest.mark.parametrize("kind,vocab", [("t5", 8), ("decoder", 8)])
-@pytest.mark.parametrize("branching", [(2, 1, 1), (3, 2)])
+@pytest.mark.parametrize("kind,vocab,branching", _pairwise(*[
+    (k, 8, b, {("t5", 8, (2, 1, 1)), ("decoder", 8, (3, 2))}) for k in ("t5", "decoder")
+    for b in ((2, 1, 1), (3, 2))]))
 def test_feature_tree_token_path_equals_the_general_path(kind, vocab, branching):
   target, tp, draft, dp = tiny_feature_pair(kind, vocab)
   inputs = jnp.asarray(np.minimum(INPUTS[kind], vocab - 1), jnp.int32)
@@ -132,8 +145,8 @@ def test_argmax_walk_gives_the_greedy_verifiers_verdict(pruned):
   assert np.asarray(want.pruned_B).any() == pruned
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
-@pytest.mark.parametrize("gamma", [1, 3])
+@pytest.mark.parametrize("kind,gamma", _pairwise(*[
+    (k, g, {("t5", 3), ("decoder", 1)}) for k in ("t5", "decoder") for g in (1, 3)]))
 def test_feature_chain_token_path_equals_the_general_path(kind, gamma):
   """Counters and the pending entries (`FeatureCarry`, the final state's draft_carry) alike."""
   target, tp, draft, dp = tiny_feature_pair(kind, 8)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.models import packed
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts, tiny_pair
 

@@ -11,7 +11,7 @@ from tensorboard.plugins.hparams import metadata
 from specdec_jax.metrics import plots
 from specdec_jax.metrics.tensorboard import HPARAM_METRICS, RunWriter
 from specdec_jax.runner import collect
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 
 def _m(gamma, **kw):

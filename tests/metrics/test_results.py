@@ -112,6 +112,27 @@ def test_records_are_append_only(tmp_path):
   assert os.path.basename(path) == "main.json"
 
 
+def test_the_committed_records_match_their_ledger():
+  """No committed record is edited or deleted after it was recorded (docs/results/ledger.sha256
+  holds each one's SHA-256, appended by `write_record`)."""
+  assert results.ledger_problems(os.path.join(ROOT, "docs", "results")) == []
+
+
+def test_the_ledger_catches_an_edit_a_deletion_and_an_unlisted_record(tmp_path):
+  d = str(tmp_path)
+  first = results.write_record(d, _record("first", 1.3))
+  results.write_record(d, _record("second", 1.4))
+  assert results.ledger_problems(d) == []
+  with open(first, "a") as f:
+    f.write(" ")
+  os.remove(os.path.join(d, "second.json"))
+  with open(os.path.join(d, "third.json"), "w") as f:
+    f.write("{}")
+  assert results.ledger_problems(d) == [
+      "first.json: changed after it was recorded", "second.json: recorded, now deleted",
+      "third.json: not in ledger.sha256 (write records with scripts/results.py record)"]
+
+
 def test_machine_identity_names_caches_bandwidth_and_versions():
   m = results.machine()
   assert m["cores"] >= 1 and m["memory_read_gb_s"] > 0 and "jax" in m

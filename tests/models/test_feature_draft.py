@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.seam import Encoded
@@ -98,3 +98,22 @@ def test_shared_pieces_config_and_refusals():
     FeatureDraftConfig(kind="decoder", source_dim=8)
   enc = Encoded(jnp.zeros((1, 2, 32)), jnp.ones((1, 2), bool))
   assert draft.prefill(dp, jnp.ones((1, 2), jnp.int32), 8, encoded=enc).length == 8
+
+
+def test_a_tied_targets_head_is_its_embedding_table():
+  """SmolLM2 and Llama-3.2 have no `logits_dense`: the frozen head a feature draft reads is the
+  target's table, transposed (the draft's logits of a state h are norm(h) @ table.T, as the
+  target's own head computes them); the block's norm epsilon is the target's."""
+  cfg = get_preset("decoder_test_target").replace(tie_embeddings=True, layer_norm_epsilon=1e-5)
+  target = Model(cfg)
+  tp = target.init(jax.random.key(0))
+  assert "logits_dense" not in tp["decoder"]
+  draft = FeatureDraft(FeatureDraftConfig.for_target(cfg, num_heads=2, mlp_dim=32))
+  assert draft.config.layer_norm_epsilon == 1e-5 and draft.config.emb_dim == cfg.emb_dim
+  dp = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  table_VxD = np.asarray(tp["token_embedder"]["embedding"])
+  np.testing.assert_array_equal(np.asarray(dp["logits_dense"]["kernel"]), table_VxD.T)
+  h = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, cfg.emb_dim)), jnp.float32)
+  apply = lambda fn: np.asarray(draft.module.apply({"params": dp}, h, method=fn))  # noqa: E731
+  want = np.einsum("btd,vd->btv", apply(lambda m, x: m.decoder_norm(x)), table_VxD)
+  np.testing.assert_allclose(apply(lambda m, x: m.logits(x)), want, rtol=1e-5, atol=1e-5)

@@ -14,7 +14,7 @@ import pytest
 
 from specdec_jax import sharding as sh
 from specdec_jax.models import gqa
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 

@@ -25,9 +25,9 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.checkpoints import head_ranking, orbax_io
 from specdec_jax.models import head_vocab as hv
 from specdec_jax.models import packed
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
-from specdec_jax.runner.config import DraftSpec, RunConfig
+from specdec_jax.runner.run_config import DraftSpec, RunConfig
 from specdec_jax.runner.drafts import DraftSettings, load_draft
 from specdec_jax.testing import chi_square_gof, exact_joint, ragged_prompts, tiny_pair
 

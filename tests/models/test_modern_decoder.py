@@ -12,7 +12,7 @@ import pytest
 
 from specdec_jax.checkpoints.tree import expected_shapes, flatten, to_layout, unflatten
 from specdec_jax.models import packed
-from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model_config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import ragged_prompts
 

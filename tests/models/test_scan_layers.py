@@ -15,7 +15,7 @@ from specdec_jax.checkpoints.tree import flatten, to_layout, unflatten
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.sharding import MeshConfig, make_mesh, param_shardings, standard_rules
 

@@ -18,7 +18,7 @@ from specdec_jax import seam
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import ModelConfig, get_preset
+from specdec_jax.models.model_config import ModelConfig, get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.testing import chi_square_gof, ragged_prompts
 

@@ -19,7 +19,7 @@ from specdec_jax.checkpoints.tree import CheckpointError
 from specdec_jax.data import local_tasks, tasks
 from specdec_jax.data.local_tasks import Example
 from specdec_jax.runner import drafts
-from specdec_jax.runner.config import DraftSpec, RunConfig
+from specdec_jax.runner.run_config import DraftSpec, RunConfig
 
 SMOKE = "configs/local/smoke.gin"
 

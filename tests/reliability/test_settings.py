@@ -12,7 +12,7 @@ import pytest
 from specdec_jax import check_exactness as ce
 from specdec_jax import run
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.runner.config import RunConfig
+from specdec_jax.runner.run_config import RunConfig
 
 SMOKE = "configs/local/smoke.gin"
 

@@ -17,7 +17,7 @@ from specdec_jax import lock
 from specdec_jax import train as train_entry
 from specdec_jax.checkpoints import loader, orbax_io
 from specdec_jax.checkpoints.tree import CheckpointError
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training.trainer import NonFiniteTraining, TrainConfig, train
 

@@ -20,7 +20,7 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance, theory
 from specdec_jax.runner import calibrate, costs
-from specdec_jax.runner.config import DraftSpec, Point
+from specdec_jax.runner.run_config import DraftSpec, Point
 from specdec_jax.testing import MemoryStore, tiny_pair
 
 

@@ -10,8 +10,8 @@ import pytest
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.runner import calibrate, config as config_lib, pipeline
-from specdec_jax.runner.config import DraftSpec, RunConfig
+from specdec_jax.runner import calibrate, pipeline, run_config as config_lib
+from specdec_jax.runner.run_config import DraftSpec, RunConfig
 from specdec_jax.testing import WrongOnRows, tiny_pair
 
 

@@ -16,7 +16,7 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.runner import calibrate, costs, tree_choice
-from specdec_jax.runner.config import DraftSpec, Point, RunConfig
+from specdec_jax.runner.run_config import DraftSpec, Point, RunConfig
 from specdec_jax.testing import MemoryStore
 
 SPEC = DraftSpec("model", "some/draft")

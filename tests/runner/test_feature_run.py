@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import run
-from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import head_ranking
 from specdec_jax.checkpoints import loader
 from specdec_jax.decoding.adaptive import AdaptiveConfig
@@ -26,7 +26,7 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
-from specdec_jax.runner import config as rc
+from specdec_jax.runner import run_config as rc
 from specdec_jax.runner import drafts as drafts_lib
 from specdec_jax.runner import costs
 

@@ -13,7 +13,7 @@ from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import theory
 from specdec_jax.runner import calibrate, costs, tree_choice
 from specdec_jax.runner.tree_choice import positional_tree
-from specdec_jax.runner.config import DraftSpec, Point, RunConfig
+from specdec_jax.runner.run_config import DraftSpec, Point, RunConfig
 from specdec_jax.testing import MemoryStore
 
 SPEC = DraftSpec("model", "some/draft")

@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import AbstractMesh
 
 from specdec_jax import run, sharding as sh
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

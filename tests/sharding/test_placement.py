@@ -48,7 +48,7 @@ def test_per_device_param_bytes(shape):
 def test_t5_small_on_8_devices_from_shapes():
   """A real size (T5 v1.1 small with 8 heads, 77M params) over 8 devices, from shapes only (no
   compile, no allocation): each device's shard is 1/8 of the bytes, up to the norm scales."""
-  from specdec_jax.models.config import get_preset
+  from specdec_jax.models.model_config import get_preset
   from specdec_jax.models.model import Model
   m = sh.with_rules(Model(get_preset("t5_1_1_small", num_heads=8)),
                     sh.MeshConfig(1, 2, 4).rules_for("target"))

@@ -14,7 +14,7 @@ from specdec_jax import sharding as sh
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 

@@ -82,7 +82,7 @@ def test_shared_encoder_recipe_reads_the_targets_encoder():
   assert cfg.init_from == "specdec_jax/assets/zoo/t5_draft_base"
   assert [t.name for t in cfg.tasks] == ["runs/seqkd/t5_target_greedy/translate_en_de",
                                          "summarize"]
-  from specdec_jax.models.config import get_preset  # pylint: disable=import-outside-toplevel
+  from specdec_jax.models.model_config import get_preset  # pylint: disable=import-outside-toplevel
   assert get_preset(cfg.model).source_dim == distill_data.peek_config(TARGET).emb_dim
   assert cfg.export_dir == "export"
   # The shipped weights' schedule: constant to step 5,240, then a 5,000-step cool-down.

@@ -30,7 +30,7 @@ from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.testing import tiny_feature_pair
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import feature_blocks as fb
-from specdec_jax.training import feature_draft as fdt
+from specdec_jax.training import feature_trainer as fdt
 from specdec_jax.training.train_state import TrainState
 
 

@@ -1,4 +1,4 @@
-"""Training a feature-level draft on its frozen target (`training/feature_draft.py`).
+"""Training a feature-level draft on its frozen target (`training/feature_trainer.py`).
 
 Why each test: (1) the rolled-out layout must give each drafted entry exactly the attention
 inference gives it (a leak from later target entries would train on what drafting never has);
@@ -13,11 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import feature_draft as fdt
+from specdec_jax.training import feature_trainer as fdt
 
 
 @pytest.fixture(scope="module")

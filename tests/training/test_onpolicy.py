@@ -10,7 +10,7 @@ from specdec_jax.checkpoints import load_checkpoint, orbax_io
 from specdec_jax.data.vocabulary import default_vocabulary
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import onpolicy, run_key

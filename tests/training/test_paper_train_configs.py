@@ -13,7 +13,7 @@ from jax.sharding import AbstractMesh
 
 from specdec_jax import sharding as sh
 from specdec_jax import train
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,7 +13,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training.trainer import TrainConfig, train
 

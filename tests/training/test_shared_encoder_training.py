@@ -7,9 +7,9 @@ import pytest
 
 from specdec_jax.checkpoints import load_checkpoint, loader, orbax_io, pairing
 from specdec_jax.data.vocabulary import default_vocabulary
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.model import Model
-from specdec_jax.runner.config import DraftSpec
+from specdec_jax.runner.run_config import DraftSpec
 from specdec_jax.runner.drafts import DraftSettings, load_draft
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import onpolicy, shared_encoder, warm_start

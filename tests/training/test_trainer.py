@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import losses
 from specdec_jax.training import run_key

@@ -14,7 +14,7 @@ Prints (and with --output writes as JSON):
 Timings are medians over rounds; each round runs every candidate once, in rotated order, so the
 drift of a shared machine hits kernel and XLA alike.
 
-  python scripts/bench_matmul.py [--target specdec_jax/assets/zoo/t5_target] [--rounds 7]
+  python experiments/bench_matmul.py [--target specdec_jax/assets/zoo/t5_target] [--rounds 7]
 """
 from __future__ import annotations
 

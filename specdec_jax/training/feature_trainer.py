@@ -33,14 +33,14 @@ import optax
 import orbax.checkpoint as ocp
 
 from specdec_jax import paths
-from specdec_jax.checkpoints import feature_draft as fd_ckpt
+from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import loader
-from specdec_jax.data.vocabulary import SentencePieceVocabulary, default_vocabulary
+from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import divergences, feature_blocks
-from specdec_jax.training.config import TrainConfig
+from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
 
@@ -249,7 +249,7 @@ def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState
   draft = FeatureDraft(cfg.draft_config(target.config))
   params = draft.with_target_pieces(draft.init(jax.random.key(cfg.seed)), target_params)
   trainable, frozen = split(draft, params)
-  vocab = SentencePieceVocabulary(cfg.vocabulary) if cfg.vocabulary else default_vocabulary()
+  vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)
   tasks = [data_lib.tokenize_task(s, vocab, target.config.is_encoder_decoder, "train")
            for s in cfg.tasks]
   optimizer = _optimizer(cfg)

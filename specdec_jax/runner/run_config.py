@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from specdec_jax.checkpoints import feature_draft as feature_ckpt
+from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import fingerprint as fingerprint_lib
 from specdec_jax.runner import keys, prompt_sets
@@ -23,7 +23,7 @@ from specdec_jax.runner import keys, prompt_sets
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
 # A DRAFT='model' checkpoint holding a feature_draft_config.json is a feature-level draft
-# (checkpoints/feature_draft.py): its DraftSpec gets this kind, and it decodes with FeatureDrafter.
+# (checkpoints/feature_draft_io.py): its DraftSpec gets this kind; it decodes with FeatureDrafter.
 FEATURE_DRAFT = "feature"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)

@@ -1,7 +1,7 @@
 r"""Compare two points of one finished run on the prompts both decoded (metrics/compare.py).
 
-  python scripts/compare_points.py --run_dir=runs/tree              # lists the run's points
-  python scripts/compare_points.py --run_dir=runs/tree --a=gamma=tree --b=gamma=4 \
+  python experiments/compare_points.py --run_dir=runs/tree              # lists the run's points
+  python experiments/compare_points.py --run_dir=runs/tree --a=gamma=tree --b=gamma=4 \
       [--record=NAME --command="python -m specdec_jax.run ..."]   # docs/results/NAME.json
 
 --b_run_dir takes b from another run (a point of the same name there, e.g. two GAMMA='tree' runs

@@ -1,6 +1,6 @@
 r"""The most any draft tree could gain over the best chain on the machine a run was timed on.
 
-  python scripts/tree_bound.py --chain_record=main_ende_t0_after_int8 \
+  python experiments/tree_bound.py --chain_record=main_ende_t0_after_int8 \
       --rank_record=tree_rank_acceptance_ende --temperature=0 [--record=tree_bound_ende_t0]
 
 Why: a tree is measured against the chain of the same draft (issue 29 asks for 1.15x its speed),
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
                "chain_tokens": {str(g): t for g, t in chain_tokens(accept, m["loop_costs"]).items()},
                "rows": rows, "best": best, "best_flat_verify": flat}
     path = results.save_record(RESULTS, args.record, metrics, command="python " + " ".join(
-        ["scripts/tree_bound.py"] + sys.argv[1:]), load=chain["load_average"])
+        ["experiments/tree_bound.py"] + sys.argv[1:]), load=chain["load_average"])
     print(f"wrote {path}")
   return 0
 

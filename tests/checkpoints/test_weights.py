@@ -7,7 +7,7 @@ from specdec_jax.checkpoints import (CheckpointError, check_vocab_compatible, de
                                      load_checkpoint)
 from specdec_jax.checkpoints import hf, orbax_io, t5x_legacy, t5x_orbax
 from specdec_jax.checkpoints.tree import flatten, unflatten
-from specdec_jax.models.config import get_preset
+from specdec_jax.models.model_config import get_preset
 
 
 @pytest.fixture

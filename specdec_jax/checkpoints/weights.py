@@ -5,6 +5,9 @@ on-disk formats it is (or a preset name for random-init models), reads it into t
 tree, puts it in the layout the config asks for (per-layer or scanned) and validates it against the
 config before any model code runs, so a wrong checkpoint fails with the T5X path of the offending
 array rather than deep inside a jitted einsum.
+
+The weight readers, not the model loader: `checkpoints/loader.py` turns a name into a `Model` and
+its params and calls this module for the weights.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import numpy as np
 from specdec_jax.checkpoints import arrays, hf, orbax_io, storage, t5x_legacy, t5x_orbax
 from specdec_jax.checkpoints.tree import (CheckpointError, check_vocab_compatible, flatten,
                                           infer_config, to_layout, unflatten, validate)
-from specdec_jax.models.config import PRESETS, ModelConfig, get_preset
+from specdec_jax.models.model_config import PRESETS, ModelConfig, get_preset
 
 __all__ = ["load_checkpoint", "detect_format", "check_vocab_compatible", "FORMATS"]
 

@@ -31,7 +31,7 @@ would need and the alpha that gives them with independent positions (`alpha_for_
 `theory.alpha_for_tokens`; None: more than gamma + 1). Token drafts only: a feature-level draft
 has no free twin, and its rows carry no end-to-end figures.
 
-  python scripts/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
+  python experiments/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \
       --output=/tmp/loop_anatomy.json [--record=NAME]
 
 `--general_path` also times each chain through the general path (q rows, draws, residuals)
@@ -287,7 +287,7 @@ def main(argv):
     json.dump(metrics, f, indent=1)
   if FLAGS.record:
     path = results_lib.save_record(os.path.join(ROOT, "docs", "results"), FLAGS.record, metrics,
-                                   command=" ".join(["python", "scripts/loop_anatomy.py"]
+                                   command=" ".join(["python", "experiments/loop_anatomy.py"]
                                                     + sys.argv[1:]),
                                    commit=FLAGS.commit, load=FLAGS.load)
     print(f"wrote {path}")
