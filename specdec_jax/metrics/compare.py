@@ -8,6 +8,8 @@ seconds, which is all this needs: no decode is repeated.
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -60,6 +62,16 @@ def paired(batches: Sequence[Mapping[str, Any]], a: str, b: str, *, seed: int = 
   }
 
 
+def machine_label(record: Mapping[str, Any]) -> str:
+  """A record's machine in a table cell ("AMD EPYC, 2 cores"). Why a column: two machines of one
+  CPU family differed 1.6-1.8x against 2.6x on the same command, so a table whose rows come from
+  different machines says so on every row (issue 46)."""
+  machine = record.get("machine") or {}
+  cpu = re.sub(r"\(R\)|\(TM\)|\bProcessor\b|\bCPU\b.*", "", str(machine.get("cpu", "?")))
+  cpu = " ".join(cpu.split()) or "?"
+  return f"{cpu}, {machine['cores']} cores" if machine.get("cores") else cpu
+
+
 def _iv(pair) -> str:
   return "-" if not pair else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
 
@@ -68,7 +80,7 @@ def comparison_table(records: Sequence[Mapping[str, Any]]) -> str:
   """One line per comparison record: both points' tokens per call and ms per token, the ratios
   with their paired intervals, and where it was measured."""
   head = ("record", "a", "b", "batches", "tokens/call a / b", "ratio [95% CI]",
-          "ms/token a / b", "a faster by [95% CI]", "load", "commit")
+          "ms/token a / b", "a faster by [95% CI]", "machine", "load", "commit")
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in records:
     m = r["metrics"]
@@ -78,5 +90,5 @@ def comparison_table(records: Sequence[Mapping[str, Any]]) -> str:
         f"{m['tokens_per_call_ratio']:.2f}x {_iv(m['tokens_per_call_ratio_interval95'])}",
         f"{m['ms_per_token'][0]:.2f} / {m['ms_per_token'][1]:.2f}",
         f"{m['time_per_token_ratio']:.2f}x {_iv(m['time_per_token_ratio_interval95'])}",
-        f"{r['load_average'][0]:.1f}", r["commit"][:7])) + " |")
+        machine_label(r), f"{r['load_average'][0]:.1f}", r["commit"][:7])) + " |")
   return "\n".join(lines)

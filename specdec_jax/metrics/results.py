@@ -212,7 +212,7 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
   """The main-command table: one line per record, the speedup with its interval, the prediction
   made out of sample beside the in-sample one, and where it was measured."""
   head = ("record", "task", "T", "gamma", "prompts", "alpha [95% CI]", "tokens/call",
-          "speedup [95% CI]", "predicted", "in-sample", "held out", "load", "commit")
+          "speedup [95% CI]", "predicted", "in-sample", "held out", "machine", "load", "commit")
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in records:
     m = r["metrics"]
@@ -223,7 +223,7 @@ def headline_table(records: Sequence[Mapping[str, Any]]) -> str:
         _f(m.get("tokens_per_target_call")),
         _speedup_cell(m),
         _f(m.get("speedup_predicted")), _f(m.get("speedup_predicted_in_sample")),
-        {True: "yes", False: "no"}.get(cal.get("held_out"), "-"),
+        {True: "yes", False: "no"}.get(cal.get("held_out"), "-"), compare.machine_label(r),
         _f(r["load_average"][0], ".1f"), r["commit"][:7])) + " |")
   return "\n".join(lines)
 
@@ -234,7 +234,7 @@ def costs_table(records: Sequence[Mapping[str, Any]]) -> str:
   autoregressive one's). Why beside the headline: two drafts that write the same tokens per call
   differ in speedup only through these (`runner/costs.py`; docs/feature_draft.md)."""
   head = ("record", "draft", "T", "gamma", "alpha", "tokens/call", "c", "draft ms/step",
-          "ms/iteration", "AR ms/iteration", "speedup [95% CI]", "load")
+          "ms/iteration", "AR ms/iteration", "speedup [95% CI]", "machine", "load")
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in records:
     m = r["metrics"]
@@ -244,7 +244,7 @@ def costs_table(records: Sequence[Mapping[str, Any]]) -> str:
         _f(m.get("draft_ms_per_call"), ".3f"), _f(m.get("iteration_ms")),
         _f(m.get("ar_iteration_ms")),
         f"{_f(m.get('speedup'))}x {_interval(m.get('speedup_interval95'))}",
-        _f(r["load_average"][0], ".1f"))) + " |")
+        compare.machine_label(r), _f(r["load_average"][0], ".1f"))) + " |")
   return "\n".join(lines)
 
 

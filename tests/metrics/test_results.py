@@ -137,3 +137,13 @@ def test_machine_identity_names_caches_bandwidth_and_versions():
   m = results.machine()
   assert m["cores"] >= 1 and m["memory_read_gb_s"] > 0 and "jax" in m
   assert isinstance(m["caches"], dict)
+
+
+def test_tables_name_each_rows_machine():
+  """Rows from two machines in one table say so on every row (issue 46)."""
+  from specdec_jax.metrics import compare  # pylint: disable=import-outside-toplevel
+  a = dict(_record("a", 1.3), machine={"cpu": "Intel(R) Xeon(R) Processor", "cores": 2})
+  b = dict(_record("b", 1.2), machine={"cpu": "AMD EPYC 7B13 64-Core Processor", "cores": 2})
+  assert compare.machine_label(a) == "Intel Xeon, 2 cores"
+  table = results.headline_table([a, b])
+  assert "| Intel Xeon, 2 cores |" in table and "| AMD EPYC 7B13 64-Core, 2 cores |" in table
