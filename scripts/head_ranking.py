@@ -65,9 +65,7 @@ def main(argv=None) -> int:
     return 1
   cfg = train_cli.parse(args.gin_file, args.gin)
   if fd_ckpt.is_feature_draft(ckpt):  # its config is enough: vocabulary, EOS, kind
-    from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
-    with open(os.path.join(ckpt, fd_ckpt.CONFIG_FILE), encoding="utf-8") as f:
-      model = FeatureDraft(FeatureDraftConfig.from_json(f.read()))
+    model = fd_ckpt.read_draft(ckpt)
     encoder_decoder = model.config.kind == "t5"
   else:
     model, _ = loader.load_model(ckpt, vocab_size=None, dtype=None, seed=0)

@@ -10,9 +10,10 @@ configs are only re-read. With `--processes=N` (3 by default when recording) eac
 fresh processes (OUTPUT_ROOT/<name>/process<k>: fresh compiles, autoregressive and speculative
 interleaved within each), and each row reported or recorded is the median process's, carrying
 every process's figures under `between_runs`: a within-run bootstrap interval covers prompt
-sampling only, and the same command has moved 1.00-1.16x between processes on one machine. At the end: one Table-2-style table (task, draft, temperature, gamma,
-alpha, measured and predicted speedup, quality of autoregressive vs speculative output) and one
-Table-3-style alpha table, with the paper's numbers beside the paper rows.
+sampling only, and the same command has moved 1.00-1.16x between processes on one machine.
+At the end: one Table-2-style table (task, draft, temperature, gamma, alpha, measured and
+predicted speedup, quality of autoregressive vs speculative output) and one Table-3-style alpha
+table, with the paper's numbers beside the paper rows.
 """
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def main(argv=None) -> dict:
                  help="fresh processes per config, the median reported (default: 3 with "
                       "--record, else 1)")
   args = p.parse_args(argv[1:])
-  processes = args.processes or (3 if args.record else 1)
+  processes = args.processes if args.processes is not None else (3 if args.record else 1)
   if processes < 1 or (args.record and processes < 3):
     p.error(f"--processes must be >= 1, and >= 3 with --record (a headline is the median of "
             f"several processes), got {processes}")

@@ -67,13 +67,18 @@ def save(path: str, draft: FeatureDraft, params, *, target_name: str, target_par
   return path
 
 
+def read_draft(path: str) -> FeatureDraft:
+  """The draft a checkpoint holds, from its config alone (no weights read)."""
+  with open(os.path.join(os.path.abspath(path), CONFIG_FILE), encoding="utf-8") as f:
+    return FeatureDraft(FeatureDraftConfig.from_json(f.read()))
+
+
 def load(path: str, target_params=None) -> tuple[FeatureDraft, Any]:
   """(FeatureDraft, float32 params as numpy arrays), the target's embedding and head copied in
   from `target_params` (its paired target's: `check_target` tells). Without them, an export
   that does not carry those pieces is refused by name."""
   path = os.path.abspath(path)
-  with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
-    draft = FeatureDraft(FeatureDraftConfig.from_json(f.read()))
+  draft = read_draft(path)
   with ocp.PyTreeCheckpointer() as ckptr:
     params = dict(ckptr.restore(os.path.join(path, PARAMS_DIR)))
   missing = [k for k in draft.frozen_names() if k not in params]

@@ -67,12 +67,22 @@ def _tree_faster(margin: float):
   return count
 
 
+def _processes(m: Mapping[str, Any]) -> list[dict]:
+  """A median record's processes (`between_runs`, scripts/reproduce.py) as rows of their own."""
+  runs = m["between_runs"]
+  return [{"gamma": g, "speedup": s, "speedup_interval95": iv, "gamma_auto": m.get("gamma_auto")}
+          for g, s, iv in zip(runs["gamma"], runs["speedup"], runs["speedup_interval95"])]
+
+
 def _repeat_groups(records) -> dict[str, list[dict]]:
-  """Records named `<command>_repeat<k>[_<machine>]`, by command, where >= 3 processes ran."""
+  """One command's processes, where >= 3 ran: a median record's `between_runs`, or records
+  named `<command>_repeat<k>[_<machine>]` (written one per process before the median existed)."""
   groups: dict[str, list[dict]] = {}
   for name, m in _metrics(records):
     match = re.fullmatch(r"(.+)_repeat\d+(_\w+)?", name)
-    if match:
+    if m.get("between_runs"):
+      groups[name] = _processes(m)
+    elif match:
       groups.setdefault(match.group(1) + (match.group(2) or ""), []).append(m)
   return {k: v for k, v in groups.items() if len(v) >= 3}
 

@@ -51,3 +51,15 @@ def test_the_marker_takes_no_names_and_counts_every_record():
   text = "<!-- results:established -->\nold\n<!-- /results:established -->"
   out = results.render(text, {"a": _rec("a", temperature=0.0, greedy_match_rate=1.0)})
   assert "| 1 of 1 |" in out and "old" not in out
+
+
+def test_a_median_records_processes_count_as_repeats():
+  """scripts/reproduce.py records one median row with `between_runs`: its processes count."""
+  m = {"gamma": 1, "gamma_auto": True, "speedup": 1.12, "speedup_interval95": [1.10, 1.14],
+       "between_runs": {"gamma": [1, 1, 1], "speedup": [1.16, 1.12, 1.11],
+                        "speedup_interval95": [[1.14, 1.18], [1.10, 1.14], [1.09, 1.13]]}}
+  table = established.established_table([_rec("main_t0", **m)])
+  assert _row(table, "'auto' makes the same choice in every process")[1:3] == [
+      "established", "1 of 1"]
+  assert _row(table, "a run's speedup interval covers another process of the same "
+              "command")[1:3] == ["not established", "0 of 1"]
