@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specdec_jax.metrics import compare
+from specdec_jax.metrics import diagnostics
 from specdec_jax.metrics import established
 from specdec_jax.metrics import findings
 
@@ -287,6 +288,8 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "alpha": findings.alpha_table, "findings": findings.findings_table,
     "comparison": compare.comparison_table,      # two points of one run, paired (compare.py)
     "established": established.established_table,
+    "anatomy_goal": diagnostics.anatomy_goal_table,  # experiments/loop_anatomy.py --goal
+    "tree_bound": diagnostics.tree_bound_table,      # experiments/tree_bound.py
 }
 # Tables over every committed record: their marker names none (a claim counts all it can test).
 ALL_RECORDS = frozenset({"established"})

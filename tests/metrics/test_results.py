@@ -147,3 +147,22 @@ def test_tables_name_each_rows_machine():
   assert compare.machine_label(a) == "Intel Xeon, 2 cores"
   table = results.headline_table([a, b])
   assert "| Intel Xeon, 2 cores |" in table and "| AMD EPYC 7B13 64-Core, 2 cores |" in table
+
+
+def test_the_diagnostic_tables_render_their_records_figures():
+  """The tree-bound and loop-anatomy tables were typed by hand; now each cell is a record's."""
+  best = {"depth": 2, "drafted_nodes": 3, "speed_over_best_chain": 1.1617, "flat_verify": 1.16}
+  flat = {"depth": 2, "drafted_nodes": 16, "speed_over_best_chain": 0.86, "flat_verify": 1.373}
+  rec = {"name": "tb", "metrics": {"draft": "d", "chain_record": "c", "temperature": 0.0,
+                                   "best": best, "best_flat_verify": flat}}
+  out = results.render("<!-- results:tree_bound tb -->\n<!-- /results:tree_bound -->", {"tb": rec})
+  assert "| tb | d | c | 0 | 1.16x | (2, 3) | 1.37x | (2, 16) |" in out
+  row = {"gamma": 1, "goal": 1.7, "alpha_for_goal": None, "tokens_per_target_call": 1.657,
+         "speedup_end_to_end": 1.218, "speedup_end_to_end_with_free_draft": 1.5,
+         "free_draft_tokens_per_call_for_goal": 1.948, "tokens_per_call_for_goal": 2.5665}
+  rec = {"name": "la", "metrics": {"rows": {"gamma1": row, "gamma2": dict(row, gamma=2,
+                                                                          alpha_for_goal=0.891)}}}
+  out = results.render("<!-- results:anatomy_goal la -->\n<!-- /results:anatomy_goal -->",
+                       {"la": rec})
+  assert "| la | 1.7x | 1 | 1.66 | 1.22x | 1.50x | 1.95 of 2 | 2.57 (none) |" in out
+  assert "|  |  | 2 | 1.66 | 1.22x | 1.50x | 1.95 of 3 | 2.57 (0.89) |" in out
