@@ -3,14 +3,14 @@ r"""Where the time of one decode goes: memory bandwidth, the verify-cost curve, 
   python scripts/bench_loop.py                          # zoo-sized T5 target (84 MB), small draft
   python scripts/bench_loop.py --target=decoder_97m --draft=decoder_6m --max_t=8
   python scripts/bench_loop.py --xla_variants           # v(T) under several XLA:CPU settings
-  python scripts/bench_loop.py --matmul=xla,auto --shapes   # before / after the CPU kernel
+  python scripts/bench_loop.py --matmul=xla,auto            # before / after the CPU kernel
   python scripts/bench_loop.py --target=smollm2_135m --draft=smollm2_draft   # the fetched target's shape
 
 --matmul (comma list of RunConfig.matmul values, default 'xla,auto') decodes with each weight
 layout (models/packed.py: 'auto' is the packed kernel from two rows on one CPU device), every
 figure below timed for all layouts side by side in one process (the speed of a shared machine
-drifts; a before/after table from two processes would measure the drift). --shapes adds the
-kernel vs XLA's dot per matrix shape of the target's step (experiments/bench_matmul.py's table).
+drifts; a before/after table from two processes would measure the drift). The kernel against
+XLA's dot per matrix shape of the step is an experiment of its own: experiments/bench_matmul.py.
 
 Prints (random weights; speed does not depend on their values):
 1. the autoregressive ms/token beside (decode-path weight bytes) / (measured memory bandwidth),
@@ -143,8 +143,6 @@ def main(argv=None) -> dict:
   ap.add_argument("--repeats", type=int, default=7)
   ap.add_argument("--matmul", default="xla,auto",
                   help="comma list of weight layouts (RunConfig.matmul values) to compare")
-  ap.add_argument("--shapes", action="store_true",
-                  help="also time kernel vs XLA's dot per matrix shape of the target's step")
   ap.add_argument("--curve_only", action="store_true", help="only v(T) (used by --xla_variants)")
   ap.add_argument("--xla_variants", action="store_true",
                   help="also measure v(T) under each XLA:CPU setting in XLA_VARIANTS")
@@ -209,14 +207,6 @@ def main(argv=None) -> dict:
           + f" | {lay['extend_ms'][1]:.2f} | {lay['ar_ms_per_token']:.2f} | "
           f"{lay['ar_over_floor']:.2f}x | {ms['iteration']:.2f} | "
           f"{ms['draft_step_plus_verify']:.2f} | {ms['loop_overhead']:.2f}")
-
-  if args.shapes:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                    "experiments"))
-    import bench_matmul  # pylint: disable=import-outside-toplevel
-    _, kparams = packed.pack(target, tp, "kernel")
-    print("\nper matrix shape of the decode step (ms per matrix, XLA's dot / kernel):")
-    out["shapes"] = bench_matmul.bench_shapes(tp, kparams, args.repeats)
 
   if args.xla_variants:
     out["xla_variants"] = {}
