@@ -32,17 +32,9 @@ def task_frequencies(cfg, vocab_size: int, encoder_decoder: bool
   from specdec_jax.data import tasks as tasks_lib
   from specdec_jax.training import data as data_lib
   vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)  # SentencePiece or tokenizer.json
-  from specdec_jax.training import seqdata
-  out = []
-  for spec in cfg.tasks:
-    task = data_lib.tokenize_task(spec, vocab, encoder_decoder, "train")
-    ids = task.targets_NxL[task.targets_NxL > 0]
-    counts = np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size].astype(np.float64)
-    # Filed under the task a run names: a generated-sequence directory under its source task.
-    name = (seqdata.read_index(spec.name)["source_task"] if seqdata.is_generated(spec.name)
-            else spec.name)
-    out.append((name, float(spec.weight), counts / max(counts.sum(), 1.0)))
-  return out
+  return data_lib.target_frequencies(
+      [data_lib.tokenize_task(spec, vocab, encoder_decoder, "train") for spec in cfg.tasks],
+      vocab_size)
 
 
 def main(argv=None) -> int:
@@ -72,8 +64,8 @@ def main(argv=None) -> int:
     encoder_decoder = model.config.is_encoder_decoder
   v = model.vocab_size
   freqs = task_frequencies(cfg, v, encoder_decoder)
-  total = sum(w for _, w, _ in freqs)
-  mixed_V = sum(w / total * f for _, w, f in freqs)
+  from specdec_jax.training import data as data_lib
+  mixed_V = data_lib.mixed_frequencies(freqs)
   ranking = head_ranking.ranking_from_counts(mixed_V)
   source = ("token frequencies of the decoder-side training targets of " +
             ", ".join(args.gin_file) + ": " +

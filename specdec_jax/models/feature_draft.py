@@ -193,22 +193,36 @@ class FeatureDraftModule(nn.Module):
     return out_BxTxD, cache
 
   def logits(self, out_BxTxD: jax.Array) -> jax.Array:
-    h = self.head_projection(out_BxTxD) if hasattr(self, "head_projection") else out_BxTxD
-    logits = self.logits_dense(self.decoder_norm(h).astype(jnp.float32))
+    logits = self.compact_logits(out_BxTxD)
     if self.head_ids:
       logits = scatter_logits(logits, self.head_ids, self.config.vocab_size)
     return logits
+
+  def compact_logits(self, out_BxTxD: jax.Array) -> jax.Array:
+    """The head's own columns: [B, T, K] for a restricted head (its ids' order), else [B, T, V]."""
+    h = self.head_projection(out_BxTxD) if hasattr(self, "head_projection") else out_BxTxD
+    return self.target_logits(h)
+
+  def target_logits(self, state_BxTxD: jax.Array) -> jax.Array:
+    """The copied final norm and head on a target-width state, columns as `compact_logits`."""
+    return self.logits_dense(self.decoder_norm(state_BxTxD).astype(jnp.float32))
+
+  def features(self, inputs_BxE: jax.Array, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
+               encoded_BxExD: Optional[jax.Array] = None, offsets: Optional[jax.Array] = None,
+               visible: Optional[jax.Array] = None) -> jax.Array:
+    """`__call__`'s output features alone (no head)."""
+    batch, t = tokens_BxT.shape
+    mask = None if encoded_BxExD is None else inputs_BxE != self.config.pad_id
+    cache = self.empty_cache(batch, t, encoded_BxExD, mask)
+    return self.feed(cache, tokens_BxT, g_BxTxD, offsets, visible)[0]
 
   def __call__(self, inputs_BxE: jax.Array, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None, offsets: Optional[jax.Array] = None,
                visible: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
     """Teacher-forced (logits, output features) over T entries from an empty cache; T5 reads
     `encoded_BxExD`, the target's encoder output of `inputs_BxE`."""
-    batch, t = tokens_BxT.shape
-    mask = None if encoded_BxExD is None else inputs_BxE != self.config.pad_id
-    cache = self.empty_cache(batch, t, encoded_BxExD, mask)
-    logits_BxTxV, out_BxTxD, _ = self.extend(cache, tokens_BxT, g_BxTxD, offsets, visible)
-    return logits_BxTxV, out_BxTxD
+    out_BxTxD = self.features(inputs_BxE, tokens_BxT, g_BxTxD, encoded_BxExD, offsets, visible)
+    return self.logits(out_BxTxD), out_BxTxD
 
   def init_all(self, inputs_BxE, tokens_BxT, hidden_BxTxnxD, encoded_BxExD):
     return self(inputs_BxE, tokens_BxT, self.fuse_features(hidden_BxTxnxD), encoded_BxExD)
@@ -251,8 +265,9 @@ class FeatureDraft:
     """(draft, params) whose head computes the `head_ids` columns only (logit -inf elsewhere):
     `models.head_vocab`'s load-time restriction, for this draft's tree. Why: its head is the
     target's whole [D, V] head, most of what one draft step reads; exact for any ids (the
-    rejection sampler is exact for any q), only alpha can change. Checkpoints and training
-    never see a restricted head."""
+    rejection sampler is exact for any q), only alpha can change. Checkpoints never hold a
+    restricted head; training may run one (`FeatureTrainConfig.head_vocab`: a frozen piece, so
+    its checkpoints hold the same trainable params either way)."""
     ids = tuple(int(t) for t in head_ids)
     v = self.vocab_size
     if self.matmul != "xla":
@@ -391,6 +406,35 @@ class FeatureDraft:
       logits_BxTxV = self.module.apply({"params": params}, out_BxTxD,
                                        method=FeatureDraftModule.logits)
       return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", None))
+
+  def compact_logits(self, params: Params, out_BxTxD: jax.Array) -> jax.Array:
+    """The head's own columns (float32 [B, T, K], the `head_ids` order; K = V when not
+    restricted): what training with a restricted head compares to the target's p over the same
+    ids, without writing -inf into the other V - K columns."""
+    with self._rules():
+      return self.module.apply({"params": params}, out_BxTxD,
+                               method=FeatureDraftModule.compact_logits)
+
+  def target_logits(self, params: Params, state_BxTxD: jax.Array) -> jax.Array:
+    """The target's own next-token logits (compact columns) from its last layer's output state,
+    through the copied final norm and head (head='target'): a teacher computed from a stored
+    state (`training.target_states`) instead of a target pass."""
+    if self.config.head != "target":
+      raise ValueError("target_logits needs the target's head (FeatureDraftConfig.head='target')")
+    with self._rules():
+      return self.module.apply({"params": params}, state_BxTxD,
+                               method=FeatureDraftModule.target_logits)
+
+  def features(self, params: Params, inputs_BxP: jax.Array, tokens_BxT: jax.Array,
+               g_BxTxD: jax.Array, *, encoded: Optional[Encoded] = None, offsets=None,
+               visible=None) -> jax.Array:
+    """`forward`'s output features alone: training applies its own (compact) head."""
+    states = None if encoded is None else encoded.states_BxExD
+    if self.config.kind == "t5" and states is None:
+      raise ValueError("a T5 feature draft needs its target's `encoded` source")
+    with self._rules():
+      return self.module.apply({"params": params}, inputs_BxP, tokens_BxT, g_BxTxD, states,
+                               offsets, visible, method=FeatureDraftModule.features)
 
   def extend(self, params, cache, tokens_BxT):
     raise TypeError("a feature-level draft drafts from the target's features: drive it with "

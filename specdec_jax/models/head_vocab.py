@@ -15,7 +15,8 @@ head cannot propose is a rejection.
 Which tokens: the K first ids of a token ranking (`select`, EOS always among them). The rankings
 are files beside a draft's checkpoint, read and written by `checkpoints.head_ranking`; this module
 does no file I/O. The restriction is a load-time transformation (`restrict`): the checkpoint keeps
-its full head, and training never sees a restricted one. The forward pass maps a restricted head's
+its full head (a feature draft may train with its frozen head restricted:
+`FeatureTrainConfig.head_vocab`). The forward pass maps a restricted head's
 logits back to the vocabulary with `layers.scatter_logits`.
 """
 from __future__ import annotations

@@ -186,6 +186,13 @@ def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: i
   decoder-only: the sequence without its last token), `decoder_target_tokens`, `loss_weights`
   (1 where the target is not padding) and, for T5, `encoder_input_tokens`.
   """
+  task_idx, rows = rows_at(tasks, step, batch_size, seed)
+  return task_idx, batch_of(tasks[task_idx], rows)
+
+
+def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int
+            ) -> tuple[int, np.ndarray]:
+  """(task index, the task's example rows) of training step `step` (`batch_at`'s choice)."""
   order = schedule([t.spec for t in tasks])
   rounds, pos = divmod(step, len(order))
   task_idx = order[pos]
@@ -198,7 +205,11 @@ def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: i
                      f"of {batch_size}")
   epoch, slot = divmod(served, per_epoch)
   perm = np.random.default_rng([seed, task_idx, epoch]).permutation(task.size)
-  rows = perm[slot * batch_size:(slot + 1) * batch_size]
+  return task_idx, perm[slot * batch_size:(slot + 1) * batch_size]
+
+
+def batch_of(task: TokenizedTask, rows: np.ndarray) -> dict[str, np.ndarray]:
+  """The batch (`batch_at`'s arrays) of `rows` of one task."""
   seq = task.targets_NxL[rows]
   if task.inputs_NxP is not None:
     # T5: BOS (= PAD = 0) then the targets shifted right, as the decode loop feeds them.
@@ -210,7 +221,7 @@ def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: i
            "loss_weights": (targets != PAD_ID).astype(np.float32)}
   if task.inputs_NxP is not None:
     batch["encoder_input_tokens"] = task.inputs_NxP[rows]
-  return task_idx, batch
+  return batch
 
 
 def model_inputs(batch: dict) -> tuple:
@@ -221,3 +232,25 @@ def model_inputs(batch: dict) -> tuple:
   if enc is None:
     enc = np.zeros((dec.shape[0], 1), np.int32)
   return enc, dec
+
+
+def target_frequencies(tasks: Sequence[TokenizedTask], vocab_size: int
+                       ) -> list[tuple[str, float, np.ndarray]]:
+  """[(task name, weight, token frequencies [V])] over each task's decoder-side targets (pad
+  excluded): the counts a draft's head ranking is made of (`checkpoints.head_ranking`). A
+  generated-sequence directory is filed under its source task, the name a run gives."""
+  out = []
+  for task in tasks:
+    ids = task.targets_NxL[task.targets_NxL != PAD_ID]
+    counts = np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size].astype(np.float64)
+    name = task.spec.name
+    if seqdata.is_generated(name):
+      name = seqdata.read_index(name)["source_task"]
+    out.append((name, float(task.spec.weight), counts / max(counts.sum(), 1.0)))
+  return out
+
+
+def mixed_frequencies(freqs: Sequence[tuple[str, float, np.ndarray]]) -> np.ndarray:
+  """The mixture's token frequencies [V]: each task's weighted as the batches mix them."""
+  total = sum(w for _, w, _ in freqs)
+  return sum(w / total * f for _, w, f in freqs)

@@ -75,9 +75,9 @@ def block_logits(draft, params, enc, encoded, dec_BxT1: jax.Array, g_BxTxD: jax.
   offsets, visible = block_layout(t, block_size)
   tokens_BxU, g_BxUxD = block_inputs(dec_BxT1[:, 0], dec_BxT1[:, 1:], g_BxTxD, block_size,
                                      mask_id)
-  logits_BxUxV, _ = draft.forward(params, enc, tokens_BxU, g_BxUxD, encoded=encoded,
-                                  offsets=offsets, visible=visible)
-  masks_BxMxV = logits_BxUxV[:, 1 + t:]
+  out_BxUxD = draft.features(params, enc, tokens_BxU, g_BxUxD, encoded=encoded,
+                             offsets=offsets, visible=visible)
+  masks_BxMxV = draft.compact_logits(params, out_BxUxD[:, 1 + t:])  # the head on the masks only
   return masks_BxMxV.reshape(masks_BxMxV.shape[0], t, block_size - 1, -1)
 
 

@@ -34,12 +34,13 @@ import orbax.checkpoint as ocp
 
 from specdec_jax import paths
 from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
-from specdec_jax.checkpoints import loader
+from specdec_jax.checkpoints import head_ranking, loader
 from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import divergences, feature_blocks
+from specdec_jax.training import divergences, feature_blocks, target_states
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
@@ -58,6 +59,17 @@ class FeatureTrainConfig:
   adds the block loss (`feature_blocks`: G - 1 mask entries after every anchor, the parallel
   chain's draft call; 0: off), block_weight its weight, mask_id the masks' token (None: the
   target's pad id); both are recorded in the draft's config, which the parallel chain reads.
+  head_vocab: K > 0 trains against the head restricted to the K most frequent ids of the
+  training targets (the mixture's ranking, `head_vocab.select`: EOS always in), the teacher's p
+  restricted to the same ids (FR-Spec / EAGLE-3's draft vocabulary): the head, most of a step's
+  arithmetic for a 49k-token target, shrinks V / K times; the export keeps the full head and gets
+  that ranking as its `head_ranking.json`, so a run's `draft_head_vocab = K` drafts from the
+  ids it trained on; the logged KL and agreement are then over those K ids. 0: the full head.
+  target_states: a directory (under the output directory when relative) of the target's
+  precomputed states (`training.target_states`, SpecForge's offline mode): filled on the first
+  run (resumable), then every step reads its batch's states there instead of running the
+  target. Decoder-only targets and head='target' only; ~n * D * 4 bytes per token (SmolLM2,
+  n = 3: 6.9 kB; its 2,048 training replies: 4.1 GB). None: the target runs in every step.
   """
 
   target: str
@@ -82,6 +94,8 @@ class FeatureTrainConfig:
   block_size: int = 0
   block_weight: float = 1.0
   mask_id: Optional[int] = None
+  head_vocab: int = 0
+  target_states: Optional[str] = None
   seed: int = 0
   checkpoint_every: int = 100
   keep_checkpoints: int = 2
@@ -98,6 +112,14 @@ class FeatureTrainConfig:
     if self.block_size < 0 or self.block_size == 1 or self.block_weight < 0:
       raise ValueError(f"block_size must be 0 (off) or >= 2 and block_weight >= 0, got "
                        f"{self.block_size}, {self.block_weight}")
+    if not isinstance(self.head_vocab, int) or self.head_vocab < 0:
+      raise ValueError(f"head_vocab must be an integer >= 0 (0: the full head), got "
+                       f"{self.head_vocab!r}")
+    if self.head_vocab and self.head != "target":
+      raise ValueError("head_vocab restricts the target's head: it needs head='target'")
+    if self.target_states and self.head != "target":
+      raise ValueError("target_states computes the teacher through the target's head copied "
+                       "into the draft: it needs head='target'")
     self.optimizer_config()  # validates the shared settings
 
   def optimizer_config(self) -> TrainConfig:
@@ -143,10 +165,31 @@ def target_features(target: Model, layers, target_params, batch):
   return jax.lax.stop_gradient((encoded, logits, hidden))
 
 
+STATES_KEY = "target_states_BxTxnxD"  # a batch's stored states (`training.target_states`)
+
+
+def teacher(draft: FeatureDraft, target: Model, params, target_params, batch):
+  """(encoded or None, the teacher's logits over the draft's head columns [B, T, K], the states
+  at the feature layers [B, T, n, D]), no gradient: from the batch's stored states (the last
+  layer's through the copied final norm and head) when it has them, else from a target pass
+  (its logits taken at a restricted head's ids)."""
+  n = len(draft.feature_layers)
+  if STATES_KEY in batch:
+    states = jnp.asarray(batch[STATES_KEY])
+    last = target.config.num_decoder_layers
+    at = draft.feature_layers.index(last) if last in draft.feature_layers else n
+    logits = draft.target_logits(params, states[:, :, at])
+    return jax.lax.stop_gradient((None, logits, states[:, :, :n]))
+  encoded, logits, hidden = target_features(target, draft.feature_layers, target_params, batch)
+  if draft.head_ids is not None:
+    logits = jnp.take(logits, jnp.asarray(draft.head_ids, jnp.int32), axis=-1)
+  return encoded, logits, hidden
+
+
 def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
                cfg: FeatureTrainConfig):
   """(loss, metrics): forward KL of each rolled-out step to the target's next distribution."""
-  encoded, t_logits, hidden = target_features(target, draft.feature_layers, target_params, batch)
+  encoded, t_logits, hidden = teacher(draft, target, params, target_params, batch)
   enc, dec = data_lib.model_inputs(batch)
   tokens_BxT, teacher_BxTxV = dec[:, 1:], t_logits[:, 1:]
   w_BxT = batch["loss_weights"][:, 1:]
@@ -156,10 +199,11 @@ def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
   loss, metrics = 0.0, {}
   for a in range(cfg.ttt_steps + 1):
     layout = rollout_layout(t, a + 1) if a else (None, None)
-    logits, out = draft.forward(params, enc, jnp.tile(tokens_BxT, (1, a + 1)),
-                                jnp.concatenate(g_parts, axis=1), encoded=encoded,
-                                offsets=layout[0], visible=layout[1])
-    logits_a, out_a = logits[:, a * t:], out[:, a * t:]
+    out = draft.features(params, enc, jnp.tile(tokens_BxT, (1, a + 1)),
+                         jnp.concatenate(g_parts, axis=1), encoded=encoded,
+                         offsets=layout[0], visible=layout[1])
+    out_a = out[:, a * t:]
+    logits_a = draft.compact_logits(params, out_a)
     w_a = w_BxT * (jnp.arange(t) >= a)[None, :].astype(w_BxT.dtype)
     kl = divergences.weighted_sum("fkl", logits_a, teacher_BxTxV, w_a) / n
     loss = loss + (1.0 if a == 0 else cfg.ttt_weight) * kl
@@ -183,12 +227,14 @@ def start_entry_logits(draft: FeatureDraft, params, enc, encoded, dec_BxT) -> ja
   (count 0: no target state yet, nothing in the draft's cache). T5 starts every request from
   y_0, the start token: [B, 1, V]. A decoder-only request starts from its prompt's last token,
   any token at any position, so every entry alone (each sees only itself; relative positions):
-  [B, T, V], entry j predicting what the target predicts after token j."""
+  [B, T, V], entry j predicting what the target predicts after token j. (V: the head's columns,
+  K of them when restricted.)"""
   t = 1 if draft.config.kind == "t5" else dec_BxT.shape[1]
   zeros_BxTxD = jnp.zeros((dec_BxT.shape[0], t, draft.width), jnp.float32)
   alone = (None, None) if t == 1 else (np.zeros(t, np.int32), np.eye(t, dtype=bool))
-  return draft.forward(params, enc, dec_BxT[:, :t], zeros_BxTxD, encoded=encoded,
-                       offsets=alone[0], visible=alone[1])[0]
+  return draft.compact_logits(params, draft.features(params, enc, dec_BxT[:, :t], zeros_BxTxD,
+                                                     encoded=encoded, offsets=alone[0],
+                                                     visible=alone[1]))
 
 
 def start_entry_loss(draft: FeatureDraft, params, enc, encoded, dec_BxT, t_logits_BxTxV,
@@ -232,14 +278,20 @@ def split(draft: FeatureDraft, params) -> tuple[dict, dict]:
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-  """What the loop works with: fixed for the whole run."""
+  """What the loop works with: fixed for the whole run. `draft` is what is exported (the full
+  head), `trained` what the step runs (its head restricted when head_vocab > 0); `states`: the
+  stored target states per task (None: the step runs the target); `ranking`: (the mixture's,
+  {task: its own}) when head_vocab > 0."""
   cfg: FeatureTrainConfig
   draft: FeatureDraft
+  trained: FeatureDraft
   target: Model
   target_params: Any
   frozen: Any
   tasks: list
   step_fn: Any
+  states: Optional[list] = None
+  ranking: Optional[tuple] = None
 
 
 def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState]:
@@ -248,18 +300,58 @@ def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState
                                             weights_dtype="float32", scan_layers=False)
   draft = FeatureDraft(cfg.draft_config(target.config))
   params = draft.with_target_pieces(draft.init(jax.random.key(cfg.seed)), target_params)
-  trainable, frozen = split(draft, params)
   vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)
   tasks = [data_lib.tokenize_task(s, vocab, target.config.is_encoder_decoder, "train")
            for s in cfg.tasks]
+  trained, ranking = draft, None
+  if cfg.head_vocab:
+    ranking = training_ranking(tasks, draft.vocab_size)
+    ids = head_vocab.select(ranking[0], cfg.head_vocab, draft.eos_id)
+    trained, params = draft.restrict_head(params, ids)
+  trainable, frozen = split(trained, params)
+  states = _target_states(cfg, output_dir, target, target_params, draft, tasks)
   optimizer = _optimizer(cfg)
   state = TrainState(params=trainable, opt_state=optimizer.init(trainable),
                      step=jnp.int32(0), tokens=jnp.int32(0), seconds=jnp.float32(0.0))
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
     f.write(draft.config.to_json())
-  return _Setup(cfg, draft, target, target_params, frozen, tasks,
-                make_step(draft, target, cfg, optimizer)), state
+  return _Setup(cfg, draft, trained, target, target_params, frozen, tasks,
+                make_step(trained, target, cfg, optimizer), states, ranking), state
+
+
+def training_ranking(tasks, vocab_size: int) -> tuple[list[int], dict[str, list[int]]]:
+  """(the mixture's token ranking, {task: its own}) of the training targets: the ranking
+  `scripts/head_ranking.py` writes for the same config."""
+  freqs = data_lib.target_frequencies(tasks, vocab_size)
+  return (head_ranking.ranking_from_counts(data_lib.mixed_frequencies(freqs)),
+          {name: head_ranking.ranking_from_counts(f) for name, _, f in freqs})
+
+
+def _target_states(cfg: FeatureTrainConfig, output_dir: str, target: Model, target_params,
+                   draft: FeatureDraft, tasks) -> Optional[list]:
+  """The stored states (`training.target_states`), filled first where missing; None without."""
+  if not cfg.target_states:
+    return None
+  if target.config.is_encoder_decoder:
+    raise ValueError("target_states stores a decoder-only target's states; a T5 target's "
+                     "draft also reads its encoder output: train it with target_states = None")
+  directory = paths.under_run(output_dir, cfg.target_states)
+  layers = target_states.stored_layers(draft.feature_layers, target.config.num_decoder_layers)
+  meta = target_states.describe(cfg.target, layers, tasks)
+  missing = target_states.rows_to_fill(directory, meta)
+  if not missing:
+    return target_states.open_store(directory, meta)
+  from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+  @jax.jit  # the params an argument: closed over, they would be compiled in as constants
+  def states_fn(params, dec_BxT):
+    enc, dec = data_lib.model_inputs({"decoder_input_tokens": dec_BxT})
+    return target.forward_with_hidden(params, enc, dec, layers)[1]
+
+  with tqdm(total=missing, desc="target states", unit="seq") as bar:
+    return target_states.fill(directory, meta, tasks, lambda dec: states_fn(target_params, dec),
+                              target.config.emb_dim, cfg.batch_size, bar.update)
 
 
 CONFIG_FILE = "feature_draft_config.json"
@@ -297,9 +389,13 @@ def _loop(run: _Setup, state: TrainState, manager, log, crash_after_step):
   by the budget)."""
   cfg, t0, seconds0 = run.cfg, time.perf_counter(), float(state.seconds)
   step, last = int(state.step), {}
+  target_params = None if run.states is not None else run.target_params
   while step < cfg.max_steps:
-    _, batch = data_lib.batch_at(run.tasks, step, cfg.batch_size, cfg.seed)
-    state, metrics = run.step_fn(state, batch, run.frozen, run.target_params)
+    task_idx, rows = data_lib.rows_at(run.tasks, step, cfg.batch_size, cfg.seed)
+    batch = data_lib.batch_of(run.tasks[task_idx], rows)
+    if run.states is not None:
+      batch[STATES_KEY] = np.asarray(run.states[task_idx][rows])
+    state, metrics = run.step_fn(state, batch, run.frozen, target_params)
     step += 1
     if step % cfg.log_every == 0 or step == cfg.max_steps:
       last = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -333,6 +429,12 @@ def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_di
     fd_ckpt.save(export, run.draft, state.params,
                  target_name=cfg.target, target_params=run.target_params,
                  dtype=jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None)
+    if run.ranking is not None:  # the ids it trained on: `draft_head_vocab = K` picks them
+      head_ranking.write_ranking(
+          export, run.ranking[0], run.draft.vocab_size,
+          f"token frequencies of the training targets (FeatureTrainConfig.head_vocab = "
+          f"{cfg.head_vocab}: the draft trained on the first {cfg.head_vocab} of this ranking)",
+          tasks=run.ranking[1])
     summary["export_dir"] = export
   with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)

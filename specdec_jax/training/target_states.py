@@ -1,0 +1,151 @@
+"""The frozen target's states of every training sequence, computed once and read by every epoch.
+
+Why: a feature draft's training step ran the whole target on its batch (SmolLM2-135M: 8 x 320
+tokens, ~0.7 TFLOP of the ~1.6 a step cost on 2 cores), and the same 2,048 sequences came back
+every 256 steps: a 3,000-step run paid for the same target passes twelve times. This is
+SpecForge's "offline" mode for EAGLE-3: the target runs once per sequence, its states at the
+draft's feature layers and at its last layer are stored, and a step reads them
+(`feature_trainer`: the teacher's next-token logits come from the stored last-layer state through
+the draft's copy of the target's final norm and head, which are the target's own arrays).
+
+The store (a directory): one float32 array per task, `task<i>.npy` [N, T, n, D] (T = the task's
+decoder inputs, n = the layers of `stored_layers`), memory-mapped, so a batch reads its rows
+and the page cache keeps what fits; `meta.json`, what the states are of (target, layers, each
+task's name, shape and the SHA-256 of its token ids): a store made from other data is refused
+by name, never read; `progress.json`, how many rows of each task are written. Filling resumes
+from `progress.json` (rows are written, flushed, then counted), so a killed fill loses at most
+one batch and duplicates nothing; the directory's lock refuses a second writer.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from specdec_jax import lock
+
+META_FILE = "meta.json"
+PROGRESS_FILE = "progress.json"
+Params = Any
+
+
+def stored_layers(feature_layers: Sequence[int], num_layers: int) -> tuple[int, ...]:
+  """The draft's feature layers, then the last layer's output if it is not one of them (the
+  teacher's logits are computed from it)."""
+  layers = tuple(int(i) for i in feature_layers)
+  return layers if num_layers in layers else layers + (num_layers,)
+
+
+def describe(target_name: str, layers: Sequence[int], tasks) -> dict:
+  """What a store holds: the fingerprint `meta.json` keeps and `open_store` checks."""
+  return {"target": target_name, "layers": [int(i) for i in layers],
+          "tasks": [{"name": t.spec.name, "rows": int(t.size),
+                     "length": int(t.targets_NxL.shape[1]) - 1,
+                     "sha256": hashlib.sha256(np.ascontiguousarray(t.targets_NxL)).hexdigest()}
+                    for t in tasks]}
+
+
+def _array_path(directory: str, i: int) -> str:
+  return os.path.join(directory, f"task{i}.npy")
+
+
+def _write_json(path: str, value: Any) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _check_meta(directory: str, meta: dict) -> None:
+  with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
+    have = json.load(f)
+  for key in ("target", "layers", "tasks"):
+    if have.get(key) != meta[key]:
+      raise ValueError(f"target states in {directory} were computed for another {key} "
+                       f"({have.get(key)!r}, this run: {meta[key]!r}); give the run another "
+                       "target_states directory or delete this one")
+
+
+def fill(directory: str, meta: dict, tasks, states_fn: Callable[[np.ndarray], np.ndarray],
+         width: int, batch_size: int, progress: Optional[Callable[[int], None]] = None
+         ) -> list[np.ndarray]:
+  """Computes what is missing of the store and returns its arrays (read-only memory maps).
+
+  `states_fn(decoder_inputs [B, T]) -> [B, T, n, width]` float32: the target's states at the
+  stored layers (the caller jits it). `progress(rows)` is called after each written batch."""
+  os.makedirs(directory, exist_ok=True)
+  with lock.hold(directory, "target-state fill"):
+    meta_path = os.path.join(directory, META_FILE)
+    if os.path.exists(meta_path):
+      _check_meta(directory, meta)
+    else:
+      _check_space(directory, meta, width)
+      _write_json(meta_path, meta)
+    done = _read_progress(directory, len(tasks))
+    n = len(meta["layers"])
+    for i, task in enumerate(tasks):
+      rows, length = task.size, task.targets_NxL.shape[1] - 1
+      path = _array_path(directory, i)
+      mode = "r+" if os.path.exists(path) else "w+"
+      out = np.lib.format.open_memmap(path, mode=mode, dtype=np.float32,
+                                      shape=(rows, length, n, width))
+      for start in range(done[i], rows, batch_size):
+        inputs_BxT = task.targets_NxL[start:start + batch_size, :-1]
+        out[start:start + len(inputs_BxT)] = np.asarray(states_fn(inputs_BxT), np.float32)
+        out.flush()
+        done[i] = start + len(inputs_BxT)
+        _write_json(os.path.join(directory, PROGRESS_FILE), done)
+        if progress is not None:
+          progress(len(inputs_BxT))
+      del out
+  return open_store(directory, meta)
+
+
+def open_store(directory: str, meta: dict) -> list[np.ndarray]:
+  """The store's arrays, read-only memory maps; refuses a store of other data or one not full."""
+  if not os.path.exists(os.path.join(directory, META_FILE)):
+    raise FileNotFoundError(f"no target states in {directory} (training fills them first)")
+  _check_meta(directory, meta)
+  done = _read_progress(directory, len(meta["tasks"]))
+  arrays = []
+  for i, task in enumerate(meta["tasks"]):
+    if done[i] != task["rows"]:
+      raise ValueError(f"target states in {directory}: task {task['name']!r} has {done[i]} of "
+                       f"{task['rows']} rows (re-run the training command to finish the fill)")
+    arrays.append(np.load(_array_path(directory, i), mmap_mode="r"))
+  return arrays
+
+
+def rows_to_fill(directory: str, meta: dict) -> int:
+  """How many rows a fill of `directory` still has to compute (all of them for a new store)."""
+  if not os.path.exists(os.path.join(directory, META_FILE)):
+    return sum(t["rows"] for t in meta["tasks"])
+  _check_meta(directory, meta)
+  done = _read_progress(directory, len(meta["tasks"]))
+  return sum(t["rows"] - d for t, d in zip(meta["tasks"], done))
+
+
+def _read_progress(directory: str, count: int) -> list[int]:
+  path = os.path.join(directory, PROGRESS_FILE)
+  if not os.path.exists(path):
+    return [0] * count
+  with open(path, encoding="utf-8") as f:
+    done = json.load(f)
+  if not isinstance(done, list) or len(done) != count:
+    raise ValueError(f"{path} is not a list of {count} row counts: {done!r}")
+  return [int(d) for d in done]
+
+
+def _check_space(directory: str, meta: dict, width: int) -> None:
+  need = sum(t["rows"] * t["length"] for t in meta["tasks"]) * len(meta["layers"]) * width * 4
+  free = shutil.disk_usage(directory).free
+  if need > free:
+    raise OSError(f"target states need {need / 2**30:.1f} GiB in {directory}, which has "
+                  f"{free / 2**30:.1f} GiB free; point target_states at a larger disk")
