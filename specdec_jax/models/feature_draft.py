@@ -97,6 +97,11 @@ class FeatureDraftConfig:
   def for_target(cls, target: ModelConfig, **overrides) -> "FeatureDraftConfig":
     """A draft shaped for `target`: its vocabulary, width, encoder width, and its low / middle /
     high states (embeddings, the middle layer's output, the last layer's output)."""
+    if target.norm_offset and overrides.get("head", "target") == "target":
+      raise ValueError(
+          f"this target's final norm multiplies by (norm_offset {target.norm_offset:g} + scale) "
+          "(Gemma); the feature draft's copy of it has no offset, so head='target' would read "
+          "another head than the target's: use head='own'")
     n = target.num_decoder_layers
     base = dict(kind=target.kind, vocab_size=target.vocab_size, target_dim=target.emb_dim,
                 feature_layers=tuple(sorted({0, n // 2, n})), emb_dim=target.emb_dim,

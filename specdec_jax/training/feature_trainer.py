@@ -63,8 +63,9 @@ class FeatureTrainConfig:
   training targets (the mixture's ranking, `head_vocab.select`: EOS always in), the teacher's p
   restricted to the same ids (FR-Spec / EAGLE-3's draft vocabulary): the head, most of a step's
   arithmetic for a 49k-token target, shrinks V / K times; the export keeps the full head and gets
-  that ranking as its `head_ranking.json`, so a run's `draft_head_vocab = K` drafts from the
-  ids it trained on; the logged KL and agreement are then over those K ids. 0: the full head.
+  that ranking as its `head_ranking.json` (the mixture's only, no per-task rankings), so a run's
+  `draft_head_vocab = K` drafts from the ids it trained on, whatever its task; the logged KL and
+  agreement are then over those K ids. 0: the full head.
   target_states: a directory (under the output directory when relative) of the target's
   precomputed states (`training.target_states`, SpecForge's offline mode): filled on the first
   run (resumable), then every step reads its batch's states there instead of running the
@@ -280,8 +281,8 @@ def split(draft: FeatureDraft, params) -> tuple[dict, dict]:
 class _Setup:
   """What the loop works with: fixed for the whole run. `draft` is what is exported (the full
   head), `trained` what the step runs (its head restricted when head_vocab > 0); `states`: the
-  stored target states per task (None: the step runs the target); `ranking`: (the mixture's,
-  {task: its own}) when head_vocab > 0."""
+  stored target states per task (None: the step runs the target); `ranking`: the mixture's
+  token ranking when head_vocab > 0."""
   cfg: FeatureTrainConfig
   draft: FeatureDraft
   trained: FeatureDraft
@@ -291,7 +292,7 @@ class _Setup:
   tasks: list
   step_fn: Any
   states: Optional[list] = None
-  ranking: Optional[tuple] = None
+  ranking: Optional[list] = None
 
 
 def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState]:
@@ -306,7 +307,7 @@ def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState
   trained, ranking = draft, None
   if cfg.head_vocab:
     ranking = training_ranking(tasks, draft.vocab_size)
-    ids = head_vocab.select(ranking[0], cfg.head_vocab, draft.eos_id)
+    ids = head_vocab.select(ranking, cfg.head_vocab, draft.eos_id)
     trained, params = draft.restrict_head(params, ids)
   trainable, frozen = split(trained, params)
   states = _target_states(cfg, output_dir, target, target_params, draft, tasks)
@@ -320,12 +321,11 @@ def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState
                 make_step(trained, target, cfg, optimizer), states, ranking), state
 
 
-def training_ranking(tasks, vocab_size: int) -> tuple[list[int], dict[str, list[int]]]:
-  """(the mixture's token ranking, {task: its own}) of the training targets: the ranking
-  `scripts/head_ranking.py` writes for the same config."""
+def training_ranking(tasks, vocab_size: int) -> list[int]:
+  """The mixture's token ranking of the training targets (`scripts/head_ranking.py`'s
+  "ranking" for the same config)."""
   freqs = data_lib.target_frequencies(tasks, vocab_size)
-  return (head_ranking.ranking_from_counts(data_lib.mixed_frequencies(freqs)),
-          {name: head_ranking.ranking_from_counts(f) for name, _, f in freqs})
+  return head_ranking.ranking_from_counts(data_lib.mixed_frequencies(freqs))
 
 
 def _target_states(cfg: FeatureTrainConfig, output_dir: str, target: Model, target_params,
@@ -338,7 +338,8 @@ def _target_states(cfg: FeatureTrainConfig, output_dir: str, target: Model, targ
                      "draft also reads its encoder output: train it with target_states = None")
   directory = paths.under_run(output_dir, cfg.target_states)
   layers = target_states.stored_layers(draft.feature_layers, target.config.num_decoder_layers)
-  meta = target_states.describe(cfg.target, layers, tasks)
+  meta = target_states.describe(cfg.target, fd_ckpt.target_digest(target_params), layers,
+                                tasks, target.config.emb_dim)
   missing = target_states.rows_to_fill(directory, meta)
   if not missing:
     return target_states.open_store(directory, meta)
@@ -351,7 +352,7 @@ def _target_states(cfg: FeatureTrainConfig, output_dir: str, target: Model, targ
 
   with tqdm(total=missing, desc="target states", unit="seq") as bar:
     return target_states.fill(directory, meta, tasks, lambda dec: states_fn(target_params, dec),
-                              target.config.emb_dim, cfg.batch_size, bar.update)
+                              cfg.batch_size, bar.update)
 
 
 CONFIG_FILE = "feature_draft_config.json"
@@ -430,11 +431,12 @@ def _finish(run: _Setup, state: TrainState, last: dict, stopped: bool, output_di
                  target_name=cfg.target, target_params=run.target_params,
                  dtype=jnp.dtype(cfg.export_dtype) if cfg.export_dtype else None)
     if run.ranking is not None:  # the ids it trained on: `draft_head_vocab = K` picks them
+      # The mixture's ranking only: with per-task rankings a run on one task would restrict the
+      # head to that task's K ids, some of which the training softmax never held down.
       head_ranking.write_ranking(
-          export, run.ranking[0], run.draft.vocab_size,
+          export, run.ranking, run.draft.vocab_size,
           f"token frequencies of the training targets (FeatureTrainConfig.head_vocab = "
-          f"{cfg.head_vocab}: the draft trained on the first {cfg.head_vocab} of this ranking)",
-          tasks=run.ranking[1])
+          f"{cfg.head_vocab}: the draft trained on the first {cfg.head_vocab} of this ranking)")
     summary["export_dir"] = export
   with open(os.path.join(output_dir, "train_summary.json"), "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=1)

@@ -41,9 +41,13 @@ def stored_layers(feature_layers: Sequence[int], num_layers: int) -> tuple[int, 
   return layers if num_layers in layers else layers + (num_layers,)
 
 
-def describe(target_name: str, layers: Sequence[int], tasks) -> dict:
-  """What a store holds: the fingerprint `meta.json` keeps and `open_store` checks."""
-  return {"target": target_name, "layers": [int(i) for i in layers],
+def describe(target_name: str, target_digest: str, layers: Sequence[int], tasks,
+             width: int) -> dict:
+  """What a store holds: the fingerprint `meta.json` keeps and `open_store` checks (the
+  target's weights by digest: a target re-converted or fine-tuned under the same name would
+  otherwise be trained against its old states)."""
+  return {"target": target_name, "target_digest": target_digest,
+          "layers": [int(i) for i in layers], "width": int(width),
           "tasks": [{"name": t.spec.name, "rows": int(t.size),
                      "length": int(t.targets_NxL.shape[1]) - 1,
                      "sha256": hashlib.sha256(np.ascontiguousarray(t.targets_NxL)).hexdigest()}
@@ -66,7 +70,7 @@ def _write_json(path: str, value: Any) -> None:
 def _check_meta(directory: str, meta: dict) -> None:
   with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
     have = json.load(f)
-  for key in ("target", "layers", "tasks"):
+  for key in ("target", "target_digest", "layers", "width", "tasks"):
     if have.get(key) != meta[key]:
       raise ValueError(f"target states in {directory} were computed for another {key} "
                        f"({have.get(key)!r}, this run: {meta[key]!r}); give the run another "
@@ -74,7 +78,7 @@ def _check_meta(directory: str, meta: dict) -> None:
 
 
 def fill(directory: str, meta: dict, tasks, states_fn: Callable[[np.ndarray], np.ndarray],
-         width: int, batch_size: int, progress: Optional[Callable[[int], None]] = None
+         batch_size: int, progress: Optional[Callable[[int], None]] = None
          ) -> list[np.ndarray]:
   """Computes what is missing of the store and returns its arrays (read-only memory maps).
 
@@ -86,16 +90,21 @@ def fill(directory: str, meta: dict, tasks, states_fn: Callable[[np.ndarray], np
     if os.path.exists(meta_path):
       _check_meta(directory, meta)
     else:
-      _check_space(directory, meta, width)
+      leftovers = sorted(f for f in os.listdir(directory)
+                         if f == PROGRESS_FILE or (f.startswith("task") and f.endswith(".npy")))
+      if leftovers:
+        raise ValueError(f"{directory} holds {leftovers} but no {META_FILE}: states of unknown "
+                         "data; delete them or give the run another target_states directory")
+      _check_space(directory, meta)
       _write_json(meta_path, meta)
     done = _read_progress(directory, len(tasks))
-    n = len(meta["layers"])
     for i, task in enumerate(tasks):
-      rows, length = task.size, task.targets_NxL.shape[1] - 1
-      path = _array_path(directory, i)
-      mode = "r+" if os.path.exists(path) else "w+"
-      out = np.lib.format.open_memmap(path, mode=mode, dtype=np.float32,
-                                      shape=(rows, length, n, width))
+      path, shape = _array_path(directory, i), _shape(meta, i)
+      if os.path.exists(path):
+        out = _check_array(np.lib.format.open_memmap(path, mode="r+"), shape, path)
+      else:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+      rows = shape[0]
       for start in range(done[i], rows, batch_size):
         inputs_BxT = task.targets_NxL[start:start + batch_size, :-1]
         out[start:start + len(inputs_BxT)] = np.asarray(states_fn(inputs_BxT), np.float32)
@@ -119,8 +128,21 @@ def open_store(directory: str, meta: dict) -> list[np.ndarray]:
     if done[i] != task["rows"]:
       raise ValueError(f"target states in {directory}: task {task['name']!r} has {done[i]} of "
                        f"{task['rows']} rows (re-run the training command to finish the fill)")
-    arrays.append(np.load(_array_path(directory, i), mmap_mode="r"))
+    path = _array_path(directory, i)
+    arrays.append(_check_array(np.load(path, mmap_mode="r"), _shape(meta, i), path))
   return arrays
+
+
+def _shape(meta: dict, i: int) -> tuple[int, int, int, int]:
+  task = meta["tasks"][i]
+  return (task["rows"], task["length"], len(meta["layers"]), meta["width"])
+
+
+def _check_array(array: np.ndarray, shape: tuple, path: str) -> np.ndarray:
+  if array.shape != shape or array.dtype != np.float32:
+    raise ValueError(f"{path} holds {array.dtype} {array.shape}, not float32 {shape} as its "
+                     f"{META_FILE} says; delete the store and let the run fill it again")
+  return array
 
 
 def rows_to_fill(directory: str, meta: dict) -> int:
@@ -143,8 +165,9 @@ def _read_progress(directory: str, count: int) -> list[int]:
   return [int(d) for d in done]
 
 
-def _check_space(directory: str, meta: dict, width: int) -> None:
-  need = sum(t["rows"] * t["length"] for t in meta["tasks"]) * len(meta["layers"]) * width * 4
+def _check_space(directory: str, meta: dict) -> None:
+  need = (sum(t["rows"] * t["length"] for t in meta["tasks"]) * len(meta["layers"])
+          * meta["width"] * 4)
   free = shutil.disk_usage(directory).free
   if need > free:
     raise OSError(f"target states need {need / 2**30:.1f} GiB in {directory}, which has "

@@ -117,3 +117,12 @@ def test_a_tied_targets_head_is_its_embedding_table():
   apply = lambda fn: np.asarray(draft.module.apply({"params": dp}, h, method=fn))  # noqa: E731
   want = np.einsum("btd,vd->btv", apply(lambda m, x: m.decoder_norm(x)), table_VxD)
   np.testing.assert_allclose(apply(lambda m, x: m.logits(x)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_gemma_style_final_norm_is_refused_for_the_targets_head():
+  """Gemma's final norm multiplies by (1 + scale) and the draft's copy has no offset: its head
+  would be another head than the target's (and an offline teacher another distribution)."""
+  gemma = get_preset("llama_test_target", norm_offset=1.0)
+  with pytest.raises(ValueError, match="norm_offset 1"):
+    FeatureDraftConfig.for_target(gemma)
+  assert FeatureDraftConfig.for_target(gemma, head="own").head == "own"
