@@ -126,3 +126,33 @@ def test_argmax_is_jnp_argmax_bit_for_bit():
   xi = rng.integers(-2, 3, size=(32, 17)).astype(np.int32)
   np.testing.assert_array_equal(np.asarray(argmax(jnp.asarray(xi))),
                                 np.asarray(jnp.argmax(jnp.asarray(xi), axis=-1)))
+
+
+def _sorted_top_p(logits, top_p):
+  """The nucleus by sorting (the implementation the bisection replaced): the reference."""
+  probs = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1), np.float64)
+  out = np.array(logits, np.float32, copy=True)
+  for row, p in zip(out.reshape(-1, out.shape[-1]), probs.reshape(-1, probs.shape[-1])):
+    order = np.argsort(-p, kind="stable")
+    before = np.cumsum(p[order]) - p[order]
+    tau = p[order][before < top_p].min()
+    row[p < tau] = -np.inf
+  return out
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.7, 0.95, 0.999])  # 0.7: the edge inside a tie
+def test_top_p_keeps_the_sorts_nucleus_ties_and_masked_entries_included(top_p):
+  """The bisection must keep exactly the sort's set: the smallest most-likely set reaching
+  top_p, every token tied at its edge kept, entries already at -inf (top-k) never revived."""
+  rng = np.random.default_rng(int(top_p * 1000))
+  wide = rng.standard_normal((3, 4096)).astype(np.float32) * 2.5       # a 4k vocabulary
+  peaked = np.full((2, 64), -4.0, np.float32)
+  peaked[:, :3] = [3.0, 2.0, 2.0]                                      # a tie at the edge
+  masked = rng.standard_normal((2, 64)).astype(np.float32)
+  masked[:, 40:] = -np.inf                                             # after top-k
+  for logits in (wide, peaked, masked):
+    got = np.asarray(process_logits(jnp.asarray(logits), SamplingConfig(temperature=1.0,
+                                                                        top_p=top_p)))
+    want = _sorted_top_p(logits, top_p)
+    np.testing.assert_array_equal(got > 0, np.isfinite(want), err_msg=f"top_p {top_p}")
+    np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-5)
