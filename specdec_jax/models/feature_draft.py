@@ -206,11 +206,12 @@ class FeatureDraftModule(nn.Module):
   def compact_logits(self, out_BxTxD: jax.Array) -> jax.Array:
     """The head's own columns: [B, T, K] for a restricted head (its ids' order), else [B, T, V]."""
     h = self.head_projection(out_BxTxD) if hasattr(self, "head_projection") else out_BxTxD
-    return self.target_logits(h)
+    return self.norm_and_head(h)
 
-  def target_logits(self, state_BxTxD: jax.Array) -> jax.Array:
-    """The copied final norm and head on a target-width state, columns as `compact_logits`."""
-    return self.logits_dense(self.decoder_norm(state_BxTxD).astype(jnp.float32))
+  def norm_and_head(self, h_BxTxD: jax.Array) -> jax.Array:
+    """The final norm and head on a head-width state (the target's copies when head='target'),
+    columns as `compact_logits`."""
+    return self.logits_dense(self.decoder_norm(h_BxTxD).astype(jnp.float32))
 
   def features(self, inputs_BxE: jax.Array, tokens_BxT: jax.Array, g_BxTxD: jax.Array,
                encoded_BxExD: Optional[jax.Array] = None, offsets: Optional[jax.Array] = None,
@@ -428,7 +429,7 @@ class FeatureDraft:
       raise ValueError("target_logits needs the target's head (FeatureDraftConfig.head='target')")
     with self._rules():
       return self.module.apply({"params": params}, state_BxTxD,
-                               method=FeatureDraftModule.target_logits)
+                               method=FeatureDraftModule.norm_and_head)
 
   def features(self, params: Params, inputs_BxP: jax.Array, tokens_BxT: jax.Array,
                g_BxTxD: jax.Array, *, encoded: Optional[Encoded] = None, offsets=None,
