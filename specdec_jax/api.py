@@ -40,16 +40,13 @@ from specdec_jax import seam, timing
 from specdec_jax.checkpoints import loader
 from specdec_jax.data import hf_tokenizer, humaneval as humaneval_lib, local_tasks, ngram_tables, tasks
 from specdec_jax.decoding.adaptive import AdaptiveConfig
-from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import plan
-from specdec_jax.decoding.drafter import is_feature_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.metrics import acceptance, code_exec
 from specdec_jax.models import packed
-from specdec_jax.runner import drafts as drafts_lib
+from specdec_jax.runner import drafts as drafts_lib, schedule
 from specdec_jax.runner.run_config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
 from specdec_jax.api_results import Benchmark, Generation
 
@@ -209,7 +206,9 @@ class Pair:
         alone (the baseline); 'adaptive': a per-example draft length up to 8
         (`decoding.adaptive`, any draft); 'tree': a static draft tree per target call, `tree`
         (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
-        dynamic, from the target's states, `decoding.drafter`); None: 4 with a draft, else 0.
+        dynamic, from the target's states, `decoding.drafter`); None: 4 with a draft, else 0;
+        or the scheme itself (`Chain(3)`, a `TreeScheme`, `DynamicTreeScheme`,
+        `LookupTreeScheme` or `AdaptiveConfig`), as a run's GAMMA may be (`runner.schedule`).
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target
@@ -229,23 +228,20 @@ class Pair:
     """
     if gamma is None:
       gamma = 0 if self.draft is None else 4
-    if gamma not in ("adaptive", "tree") and not (_is_int(gamma) and gamma >= 0):
-      raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive' or "
-                       f"'tree', got {gamma!r}")
-    scheme, drafter = ((AdaptiveConfig(), None) if gamma == "adaptive"
-                       else (_tree_scheme(tree), None) if gamma == "tree"
-                       else plan(self.draft, int(gamma), parallel=parallel,
-                                 lookup_gamma=lookup_gamma, lookup_ngram=lookup_ngram) if gamma
-                       else (Autoregressive(), None))
-    if gamma in ("adaptive", "tree") and (parallel or lookup_gamma):
-      raise ValueError(f"gamma={gamma!r} is not combined with parallel=True or lookup_gamma: "
-                       "those choose a feature-level draft's chain (an int gamma)")
-    if lookup_gamma and not is_feature_draft(self.draft):
-      raise ValueError("lookup_gamma combines prompt lookup with a feature-level draft; this "
-                       "Pair's draft is not one")
-    if parallel and not is_feature_draft(self.draft):
-      raise ValueError("parallel=True drafts a block in one call of a feature-level draft; "
-                       "this Pair's draft is not one")
+    gamma, given = schedule.lower(gamma)  # a scheme object (Chain, TreeScheme, ...) in shorthand
+    gamma = int(gamma) if _is_int(gamma) else gamma
+    if gamma not in (schedule.ADAPTIVE, schedule.TREE) and not (_is_int(gamma) and gamma >= 0):
+      raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive', "
+                       f"'tree' or a scheme, got {gamma!r} ('auto' is the run's autotuner: "
+                       "python -m specdec_jax.run with GAMMA = 'auto')")
+    value = (given.get("tree") or _tree_scheme(tree) if gamma == schedule.TREE
+             else given.get("adaptive") or AdaptiveConfig() if gamma == schedule.ADAPTIVE
+             else gamma)
+    schedule.check_pair(gamma, self.draft, parallel=parallel, lookup_gamma=lookup_gamma,
+                        trees=[value] if gamma == schedule.TREE else [])
+    scheme, drafter = schedule.decoding_scheme(value, self.draft, parallel=parallel,
+                                               lookup_gamma=lookup_gamma,
+                                               lookup_ngram=lookup_ngram)
     draft = None if gamma == 0 else self.draft
     if scheme.needs_draft and draft is None:
       raise ValueError(f"gamma={gamma!r} drafts, but this Pair has no draft: load(target, "

@@ -170,7 +170,10 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
                             calibration="in_sample", sample_examples=False)
   gammas = config_lib.as_list(cfg.gamma)
   gamma = opts.gamma or next((g for g in gammas if isinstance(g, int) and g > 0), 4)
-  scheme, label = _scheme(cfg, opts, gamma)
+  if opts.fault == "sibling_residual_from_p" and (
+      opts.gamma is not None or config_lib.TREE not in config_lib.as_list(cfg.gamma)):
+    raise ValueError("the sibling_residual_from_p fault is a tree verifier's: check a tree run "
+                     "(GAMMA='tree', e.g. --gin_file=gin/decoding/tree.gin) without --gamma")
   loaded = pipeline.load(cfg)
   if opts.example >= len(loaded.prompts.examples):
     raise ValueError(f"--example {opts.example} is past the task's last example (it has "
@@ -178,6 +181,7 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   temperature = config_lib.temperatures(cfg)[0]
   spec = config_lib.draft_specs(cfg)[0]
   draft, dparams = loaded.drafts[spec]
+  scheme, drafter, label = _scheme(cfg, opts, gamma, draft)
   sampling = pipeline.sampling_of(cfg, temperature)
   rule = cfg.rule
   target = loaded.target
@@ -187,8 +191,8 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
                  if opts.fault == "residual_from_p" else contextlib.nullcontext(rule))
   with faulty_rule as rule:
     ar_rows, sp_rows, rates, seconds = _decode_samples(
-        cfg, opts, loaded, _decoders(opts, loaded, target, draft, sampling, scheme, rule),
-        dparams)
+        cfg, opts, loaded, _decoders(opts, loaded, target, draft, sampling, (scheme, drafter),
+                                     rule), dparams)
   info = dict(target=loaded.target_name, draft=spec.name, temperature=temperature,
               top_k=cfg.top_k, top_p=cfg.top_p, rule=cfg.rule, fault=opts.fault, gamma=label,
               example=opts.example, acceptance_rate=rates[0] / max(rates[1], 1),
@@ -197,36 +201,35 @@ def sample_both(cfg, opts: CheckOptions, log=logging.info):
   return ar_rows, sp_rows, info
 
 
-def _scheme(cfg, opts: CheckOptions, gamma: int):
-  """(the speculative scheme checked, its label): the adaptive loop with --adaptive_gamma_max,
-  the run's tree where GAMMA is 'tree' and no --gamma is given (with the sibling fault, its
-  faulty verifier), else the chain of `gamma`."""
+def _scheme(cfg, opts: CheckOptions, gamma: int, draft):
+  """(the speculative scheme checked, its drafter, its label), built as the run builds it
+  (`runner.schedule.decoding_scheme`, with the run's feature-draft chain options): the adaptive
+  loop with --adaptive_gamma_max, the run's tree where GAMMA is 'tree' and no --gamma is given
+  (with the sibling fault, its faulty verifier), else the chain of `gamma`."""
   # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding import adaptive
-  from specdec_jax.decoding.speculative import Chain
-  from specdec_jax.runner import run_config as config_lib
+  from specdec_jax.runner import drafts as drafts_lib, schedule
   if opts.adaptive_gamma_max > 0:
-    return (adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
-                                    confidence_threshold=opts.confidence_threshold),
-            f"adaptive<={opts.adaptive_gamma_max}")
-  tree = opts.gamma is None and config_lib.TREE in config_lib.as_list(cfg.gamma)
-  if opts.fault == "sibling_residual_from_p" and not tree:
-    raise ValueError("the sibling_residual_from_p fault is a tree verifier's: check a tree run "
-                     "(GAMMA='tree', e.g. --gin_file=gin/decoding/tree.gin) without --gamma")
-  if not tree:
-    return Chain(gamma), gamma
-  scheme = cfg.tree_scheme()
-  if opts.fault == "sibling_residual_from_p":
-    scheme = dataclasses.replace(scheme, verifier=_sibling_residual_from_p_verifier)
-  return scheme, f"tree({scheme.tree.num_nodes} nodes, depth {scheme.tree.max_depth})"
+    value = adaptive.AdaptiveConfig(gamma_max=opts.adaptive_gamma_max,
+                                    confidence_threshold=opts.confidence_threshold)
+    label = f"adaptive<={opts.adaptive_gamma_max}"
+  elif opts.gamma is None and schedule.TREE in schedule.as_list(cfg.gamma):
+    value = cfg.tree_scheme()
+    if opts.fault == "sibling_residual_from_p":
+      value = dataclasses.replace(value, verifier=_sibling_residual_from_p_verifier)
+    label = f"tree({value.tree.num_nodes} nodes, depth {value.tree.max_depth})"
+  else:
+    value, label = gamma, gamma
+  scheme, drafter = schedule.decoding_scheme(value, draft, **drafts_lib.chain_options(cfg))
+  return scheme, drafter, label
 
 
-def _decoders(opts: CheckOptions, loaded, target, draft, sampling, scheme, rule):
+def _decoders(opts: CheckOptions, loaded, target, draft, sampling, scheme_drafter, rule):
   """(the autoregressive Decoder, the speculative one) of `opts.num_tokens` tokens each."""
   from specdec_jax.decoding.decoder import Decoder  # pylint: disable=import-outside-toplevel
-  k = opts.num_tokens
+  k, (scheme, drafter) = opts.num_tokens, scheme_drafter
   return (Decoder(loaded.target, sampling=sampling, max_decode_len=k),
-          Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k))
+          Decoder(target, draft, scheme, sampling, rule=rule, max_decode_len=k, drafter=drafter))
 
 
 def _decode_samples(cfg, opts: CheckOptions, loaded, decoders, dparams):

@@ -17,11 +17,13 @@ import gin
 
 from specdec_jax import gin_utils
 from specdec_jax.decoding.adaptive import AdaptiveConfig  # GAMMA = 'adaptive'
+from specdec_jax.decoding.speculative import Chain  # GAMMA = @Chain() (runner/schedule.py)
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme  # GAMMA = 'tree', dynamic
 from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
 from specdec_jax.runner.run_config import RunConfig
+from specdec_jax.runner.schedule import Auto  # GAMMA = @Auto()
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.data import TaskSpec
@@ -30,7 +32,8 @@ from specdec_jax.training.feature_trainer import FeatureTrainConfig
 
 MODULE = "specdec"
 CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, DynamicTreeScheme, MeshConfig, TrainConfig,
-           TaskSpec, DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme)
+           TaskSpec, DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme,
+           Chain, Auto)
 
 
 def register() -> None:

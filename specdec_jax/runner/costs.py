@@ -31,10 +31,10 @@ import jax.numpy as jnp
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.draft_schemes import plan
 from specdec_jax.decoding.feature_entries import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
 from specdec_jax.metrics import acceptance, theory
+from specdec_jax.runner import schedule
 from specdec_jax.runner.run_config import AUTO, GAMMA_WORDS, DraftSpec, as_list
 
 # Rounds of the loops' interleaved timing (medians; each round decodes the calibration prompts
@@ -157,9 +157,9 @@ def loop_order(key) -> tuple:
 
 def scheme_of(program, draft=None, **chain_options) -> tuple[Any, Any]:
   """(scheme, drafter) a timed program decodes with: the chain at a gamma, or the tree scheme,
-  with the draft's drafter (`draft_schemes.plan`: by `chain_options` a feature draft's chain is
-  its parallel block or the lookup-or-feature drafter; None: the draft's default)."""
-  return plan(draft, program, **chain_options)
+  with the draft's drafter (`schedule.decoding_scheme`: by `chain_options` a feature draft's
+  chain is its parallel block or the lookup-or-feature drafter; None: the draft's default)."""
+  return schedule.decoding_scheme(program, draft, **chain_options)
 
 
 def verify_tokens_needed(gammas, gamma_max: int) -> list[int]:

@@ -23,10 +23,9 @@ from specdec_jax.data import tasks
 from specdec_jax.decoding import drafters
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
-from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.runner.run_config import (ADAPTIVE, AUTO, FEATURE_DRAFT, GAMMA_WORDS, MODEL_DRAFT,
-                                      TREE, DraftSpec, RunConfig, as_list)
+from specdec_jax.runner import schedule
+from specdec_jax.runner.run_config import (AUTO, FEATURE_DRAFT, MODEL_DRAFT, TREE, DraftSpec,
+                                           RunConfig, as_list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,41 +172,15 @@ def chain_options(cfg: RunConfig) -> dict:
 
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
-  """Refuses the feature-level draft's options without one, or combined in ways not built,
-  before anything is loaded (trees, static and dynamic, and GAMMA='adaptive' are drafted from
-  the target's states: every scheme takes the feature drafter, `decoding.drafter`). A mesh is
-  fine: the draft is placed on the draft rules like a token draft (`sharding.place_models`), its
-  pending features batch-sharded."""
-  feature = [s.name for s in specs if s.kind == FEATURE_DRAFT]
-  if cfg.feature_parallel and not feature:
-    raise ValueError("RunConfig.feature_parallel decodes a feature-level draft with the parallel "
-                     "chain: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
-  if cfg.feature_lookup_gamma and not feature:
-    raise ValueError("RunConfig.feature_lookup_gamma combines prompt lookup with a feature-level "
-                     "draft: the run has none (DRAFT_CHECKPOINT holding feature_draft_config.json)")
-  if not feature:
-    return
-  if cfg.feature_parallel and ADAPTIVE in as_list(cfg.gamma):
-    raise ValueError(f"GAMMA={ADAPTIVE!r} drafts a feature-level draft's tokens one call at a "
-                     "time (the adaptive chain); it is not combined with feature_parallel")
-  if cfg.feature_lookup_gamma:
-    if cfg.feature_parallel:
-      raise ValueError("RunConfig.feature_lookup_gamma drafts with the feature chain where the "
-                       "lookup does not match; it is not combined with feature_parallel")
-    words = [g for g in as_list(cfg.gamma) if g in GAMMA_WORDS]
-    if words:
-      raise ValueError(f"RunConfig.feature_lookup_gamma decodes at fixed int GAMMAs only, got "
-                       f"{words[0]!r}: 'auto' predicts a chain's speedup from its acceptance, "
-                       "which a decode that switches drafts per iteration does not follow")
-  trees = ([cfg.tree_scheme()] if TREE in as_list(cfg.gamma) else []) + list(
-      cfg.tree_candidate_schemes() if AUTO in as_list(cfg.gamma) else [])
-  if cfg.feature_parallel and trees:
-    raise ValueError("a feature-level draft drafts a tree level by level (GAMMA='tree', or 'auto' "
-                     "with RunConfig.tree_candidates); it is not combined with feature_parallel")
-  other = [t for t in trees if not isinstance(t, (TreeScheme, DynamicTreeScheme))]
-  if other:
-    raise ValueError(f"{type(other[0]).__name__} drafts from tokens; a feature-level draft "
-                     f"({feature[0]}) drafts static or dynamic model trees only")
+  """The run's question to `schedule.check`, before anything is loaded: its feature-level
+  draft's chain options (`feature_parallel`, `feature_lookup_gamma`) against its GAMMAs and the
+  trees it decodes ('tree') or weighs ('auto')."""
+  gammas = as_list(cfg.gamma)
+  trees = ([cfg.tree_scheme()] if TREE in gammas else []) + list(
+      cfg.tree_candidate_schemes() if AUTO in gammas else [])
+  schedule.check(gammas, feature=next((s.name for s in specs if s.kind == FEATURE_DRAFT), None),
+                 parallel=cfg.feature_parallel, lookup_gamma=cfg.feature_lookup_gamma,
+                 trees=trees)
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:

@@ -18,7 +18,7 @@ from specdec_jax import distributed, lock, logs, paths
 from specdec_jax.metrics import acceptance
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
-from specdec_jax.runner import collect, decode, keys, pipeline
+from specdec_jax.runner import autotune, collect, decode, keys, measure, pipeline
 from specdec_jax.runner.run_config import RunConfig
 from specdec_jax.runner.store import ResultStore
 
@@ -138,7 +138,8 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
   log(f"target {loaded.target_name} ({loaded.target.kind}, vocab "
       f"{loaded.target.vocab_size}); {len(loaded.prompts.examples)} examples, prompt width "
       f"{loaded.prompts.width}; mode {cfg.mode}")
-  resolved, costs = pipeline.resolve_points(cfg, loaded, store, log)
+  resolved, costs = autotune.resolve_points(cfg, measure.Calibration(cfg, loaded, log), store,
+                                            log)
   progress = Progress(output_dir, resolved, cfg, log)
   try:
     decode.decode_all(cfg, loaded, resolved, store, progress)
@@ -176,7 +177,7 @@ def _follow(cfg: RunConfig, output_dir: str, log: Callable[[str], None], mesh) -
     if store.recall("finished", "metrics"):  # process 0 prints the stored results
       return []
     loaded = pipeline.load(cfg, mesh)
-    resolved, _ = pipeline.resolve_points(cfg, loaded, store, log)
+    resolved, _ = autotune.resolve_points(cfg, measure.Calibration(cfg, loaded, log), store, log)
     decode.decode_all(cfg, loaded, resolved, store, lambda **_: None)
   log(f"process {distributed.process_index()}: done; process 0 writes {output_dir}")
   return []

@@ -18,7 +18,7 @@ from typing import Any
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import fingerprint as fingerprint_lib
-from specdec_jax.runner import keys, prompt_sets
+from specdec_jax.runner import keys, prompt_sets, schedule
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
@@ -27,10 +27,10 @@ MODEL_DRAFT = "model"
 FEATURE_DRAFT = "feature"
 NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
-AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
+AUTO, ADAPTIVE, TREE = schedule.AUTO, schedule.ADAPTIVE, schedule.TREE  # GAMMA's shorthands
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 DRAFT_PANELS = ("auto", "float32", "int8")
-PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), (AUTO, ADAPTIVE, TREE)  # = data.chat.FORMATS
+PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), schedule.WORDS  # = data.chat.FORMATS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,10 @@ class RunConfig:
   """One decoding run. Field names mirror the gin macros (lower case).
 
   gamma: int >= 1, 'auto' (chosen from measured alpha, c and v; 0 = autoregressive), 'adaptive'
-    (a per-example draft length inside the loop, `decoding.adaptive`, up to gamma_max), or a list.
+    (a per-example draft length inside the loop, `decoding.adaptive`, up to gamma_max), or a list;
+    or the scheme object itself, bound by gin (`@Chain()`, `@TreeScheme()`,
+    `@DynamicTreeScheme()`, `@LookupTreeScheme()`, `@AdaptiveConfig()`, `@Auto()`): lowered to
+    the shorthand and the fields below when the config is made (`runner.schedule.lower`).
   adaptive: the `decoding.adaptive.AdaptiveConfig` of GAMMA='adaptive' (gin: `RunConfig.adaptive
     = @AdaptiveConfig()`); None: `AdaptiveConfig(gamma_max=gamma_max)`.
   tree: the `decoding.tree.TreeScheme` of GAMMA='tree' (a static draft tree verified in one target
@@ -137,10 +140,14 @@ class RunConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
+    bound = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name in schedule.LOWERED_FIELDS and getattr(self, f.name) not in (
+                 f.default, None, (), [])}
+    gamma, fields = schedule.lower(self.gamma, bound)
+    for name, value in dict(fields, gamma=gamma).items():  # frozen: set once, here
+      object.__setattr__(self, name, value)
     for g in as_list(self.gamma):
-      if g not in GAMMA_WORDS and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
-        raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', 'tree', or a list of "
-                         f"them; got {g!r}")
+      schedule.check_value(g)
     for t in as_list(self.temperature):
       if isinstance(t, bool) or not isinstance(t, (int, float)) or not (
           0 <= t and math.isfinite(t)):
@@ -186,19 +193,9 @@ class RunConfig:
     return self.tree if self.tree is not None else TreeScheme((3, 2, 1))
 
   def tree_candidate_schemes(self) -> tuple:
-    """`tree_candidates` as schemes (a branching or a Tree: a TreeScheme with `tree_scheme()`'s
-    verifier; a TreeScheme or DynamicTreeScheme as given), without repeats, in the order given."""
-    # pylint: disable=import-outside-toplevel
-    from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
-    from specdec_jax.decoding.tree.scheme import TreeScheme
-    from specdec_jax.decoding.tree.shape import Tree
-    verifier, out = self.tree_scheme().verifier, []
-    for c in as_list(self.tree_candidates):
-      if not isinstance(c, (TreeScheme, DynamicTreeScheme, Tree, list, tuple)):
-        raise TypeError(f"RunConfig.tree_candidates: {c!r} is neither a branching per depth such "
-                        "as (3, 2, 1), a Tree, a TreeScheme nor a DynamicTreeScheme")
-      out.append(c if isinstance(c, (TreeScheme, DynamicTreeScheme)) else TreeScheme(c, verifier))
-    return tuple(unique(out))
+    """`tree_candidates` as schemes (`schedule.candidate_schemes`: a branching or a Tree gets
+    `tree_scheme()`'s verifier), without repeats, in the order given."""
+    return schedule.candidate_schemes(as_list(self.tree_candidates), self.tree_scheme().verifier)
 
   @property
   def is_sweep(self) -> bool:
@@ -258,8 +255,7 @@ class Point:
     return keys.point(self.draft.name, self.gamma, self.temperature)
 
 
-def as_list(x) -> list:
-  return list(x) if isinstance(x, (list, tuple)) else [x]
+as_list = schedule.as_list
 
 
 def draft_specs(cfg: RunConfig) -> list[DraftSpec]:

@@ -164,7 +164,7 @@ def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
   """A tiny model on a busy machine can time a full decode no slower than a zero-iteration one:
   the per-iteration cost comes out 0 and theory.loop_speedup refused it (CI crashed on the smoke
   run). Such costs are named unresolved and the run predicts from lone extend costs."""
-  from specdec_jax.runner import pipeline
+  from specdec_jax.runner import autotune
   zero_ar = _loop({2: 3.0}, ar_ms=0.0)
   zero_spec = _loop({2: 0.0, 3: 1.0})
   assert zero_ar.unresolved() == ["autoregressive"]
@@ -175,21 +175,19 @@ def test_loop_costs_within_the_noise_are_dropped_not_divided_by(monkeypatch):
 
   other = DraftSpec("model", "other/draft")
   timed = {SPEC: zero_ar, other: _loop({2: 3.0})}
-  monkeypatch.setattr(pipeline.costs_lib, "measure_loops", lambda *a, **k: timed)
-  monkeypatch.setattr(pipeline, "calibration_batches", lambda cfg, loaded: [])
-  monkeypatch.setattr(pipeline, "decoder_for", lambda *a, **k: (None, None))
 
-  class Loaded:
-    mesh, target_params = None, None
-    drafts = {SPEC: (None, None), other: (None, None)}
+  class Measure:  # the tuner sees the run only through its measure (autotune.Measure)
+    sharded, prompts, held_out = False, 4, True
 
-  class Cfg:
-    seed = 0
-    feature_parallel, feature_lookup_gamma, feature_lookup_ngram = False, 0, 2
+    def loops(self, temperature, programs):
+      assert temperature == 0.0 and programs == {SPEC: [2], other: [2]}
+      return timed
 
-  got = pipeline.measure_loops(Cfg(), Loaded(), {Point(SPEC, "auto", 0.0): [2],
-                                                Point(other, "auto", 0.0): [2]}, print)
+  got = autotune.timed_loops(Measure(), {Point(SPEC, "auto", 0.0): [2],
+                                         Point(other, "auto", 0.0): [2]})
   assert set(got) == {(other, 0.0)}
+  Measure.sharded = True  # on a mesh nothing is timed: lone extend costs predict
+  assert autotune.timed_loops(Measure(), {Point(other, "auto", 0.0): [2]}) == {}
 
 
 def test_within_noise_rule_takes_the_smallest_gamma_the_rounds_cannot_separate():
@@ -286,3 +284,45 @@ def test_auto_reports_its_confidence_and_says_when_it_is_within_noise():
   conf = memo["confidence"]
   assert conf["pick"] == 2 and abs(conf["gate_z"]) < 1 and conf["within_noise"]
   assert "WITHIN NOISE" in calibrate.describe_confidence(conf)
+
+
+def test_the_tuner_decides_from_its_measure_alone():
+  """`autotune.resolve_points` with a fake `Measure` (no model, no compile): one calibration
+  decode at the calibration gamma, the candidates' loops timed at once beside the fixed gamma's,
+  the choice the loop costs make (gamma 2 here, the lone-extend curve ranks 4 first), the fixed
+  point kept as configured, and a second resolution recalls every choice from the store
+  (a resumed run measures no decode again)."""
+  from specdec_jax.runner import autotune
+  from specdec_jax.runner.run_config import RunConfig
+
+  class Measure:
+    sharded, prompts, held_out = False, 4, True
+    decodes, timed = [], []
+
+    def costs(self, tokens):
+      assert tokens == [1, 2, 3, 4, 5]  # v(T) up to gamma_max + 1 for 'auto'
+      return {SPEC: COSTS}
+
+    def decode(self, point, scheme, statistic):
+      self.decodes.append((point.gamma, scheme))
+      return {"alpha": 0.8, "accept_at_least": [0.8, 0.64, 0.51, 0.41]}
+
+    def loops(self, temperature, programs):
+      self.timed.append(programs)
+      return {SPEC: _loop({1: 5.0, 2: 5.5, 3: 8.0, 4: 10.0})}
+
+  cfg = RunConfig(gamma=["auto", 1], gamma_max=4, draft_checkpoint="some/draft",
+                  auto_min_speedup=1.0)
+  store, log = MemoryStore(), []
+  resolved, spent = autotune.resolve_points(cfg, Measure(), store, log.append)
+  assert spent == {SPEC: COSTS}
+  assert Measure.decodes == [("auto", 4)]  # one decode per draft and temperature, at gamma 4
+  assert Measure.timed == [{SPEC: [1, 2, 3, 4]}]  # candidates 2-4 and the fixed gamma 1
+  auto, fixed = resolved
+  assert (auto.auto, auto.gamma, fixed.auto, fixed.gamma) == (True, 2, False, 1)
+  assert auto.calibration == {"alpha": 0.8, "accept_at_least": [0.8, 0.64, 0.51, 0.41],
+                              "gamma": 4, "prompts": 4, "held_out": True}
+  assert any("-> gamma 2" in line for line in log)
+  Measure.decodes.clear()
+  again, _ = autotune.resolve_points(cfg, Measure(), store, log.append)
+  assert Measure.decodes == [] and [r.gamma for r in again] == [2, 1]

@@ -11,7 +11,7 @@ import pytest
 
 from specdec_jax import run
 from specdec_jax.metrics import report
-from specdec_jax.runner import pipeline
+from specdec_jax.runner import autotune, pipeline
 
 SMOKE = "configs/local/smoke.gin"
 BINDINGS = ["NUM_EXAMPLES = 4", "BATCH_SIZE = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1"]
@@ -82,7 +82,7 @@ def test_run_prints_a_compact_table_and_a_rerun_measures_nothing(tmp_path, capsy
   def refuse(*_, **__):
     raise AssertionError("a finished run loaded models or re-calibrated")
   monkeypatch.setattr(pipeline, "load", refuse)
-  monkeypatch.setattr(pipeline, "resolve_points", refuse)
+  monkeypatch.setattr(autotune, "resolve_points", refuse)
   import gin
   gin.clear_config()
   again = run.run([SMOKE], out, BINDINGS)
