@@ -195,7 +195,7 @@ class Pair:
   _timed: set = dataclasses.field(default_factory=set, init=False, repr=False)  # (decoder, shape)
 
   def decoder(self, gamma: Any = None, *, temperature: float = 0.0, top_k: int = 0,
-              top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = (3, 2, 1),
+              top_p: float = 1.0, max_new_tokens: int = 64, tree: Any = None,
               parallel: bool = False, lookup_gamma: int = 0, lookup_ngram: int = 2
               ) -> Decoder:
     """The `Decoder` `generate` runs (checked when made: `decoding.start.check_decoder`); for
@@ -215,9 +215,10 @@ class Pair:
         and the draft, as every logits processor is (exactness needs it).
       top_p: sample from the smallest set of tokens holding this much probability (1.0: off).
       max_new_tokens: tokens generated per prompt at most (the run's MAX_DECODE_LENGTH).
-      tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1): 3 + 6 + 6 drafted
-        nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too), or a
-        `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree).
+      tree: with gamma='tree', the tree: a branching per depth ((3, 2, 1), the default: 3 + 6
+        + 6 drafted nodes, depth 3), a `decoding.tree.Tree`, a `TreeScheme` (its verifier too),
+        or a `DynamicTreeScheme` (a dynamic, EAGLE-2-style tree). Refused beside a gamma that
+        is a scheme object (that object is the tree).
       parallel: a feature-level draft proposes the whole block in one call
         (`decoding.drafter.FeatureDrafter(parallel=True)`: mask entries, trained by the block
         loss; the run's `RunConfig.feature_parallel`); False: one call per drafted token.
@@ -228,6 +229,9 @@ class Pair:
     """
     if gamma is None:
       gamma = 0 if self.draft is None else 4
+    if tree is not None and gamma != schedule.TREE:
+      raise ValueError(f"tree= chooses the tree of gamma='tree'; with gamma={gamma!r} it would "
+                       "be ignored (a scheme object given as gamma is its own tree)")
     gamma, given = schedule.lower(gamma)  # a scheme object (Chain, TreeScheme, ...) in shorthand
     gamma = int(gamma) if _is_int(gamma) else gamma
     if gamma not in (schedule.ADAPTIVE, schedule.TREE) and not (_is_int(gamma) and gamma >= 0):
@@ -415,7 +419,9 @@ def _prompts(inputs) -> list:
 
 def _tree_scheme(tree) -> TreeScheme | DynamicTreeScheme:
   """gamma='tree''s scheme: `tree` as given (a TreeScheme or a DynamicTreeScheme), or a
-  branching / Tree with the 'auto' verifier."""
+  branching / Tree with the 'auto' verifier; None: the (3, 2, 1) tree."""
+  if tree is None:
+    return TreeScheme()
   return tree if isinstance(tree, (TreeScheme, DynamicTreeScheme)) else TreeScheme(tree)
 
 

@@ -220,7 +220,14 @@ def _scheme(cfg, opts: CheckOptions, gamma: int, draft):
     label = f"tree({value.tree.num_nodes} nodes, depth {value.tree.max_depth})"
   else:
     value, label = gamma, gamma
-  scheme, drafter = schedule.decoding_scheme(value, draft, **drafts_lib.chain_options(cfg))
+  options = drafts_lib.chain_options(cfg)
+  word = schedule.lower(value)[0]  # the run's refusals, asked of the program checked here
+  schedule.check_pair(word, draft, parallel=options["parallel"],
+                      lookup_gamma=options["lookup_gamma"],
+                      trees=[value] if word == schedule.TREE else [])
+  scheme, drafter = schedule.decoding_scheme(value, draft, **options)
+  if options["lookup_gamma"] and isinstance(value, int):
+    label = f"lookup {options['lookup_gamma']} / feature draft {gamma}"
   return scheme, drafter, label
 
 

@@ -23,7 +23,7 @@ from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
 from specdec_jax.runner.run_config import RunConfig
-from specdec_jax.runner.schedule import Auto  # GAMMA = @Auto()
+from specdec_jax.runner.schedule import LOWERED_FIELDS, Auto, same  # GAMMA = @Auto()
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.data import TaskSpec
@@ -79,9 +79,24 @@ def _binding(name: str):
 
 
 def run_config() -> RunConfig:
-  """The `RunConfig` the parsed gin config describes (validated)."""
+  """The `RunConfig` the parsed gin config describes (validated). A field GAMMA's `@Auto()`
+  sets that the config also binds to another value is refused, even where that binding is the
+  field's default (`runner.schedule.lower` sees only values, not which were bound)."""
   register()
-  return gin.get_configurable("RunConfig")()
+  cfg = gin.get_configurable("RunConfig")()
+  for field in LOWERED_FIELDS:
+    bound, value = _binding(f"RunConfig.{field}")
+    if bound and _plain(value) and not same(value, getattr(cfg, field)):
+      raise ValueError(f"RunConfig.{field} is bound to {value!r} in the gin config, but GAMMA's "
+                       f"scheme gives it {getattr(cfg, field)!r}: bind it in one place")
+  return cfg
+
+
+def _plain(value) -> bool:
+  """A literal gin value (not a reference to a configurable or a macro)."""
+  if isinstance(value, (list, tuple)):
+    return all(_plain(v) for v in value)
+  return value is None or isinstance(value, (bool, int, float, str))
 
 
 def train_config() -> TrainConfig:

@@ -33,7 +33,8 @@ def of(cfg) -> dict[str, Any]:
   if cfg.tree is not None:
     fingerprint["tree"] = cfg.tree
   if cfg.tree_candidates:
-    fingerprint["tree_candidates"] = cfg.tree_candidates
+    c = cfg.tree_candidates  # one candidate bound bare or in a list: one run
+    fingerprint["tree_candidates"] = list(c) if isinstance(c, (list, tuple)) else [c]
   if cfg.matmul != "auto":
     fingerprint["matmul"] = cfg.matmul
   if cfg.draft_panels != "auto":

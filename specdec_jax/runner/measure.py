@@ -31,6 +31,7 @@ class Calibration:
     self.sharded = loaded.mesh is not None
     self.prompts = len(loaded.calibration.ids)
     self.held_out = loaded.held_out
+    self._batches = None
 
   def costs(self, tokens) -> dict:
     """{draft spec: timing.Costs}: c and v(T) from lone `extend` calls on the first calibration
@@ -68,11 +69,13 @@ class Calibration:
     """The first max(batch_size, auto_timing_examples) calibration prompts in the run's batch
     shape: in full batches of batch_size (or one short batch of them all when there are fewer
     than batch_size)."""
-    cfg, cal = self.cfg, self.loaded.calibration
-    n = min(len(cal.ids), max(cfg.batch_size, cfg.auto_timing_examples))
-    chunks = [list(range(i, min(i + cfg.batch_size, n))) for i in range(0, n, cfg.batch_size)]
-    full = [c for c in chunks if len(c) == cfg.batch_size] or chunks[:1]
-    return [jax.device_put(cal.batch(c)) for c in full]
+    if self._batches is None:  # on the device once, every temperature's loops time them
+      cfg, cal = self.cfg, self.loaded.calibration
+      n = min(len(cal.ids), max(cfg.batch_size, cfg.auto_timing_examples))
+      chunks = [list(range(i, min(i + cfg.batch_size, n))) for i in range(0, n, cfg.batch_size)]
+      full = [c for c in chunks if len(c) == cfg.batch_size] or chunks[:1]
+      self._batches = [jax.device_put(cal.batch(c)) for c in full]
+    return self._batches
 
   def loops(self, temperature: float, programs: Mapping[DraftSpec, list]) -> dict:
     """{draft spec: costs.LoopCosts}: each draft's programs (gammas, trees) timed beside the

@@ -16,15 +16,20 @@ refuse combinations itself (two near-identical lists of refusals). Here GAMMA is
   `tree_candidates`), or a list of these (a sweep).
 
 `lower` turns the objects into the shorthand and the fields it stands for, once, when the
-RunConfig is made: a point's key stays its shorthand ('auto', 'tree', 'adaptive', 3), so
-metrics.json keys, run fingerprints and records do not depend on which spelling a config used,
-and a config written with objects resumes a run written with strings. A run has one tree and one
-adaptive schedule (as it has one `RunConfig.tree`); several trees are weighed by
-`@Auto(trees=...)`.
+RunConfig is made: `GAMMA = @TreeScheme()` is the run `GAMMA = 'tree'` with `RunConfig.tree =
+@TreeScheme()` is (gin/decoding/tree.gin's spelling), `GAMMA = @AdaptiveConfig()` the run of
+gin/decoding/adaptive.gin, `GAMMA = @Auto(trees=...)` the run of `GAMMA = 'auto'` with those
+`RunConfig.tree_candidates` (and each other field of Auto that is set, its RunConfig field): the
+same fields, so the same fingerprint and point keys ('auto', 'tree', 'adaptive', 3: metrics.json's
+keys), and either spelling resumes the other's run. A field bound both ways to different values is
+refused, never overridden (`configurables.run_config` also catches a RunConfig binding equal to
+the field's default). A run has one tree and one adaptive schedule (as it has one
+`RunConfig.tree`); several trees are weighed by `@Auto(trees=...)`.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,7 +61,9 @@ class Auto:
   Attributes:
     trees: tree candidates weighed beside the chains (a branching per depth, a Tree, a
       TreeScheme or a DynamicTreeScheme; `RunConfig.tree_candidates`).
-    gamma_max: the longest chain considered.
+    gamma_max: the longest chain considered (it is `RunConfig.gamma_max`, so it also sizes the
+      verify blocks timed and, in a run that also decodes 'adaptive' without its own
+      AdaptiveConfig, that schedule's longest block).
     min_speedup: the gate: plain decoding unless a candidate is predicted above it.
     calibration_gamma: the calibration decode's gamma (at least gamma_max is used).
     calibration_examples: held-out prompts the calibration decode reads.
@@ -73,6 +80,12 @@ class Auto:
             "min_speedup": "auto_min_speedup", "calibration_gamma": "auto_calibration_gamma",
             "calibration_examples": "auto_calibration_examples",
             "timing_examples": "auto_timing_examples"}
+
+
+def same(a, b) -> bool:
+  """Whether two bindings are one value (a gin list and a tuple of the same entries are)."""
+  as_json = lambda x: json.dumps(x, default=str, sort_keys=True)  # noqa: E731
+  return as_json(a) == as_json(b)
 
 
 # The RunConfig fields GAMMA's objects fill (`lower`).
@@ -94,7 +107,7 @@ def lower(gamma, bound: Mapping[str, Any] | None = None) -> tuple[Any, dict[str,
 
   def put(field: str, value, what: str):
     for was, source in ((fields, "GAMMA"), (bound, f"RunConfig.{field}")):
-      if field in was and was[field] != value:
+      if field in was and not same(was[field], value):
         raise ValueError(f"GAMMA holds {value!r} for RunConfig.{field} but {source} gives it "
                          f"{was[field]!r}: {what}")
     fields[field] = value

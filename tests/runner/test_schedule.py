@@ -59,6 +59,15 @@ def test_conflicting_bindings_are_refused_not_overridden():
   for bindings, match in bad:
     with pytest.raises(ValueError, match=match):
       _cfg(*bindings)
+  # A binding equal to the field's default is still a binding (auto_gamma.gin binds
+  # RunConfig.gamma_max = 8): refused against another value, not silently replaced.
+  with pytest.raises(ValueError, match="RunConfig.gamma_max is bound to 8"):
+    _cfg("include 'gin/decoding/auto_gamma.gin'", "GAMMA = @Auto()", "Auto.gamma_max = 6")
+  # The same value both ways is one binding (a gin list and Auto's tuple alike).
+  same = _cfg("include 'gin/decoding/auto_tree.gin'", "GAMMA = @Auto()",
+              "Auto.trees = [(2,), (2, 1), (3, 2, 1), (2, 2, 2, 1), (4, 2)]")
+  assert same.fingerprint() == _cfg("include 'gin/decoding/auto_tree.gin'").fingerprint()
+  assert _cfg("GAMMA = @TreeScheme()").tree == TreeScheme((3, 2, 1))  # 'tree''s default tree
   with pytest.raises(ValueError, match="a run decodes one tree"):
     rc.RunConfig(gamma=[TreeScheme((2,)), TreeScheme((3,))])
   with pytest.raises(ValueError, match="GAMMA must be"):
@@ -101,5 +110,7 @@ def test_the_api_takes_the_scheme_objects_a_run_takes():
     pair.decoder("auto")
   with pytest.raises(ValueError, match="autotuner"):
     pair.decoder(schedule.Auto())
+  with pytest.raises(ValueError, match="would be ignored"):
+    pair.decoder(tree, tree=(3, 1))
   assert schedule.decoding_scheme("tree", None, tree=tree) == (tree, None)
   assert schedule.decoding_scheme(0, None) == (Autoregressive(), None)

@@ -178,13 +178,14 @@ class TreeScheme(ModelTree):
 
   A decoding scheme (`decoder.Decoder.scheme`), hashable. tree: a level-ordered `Tree` (nodes
   laid out depth by depth, as `Tree.from_branching` makes them), or a branching per depth such
-  as (3, 2, 1) (what gin binds: `TreeScheme.tree = (3, 2, 1)`). verifier: 'auto' (`greedy` at
+  as (3, 2, 1) (what gin binds: `TreeScheme.tree = (3, 2, 1)`; the default, GAMMA='tree''s
+  own default tree). verifier: 'auto' (`greedy` at
   temperature 0, `recursive_rejection` above), a name of `verify.TREE_VERIFIERS`, or a function
   with the tree verifiers' contract (the tests' faulty verifiers). Both models need
   `extend_with_mask` (`seam.check_masked`).
   """
 
-  tree: Any
+  tree: Any = (3, 2, 1)
   verifier: Any = "auto"
 
   def __post_init__(self):
