@@ -208,7 +208,8 @@ class Pair:
         (`decoding.tree`; model drafts only; a feature-level draft drafts it, static or
         dynamic, from the target's states, `decoding.drafter`); None: 4 with a draft, else 0;
         or the scheme itself (`Chain(3)`, a `TreeScheme`, `DynamicTreeScheme`,
-        `LookupTreeScheme` or `AdaptiveConfig`), as a run's GAMMA may be (`runner.schedule`).
+        `LookupTreeScheme`, `AdaptiveConfig`, or `runner.schedule.FeatureChain(2,
+        lookup_gamma=6)`: a feature draft's chain with its options), as a run's GAMMA may be.
       temperature: 0 decodes greedily (the speculative output then equals the target's own,
         token for token); > 0 samples, exactly from the target's distribution.
       top_k: sample among the k most likely tokens only (0: off); applied alike to the target
@@ -232,6 +233,10 @@ class Pair:
     if tree is not None and gamma != schedule.TREE:
       raise ValueError(f"tree= chooses the tree of gamma='tree'; with gamma={gamma!r} it would "
                        "be ignored (a scheme object given as gamma is its own tree)")
+    if isinstance(gamma, schedule.FeatureChain):  # its options are the keyword arguments'
+      if parallel or lookup_gamma:
+        raise ValueError("a FeatureChain gamma carries its own parallel / lookup_gamma options")
+      parallel, lookup_gamma, lookup_ngram = gamma.parallel, gamma.lookup_gamma, gamma.lookup_ngram
     gamma, given = schedule.lower(gamma)  # a scheme object (Chain, TreeScheme, ...) in shorthand
     gamma = int(gamma) if _is_int(gamma) else gamma
     if gamma not in (schedule.ADAPTIVE, schedule.TREE) and not (_is_int(gamma) and gamma >= 0):

@@ -23,7 +23,8 @@ from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
 from specdec_jax.runner.run_config import RunConfig
-from specdec_jax.runner.schedule import LOWERED_FIELDS, Auto, same  # GAMMA = @Auto()
+from specdec_jax.runner.schedule import (  # GAMMA = @Auto(), @FeatureChain()
+    LOWERED_FIELDS, Auto, FeatureChain, same)
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.data import TaskSpec
@@ -33,7 +34,7 @@ from specdec_jax.training.feature_trainer import FeatureTrainConfig
 MODULE = "specdec"
 CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, DynamicTreeScheme, MeshConfig, TrainConfig,
            TaskSpec, DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme,
-           Chain, Auto)
+           Chain, Auto, FeatureChain)
 
 
 def register() -> None:

@@ -18,7 +18,7 @@ kernel streams each weight once for any number of rows, but it needs the weights
   float32: the kernel widens bfloat16 exactly and multiplies in float32 in the same order, so the
   logits are bit-for-bit those of float32 panels from half the bytes (on the zoo target a decode
   step reads 20 MB instead of 40; a step is memory-bound on CPU). `panels='float32'` keeps float32.
-- `panels='int8'` (drafts only: `RunConfig.draft_panels`) quantizes every packed projection to
+- `panels='int8'` (drafts only: the run's draft_panels setting) quantizes every packed projection to
   int8 panels with per-column scales (`kmatmul.pack_int8_panels`): a different, cheaper draft,
   not the checkpoint's distribution; exactness does not depend on it (the verifier uses the q the
   draft drew from). "hybrid" then keeps the DEQUANTIZED matrix as `kernel`, so XLA's dot computes
@@ -222,8 +222,7 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
   if panels not in PANELS:
     raise ValueError(f"panels must be one of {PANELS}, got {panels!r}")
   if panels == "int8" and role != "draft":
-    raise ValueError("int8 panels are lossy: a draft's layout (RunConfig.draft_panels), never a "
-                     "target's")
+    raise ValueError("int8 panels are lossy: a draft's layout (role='draft'), never a target's")
   if is_packed(model) or not isinstance(model, (Model, FeatureDraft)):  # model-free drafts
     return model, params
   chosen = resolve_matmul(matmul, mesh)

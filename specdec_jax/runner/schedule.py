@@ -7,6 +7,8 @@ refuse combinations itself (two near-identical lists of refusals). Here GAMMA is
 
   a scheme object, bound by gin (gin/decoding/*.gin):
     GAMMA = @Chain()             # Chain.gamma = 3: a chain of 3 drafts per target call
+    GAMMA = @FeatureChain()      # a feature-level draft's chain with its options (parallel
+                                 # block, prompt lookup first): the RunConfig.feature_* fields
     GAMMA = @TreeScheme()        # a static draft tree; @DynamicTreeScheme(), @LookupTreeScheme()
     GAMMA = @AdaptiveConfig()    # a per-example draft length inside the loop
     GAMMA = @Auto()              # the autotuner (runner/autotune.py): a chain's gamma, a tree or
@@ -88,8 +90,28 @@ def same(a, b) -> bool:
   return as_json(a) == as_json(b)
 
 
+@dataclasses.dataclass(frozen=True)
+class FeatureChain:
+  """GAMMA = @FeatureChain(): a feature-level draft's chain of `gamma` with its options, the
+  `RunConfig.feature_*` fields in one object (`decoding.draft_schemes.plan` builds the drafter).
+
+  Attributes:
+    gamma: the feature draft's tokens per target call.
+    parallel: the whole block in one draft call (`FeatureDrafter(parallel=True)`).
+    lookup_gamma: > 0: prompt lookup drafts this many tokens where the last n-gram matches at
+      least `lookup_ngram` tokens, the feature draft `gamma` elsewhere.
+  """
+  gamma: int = 2
+  parallel: bool = False
+  lookup_gamma: int = 0
+  lookup_ngram: int = 2
+
+  FIELDS = {"parallel": "feature_parallel", "lookup_gamma": "feature_lookup_gamma",
+            "lookup_ngram": "feature_lookup_ngram"}
+
+
 # The RunConfig fields GAMMA's objects fill (`lower`).
-LOWERED_FIELDS = ("tree", "adaptive", *Auto.FIELDS.values())
+LOWERED_FIELDS = ("tree", "adaptive", *Auto.FIELDS.values(), *FeatureChain.FIELDS.values())
 
 
 def as_list(x) -> list:
@@ -122,6 +144,10 @@ def lower(gamma, bound: Mapping[str, Any] | None = None) -> tuple[Any, dict[str,
     elif isinstance(v, AdaptiveConfig):
       put("adaptive", v, "a run decodes one adaptive schedule")
       out.append(ADAPTIVE)
+    elif isinstance(v, FeatureChain):
+      for name, field in FeatureChain.FIELDS.items():
+        put(field, getattr(v, name), "a run's feature chains share one set of options")
+      out.append(v.gamma)
     elif isinstance(v, Auto):
       for name, field in Auto.FIELDS.items():
         if getattr(v, name) is not None:
@@ -151,8 +177,9 @@ def check_value(g) -> None:
   """Refuses a GAMMA entry that is neither an int >= 0 nor a word (after `lower`)."""
   if g not in WORDS and not (isinstance(g, int) and not isinstance(g, bool) and g >= 0):
     raise ValueError(f"GAMMA must be an int >= 0, 'auto', 'adaptive', 'tree', a scheme "
-                     f"(@Chain(), @TreeScheme(), @DynamicTreeScheme(), @LookupTreeScheme(), "
-                     f"@AdaptiveConfig(), @Auto()) or a list of them; got {g!r}")
+                     f"(@Chain(), @FeatureChain(), @TreeScheme(), @DynamicTreeScheme(), "
+                     f"@LookupTreeScheme(), @AdaptiveConfig(), @Auto()) or a list of them; got "
+                     f"{g!r}")
 
 
 def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,

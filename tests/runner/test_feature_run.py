@@ -26,6 +26,7 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.runner.schedule import FeatureChain
 from specdec_jax.runner import run_config as rc
 from specdec_jax.runner import drafts as drafts_lib
 from specdec_jax.runner import costs
@@ -191,6 +192,7 @@ def test_api_loads_a_feature_draft_and_decodes_exactly(tmp_path):
   assert len(small.draft.head_ids) == 16 and 1 in small.draft.head_ids  # EOS kept
   assert small.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2).ids == spec.ids
   assert pair.decoder(2, parallel=True).drafter == FeatureDrafter(parallel=True)
+  assert pair.decoder(FeatureChain(2, parallel=True)).drafter == FeatureDrafter(parallel=True)
   assert pair.generate(prompts, gamma=2, max_new_tokens=8, batch_size=2,
                        parallel=True).ids == spec.ids
   assert pair.decoder("tree", tree=(2, 1)).drafter == FeatureDrafter()

@@ -39,6 +39,8 @@ def test_gin_objects_are_the_runs_their_shorthands_are():
         "Auto.timing_examples = 8"],
        ["GAMMA = 'auto'", "RunConfig.tree_candidates = [(2, 1)]",
         "RunConfig.auto_min_speedup = 1.2", "RunConfig.auto_timing_examples = 8"]),
+      (["GAMMA = @FeatureChain()", "FeatureChain.gamma = 2", "FeatureChain.lookup_gamma = 6"],
+       ["GAMMA = 2", "RunConfig.feature_lookup_gamma = 6"]),
       (["GAMMA = [2, @DynamicTreeScheme(), @Auto()]"],
        ["GAMMA = [2, 'tree', 'auto']", "RunConfig.tree = @DynamicTreeScheme()"]),
   ]
@@ -113,4 +115,6 @@ def test_the_api_takes_the_scheme_objects_a_run_takes():
   with pytest.raises(ValueError, match="would be ignored"):
     pair.decoder(tree, tree=(3, 1))
   assert schedule.decoding_scheme("tree", None, tree=tree) == (tree, None)
+  with pytest.raises(ValueError, match="has none"):  # a feature chain needs a feature draft
+    pair.decoder(schedule.FeatureChain(2, lookup_gamma=4))
   assert schedule.decoding_scheme(0, None) == (Autoregressive(), None)
