@@ -20,8 +20,12 @@ Warm-up (jit compilation, first torch call) is excluded.
 A fetched GGUF target (`checkpoints.fetch`, SmolLM2) is compared decoder-only: transformers loads
 the very GGUF file ours was converted from (`from_pretrained(dir, gguf_file=...)`, float32), and
 the systems are ours AR / ours speculative (prompt lookup, or --draft's model) beside HF plain
-`generate` and HF prompt-lookup decoding (`prompt_lookup_num_tokens=gamma`), all greedy or
-sampled at T, prompt by prompt at batch 1.
+`generate` and HF prompt-lookup decoding (`prompt_lookup_num_tokens=gamma`), and, with a model
+--draft, HF assisted generation with that very draft as the assistant (exported as a
+LlamaForCausalLM by `checkpoints.hf.to_hf`, the same gamma pinned as for T5), all greedy or
+sampled at T, prompt by prompt at batch 1:
+  python scripts/compare_hf.py --target=smollm2-135m-instruct --draft=runs/train/smollm2_draft/export \
+      --task=summarize --prompt_format=chat --gamma=3 --temperatures=0 --num_examples=8
 """
 from __future__ import annotations
 
@@ -210,13 +214,15 @@ def measure(systems: dict, n: int, repeats: int, peer: str, temperature: float) 
          f"spec_vs_{peer}": tps["ours_spec"] / tps[peer],
          "ar_vs_hf_plain": tps["ours_ar"] / tps["hf_plain"],
          "ours_spec_vs_ours_ar": tps["ours_spec"] / tps["ours_ar"],
-         f"{peer}_vs_hf_plain": tps[peer] / tps["hf_plain"]}
+         **{f"{k}_vs_hf_plain": tps[k] / tps["hf_plain"] for k in systems
+            if k.startswith("hf_") and k != "hf_plain"}}
   if temperature == 0:
     def agree(a, b):
       return statistics.mean(float(x == y) for x, y in zip(outputs[a], outputs[b]))
     row["greedy_agreement"] = {"ours_ar=hf_plain": agree("ours_ar", "hf_plain"),
                                "ours_spec=ours_ar": agree("ours_spec", "ours_ar"),
-                               f"{peer}=hf_plain": agree(peer, "hf_plain")}
+                               **{f"{k}=hf_plain": agree(k, "hf_plain") for k in systems
+                                  if k.startswith("hf_") and k != "hf_plain"}}
   return row
 
 
@@ -261,6 +267,14 @@ def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, spli
   eos, pad = pair.target.config.eos_id, pair.target.config.pad_id
   hf_t = transformers.AutoModelForCausalLM.from_pretrained(
       gguf_dir, gguf_file=remote.filename, dtype=torch.float32).eval()
+  assistant = None
+  if draft_spec not in (None, "prompt_lookup"):  # a model draft: HF assisted generation with it
+    from specdec_jax.checkpoints import hf as hf_io, loader
+    draft_model, draft_params = loader.load_model(draft_spec, dtype="float32")
+    with tempfile.TemporaryDirectory() as tmp:
+      hf_io.to_hf(draft_model.config, draft_params, tmp, dtype=np.float32)
+      assistant = transformers.AutoModelForCausalLM.from_pretrained(
+          tmp, dtype=torch.float32).eval()
   log(f"target {target_spec} (GGUF {remote.filename}), draft {draft_spec or 'prompt_lookup'}; "
       f"{len(ids)} prompts, gamma {gamma}, max_new_tokens {max_new_tokens}, torch threads "
       f"{torch.get_num_threads()}")
@@ -287,7 +301,12 @@ def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, spli
 
     systems = {"ours_ar": ours(decoders["ours_ar"]), "ours_spec": ours(decoders["ours_spec"]),
                "hf_plain": hf({}), "hf_prompt_lookup": hf({"prompt_lookup_num_tokens": gamma})}
-    row = measure(systems, len(ids), repeats, "hf_prompt_lookup", float(temperature))
+    if assistant is not None:
+      systems["hf_assisted"] = hf(dict(
+          assistant_model=assistant, num_assistant_tokens=gamma,
+          num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0))
+    row = measure(systems, len(ids), repeats,
+                  "hf_prompt_lookup" if assistant is None else "hf_assisted", float(temperature))
     results["by_temperature"][f"{float(temperature):g}"] = row
     log(json.dumps({k: round(v, 2) for k, v in row["tokens_per_s"].items()}))
   return results
@@ -303,7 +322,9 @@ def main(argv=None) -> dict:
                 torch_threads=args.torch_threads, seed=args.seed)
   if fetch.is_remote(args.target):  # decoder-only, against transformers' load of the same GGUF
     results = compare_decoder(args.target, args.draft, prompt_format=args.prompt_format, **common)
-    print(table(results, "hf_prompt_lookup", "HF lookup"))
+    model_draft = args.draft not in (None, "prompt_lookup")
+    print(table(results, *(("hf_assisted", "HF assist") if model_draft
+                           else ("hf_prompt_lookup", "HF lookup"))))
   else:
     results = compare(args.target, args.draft or f"{ZOO}/t5_draft_small_distill", **common)
     print(table(results))

@@ -27,7 +27,9 @@ def test_compare_hf_tiny():
 
 def test_compare_hf_fetched_gguf_target(tmp_path, monkeypatch):
   """The decoder-only path: a fetched GGUF target (a tiny one placed in the fetch cache) against
-  transformers' load of the same file; greedy outputs of all four systems agree."""
+  transformers' load of the same file; greedy outputs of every system agree: with prompt
+  lookup, then with a model draft (the converted target itself), whose export HF's assisted
+  generation takes as its assistant model."""
   pytest.importorskip("torch")
   pytest.importorskip("transformers")
   pytest.importorskip("gguf")
@@ -52,3 +54,12 @@ def test_compare_hf_fetched_gguf_target(tmp_path, monkeypatch):
   assert greedy["greedy_agreement"] == {"ours_ar=hf_plain": 1.0, "ours_spec=ours_ar": 1.0,
                                         "hf_prompt_lookup=hf_plain": 1.0}
   assert "HF lookup" in mod.table(res, "hf_prompt_lookup", "HF lookup")
+  res = mod.compare_decoder("tiny-test", fetch.ensure("tiny-test"), task="summarize",
+                            split="valid", num_examples=2, max_new_tokens=6, max_input_length=64,
+                            gamma=2, temperatures=(0.0,), repeats=1, torch_threads=0, seed=0,
+                            prompt_format="chat", log=lambda *_: None)
+  greedy = res["by_temperature"]["0"]
+  assert greedy["greedy_agreement"] == {"ours_ar=hf_plain": 1.0, "ours_spec=ours_ar": 1.0,
+                                        "hf_prompt_lookup=hf_plain": 1.0,
+                                        "hf_assisted=hf_plain": 1.0}
+  assert greedy["hf_assisted_vs_hf_plain"] > 0 and "HF assist" in mod.table(res)

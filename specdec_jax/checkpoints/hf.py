@@ -229,20 +229,25 @@ def load(path: str, **config_overrides: Any) -> tuple[ModelConfig, dict[str, Any
 
 
 def to_state_dict(config: ModelConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """The HF state dict of a T5 (T5ForConditionalGeneration) or a Llama-layout decoder
+  (`hf_decoder.name_map`, the reader's own mapping run backwards)."""
   flat = flatten(params) if any(isinstance(v, Mapping) for v in params.values()) else dict(params)
   flat = to_layout(flat, scan_layers=False)
   missing = [p for p in expected_shapes(config, scan_layers=False) if p not in flat]
   if missing:
     raise CheckpointError(f"params lack {['target/' + p for p in missing[:10]]}")
   sd = {}
-  for t5x_path, (key, transpose) in name_map(config).items():
+  names = name_map(config) if config.is_encoder_decoder else hf_decoder.name_map(config)
+  for t5x_path, (key, transpose) in names.items():
     arr = np.asarray(flat[t5x_path])
     sd[key] = np.ascontiguousarray(arr.T if transpose else arr)
   return sd
 
 
 def to_hf(config: ModelConfig, params: Mapping[str, Any], out_dir: str, dtype=None) -> str:
-  """Writes `model.safetensors` + `config.json` that `T5ForConditionalGeneration` loads untied."""
+  """Writes `model.safetensors` + `config.json` that `T5ForConditionalGeneration` loads untied,
+  or, for a decoder-only model, `LlamaForCausalLM` / `Qwen2ForCausalLM`
+  (`hf_decoder.config_to_hf`)."""
   sd = to_state_dict(config, params)
   if dtype is not None:
     sd = {k: v.astype(dtype) for k, v in sd.items()}
@@ -250,7 +255,8 @@ def to_hf(config: ModelConfig, params: Mapping[str, Any], out_dir: str, dtype=No
   os.makedirs(out_dir, exist_ok=True)
   safetensors_io.save_file(sd, os.path.join(out_dir, "model.safetensors"))
   with open(os.path.join(out_dir, CONFIG_FILE), "w") as f:
-    json.dump(config_to_hf(config, dtype_name), f, indent=2, sort_keys=True)
+    to_config = config_to_hf if config.is_encoder_decoder else hf_decoder.config_to_hf
+    json.dump(to_config(config, dtype_name), f, indent=2, sort_keys=True)
   return out_dir
 
 

@@ -103,6 +103,38 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   return ModelConfig(**fields)
 
 
+def config_to_hf(config: ModelConfig, dtype: str = "float32") -> dict[str, Any]:
+  """ModelConfig (kind 'decoder', Llama / Qwen2 options) -> the config.json that
+  LlamaForCausalLM / Qwen2ForCausalLM load: the inverse of `config_from_hf`, for handing a
+  draft trained here to transformers (an assistant model, `scripts/compare_hf.py`). Gemma's
+  options (norm offset, scaled embeddings) and the T5-style decoder are refused."""
+  if config.kind != "decoder" or config.position != "rope" or config.norm_offset or (
+      config.scale_embeddings):
+    raise CheckpointError("only a RoPE decoder with the Llama / Qwen2 options has an HF "
+                          "counterpart here (LlamaForCausalLM, Qwen2ForCausalLM)")
+  act = {v: k for k, v in _ACT.items() if k != "gelu_new"}[config.mlp_activation]
+  model_type = "qwen2" if config.qkv_bias else "llama"
+  rope = {"rope_type": "default", "rope_theta": config.rope_theta}
+  if config.rope_scaling:
+    factor, low, high, original = config.rope_scaling
+    rope = {"rope_type": "llama3", "rope_theta": config.rope_theta, "factor": factor,
+            "low_freq_factor": low, "high_freq_factor": high,
+            "original_max_position_embeddings": int(original)}
+  return {
+      "architectures": ["Qwen2ForCausalLM" if config.qkv_bias else "LlamaForCausalLM"],
+      "model_type": model_type, "vocab_size": config.vocab_size, "hidden_size": config.emb_dim,
+      "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
+      "head_dim": config.head_dim, "intermediate_size": config.mlp_dim,
+      "num_hidden_layers": config.num_decoder_layers, "rms_norm_eps": config.layer_norm_epsilon,
+      "hidden_act": act, "tie_word_embeddings": bool(config.tie_embeddings),
+      "rope_theta": config.rope_theta, "rope_parameters": rope,
+      **({"rope_scaling": rope} if config.rope_scaling else {}),
+      "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 8192,
+      "pad_token_id": config.pad_id, "eos_token_id": config.eos_id, "bos_token_id": None,
+      "use_cache": True, "dtype": dtype,
+  }
+
+
 def _first(x) -> int:
   x = x[0] if isinstance(x, (list, tuple)) else x
   if x is None:

@@ -163,3 +163,29 @@ def test_bfloat16_checkpoint_read_as_float32_and_scanned(tmp_path):
   config, params = load_checkpoint(str(tmp_path / "hf"), dtype="float32", scan_layers=True)
   assert config.scan_layers
   assert_logits_match(m, config, params)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_our_decoder_exported_to_transformers_computes_the_same_logits(family, tmp_path):
+  """`hf.to_hf` of a decoder-only model (how a draft trained here becomes transformers'
+  assistant model, scripts/compare_hf.py): transformers loads it and computes our logits
+  (Llama-3 rope scaling, an untied head, Qwen2's biases and a tied head), and our reader gets the
+  same config back. Gemma's options have no export and are refused by name."""
+  from specdec_jax.checkpoints import hf  # pylint: disable=import-outside-toplevel
+  source = random_hf(family, seed=3)
+  source.save_pretrained(str(tmp_path / "hf"))
+  config, params = load_checkpoint(str(tmp_path / "hf"))
+  hf.to_hf(config, params, str(tmp_path / "exported"))
+  _, model_cls, _ = FAMILIES[family]
+  exported = model_cls.from_pretrained(str(tmp_path / "exported"),
+                                       attn_implementation="eager").eval()
+  assert_logits_match(exported, config, params)
+  assert load_checkpoint(str(tmp_path / "exported"))[0] == config
+  gemma_config, gemma_params = load_checkpoint(_saved(random_hf("gemma"), tmp_path / "g"))
+  with pytest.raises(CheckpointError, match="Llama / Qwen2"):
+    hf.to_hf(gemma_config, gemma_params, str(tmp_path / "gemma_out"))
+
+
+def _saved(m, path) -> str:
+  m.save_pretrained(str(path))
+  return str(path)
