@@ -328,6 +328,7 @@ def main(argv=None) -> dict:
   else:
     results = compare(args.target, args.draft or f"{ZOO}/t5_draft_small_distill", **common)
     print(table(results))
+  results["kind"] = "compare_hf"  # a record's metrics (scripts/results.py record)
   if args.output:
     with open(args.output, "w") as f:
       json.dump(results, f, indent=2)

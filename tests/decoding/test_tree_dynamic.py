@@ -71,7 +71,21 @@ def _assert_counters(out, scheme):
                                 np.asarray(out.stats.kept_rank_DxK).sum(axis=1))
 
 
-@pytest.mark.parametrize("scheme", [PRUNED, WHOLE, NARROW], ids=["pruned", "whole", "narrow"])
+SCHEMES = {"pruned": PRUNED, "whole": WHOLE, "narrow": NARROW}
+
+
+def _cases(names, fast):
+  """(model kind, scheme) for every kind and scheme, marked slow unless in `fast`. Why: the full
+  cross product took ~2 minutes of the suite (a whole decode compiled per case); the fast run keeps
+  every kind and every scheme at least once, the slow run all."""
+  return [pytest.param(k, SCHEMES[s], id=f"{k}-{s}",
+                       marks=() if (k, s) in fast else pytest.mark.slow)
+          for k in ("t5", "decoder", "llama") for s in names]
+
+
+@pytest.mark.parametrize("setup,scheme", _cases(
+    ("pruned", "whole", "narrow"), {("t5", "pruned"), ("decoder", "narrow"), ("llama", "whole")}),
+    indirect=["setup"])
 def test_random_draft_equals_autoregressive(setup, scheme):
   target, tp, draft, dp, inputs, ar = setup
   out = _run(target, tp, draft, dp, inputs, scheme)
@@ -79,7 +93,9 @@ def test_random_draft_equals_autoregressive(setup, scheme):
   _assert_counters(out, scheme)
 
 
-@pytest.mark.parametrize("scheme", [PRUNED, NARROW], ids=["pruned", "narrow"])
+@pytest.mark.parametrize("setup,scheme", _cases(
+    ("pruned", "narrow"), {("t5", "pruned"), ("decoder", "pruned"), ("llama", "narrow")}),
+    indirect=["setup"])
 def test_ragged_draft_equals_autoregressive(setup, scheme):
   """Rows 0 and 2 draft with the target's top two swapped (the right token is the draft's
   rank 1, scored below rank 0: kept or pruned by the rerank), rows 1 and 3 with the target."""
