@@ -49,3 +49,39 @@ def tree_bound_table(records: Sequence[Mapping[str, Any]]) -> str:
                 f"({best['depth']}, {best['drafted_nodes']})", f"{flat['flat_verify']:.2f}x",
                 f"({flat['depth']}, {flat['drafted_nodes']})"])
   return _table(head, out)
+
+
+PEER_SPECULATIVE = {"hf_assisted": "assisted", "hf_prompt_lookup": "prompt lookup"}
+
+
+def _draft_name(draft: str) -> str:
+  """A draft's name in a cell: a trainer's `D/export` is D's name."""
+  parts = [p for p in draft.split("/") if p]
+  return parts[-2] if len(parts) > 1 and parts[-1] == "export" else (parts[-1] if parts else draft)
+
+
+def peer_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per scripts/compare_hf.py record and temperature: tokens per second of our loops and of
+  transformers' on the same weights and prompts (one process, interleaved), each side's own
+  speculative speedup, and whether every greedy output agreed. Machine and load on every row:
+  the ratio to transformers moved 3.70x -> 2.42x between a loaded and a quiet machine."""
+  from specdec_jax.metrics.compare import machine_label  # pylint: disable=import-outside-toplevel
+  head = ["record", "task", "T", "gamma", "prompts", "ours AR", "HF plain", "AR / HF",
+          "ours spec / AR", "HF speculative / plain", "greedy outputs agree", "machine", "load"]
+  out = []
+  for rec in records:
+    m = rec["metrics"]
+    for t, row in sorted(m["by_temperature"].items()):
+      tps = row["tokens_per_s"]
+      theirs = ", ".join(f"{label} {row[k + '_vs_hf_plain']:.2f}x"
+                         for k, label in PEER_SPECULATIVE.items() if k + "_vs_hf_plain" in row)
+      agree = row.get("greedy_agreement")
+      out.append([rec["name"], m["task"], t, str(m["gamma"]), str(m["num_examples"]),
+                  f"{tps['ours_ar']:.1f} tok/s", f"{tps['hf_plain']:.1f} tok/s",
+                  f"{row['ar_vs_hf_plain']:.2f}x",
+                  f"{row['ours_spec_vs_ours_ar']:.2f}x ({_draft_name(m['draft'])})",
+                  theirs or "-",
+                  "-" if agree is None else ("all" if all(v == 1.0 for v in agree.values())
+                                             else f"min {min(agree.values()):.2f}"),
+                  machine_label(rec), f"{rec['load_average'][0]:.1f}"])
+  return _table(head, out)

@@ -166,3 +166,20 @@ def test_the_diagnostic_tables_render_their_records_figures():
                        {"la": rec})
   assert "| la | 1.7x | 1 | 1.66 | 1.22x | 1.50x | 1.95 of 2 | 2.57 (none) |" in out
   assert "|  |  | 2 | 1.66 | 1.22x | 1.50x | 1.95 of 3 | 2.57 (0.89) |" in out
+
+
+def test_the_peer_table_renders_a_compare_hf_records_figures():
+  """scripts/compare_hf.py's records: every cell from the record (the peer paragraph of
+  docs/results.md was typed by hand), one row per temperature, a disagreement shown."""
+  row = {"tokens_per_s": {"ours_ar": 56.91, "hf_plain": 23.51, "ours_spec": 55.05},
+         "ar_vs_hf_plain": 2.4207, "ours_spec_vs_ours_ar": 0.967,
+         "hf_assisted_vs_hf_plain": 0.7367, "hf_prompt_lookup_vs_hf_plain": 1.3313,
+         "greedy_agreement": {"ours_ar=hf_plain": 1.0, "hf_assisted=hf_plain": 0.875}}
+  rec = {"name": "peer", "load_average": [1.91, 2.0, 2.0],
+         "machine": {"cpu": "AMD EPYC 7B13", "cores": 2},
+         "metrics": {"kind": "compare_hf", "task": "summarize", "gamma": 3, "num_examples": 8,
+                     "draft": "runs/train/smollm2_draft/export", "by_temperature": {"0": row}}}
+  out = results.render("<!-- results:peer peer -->\n<!-- /results:peer -->", {"peer": rec})
+  assert ("| peer | summarize | 0 | 3 | 8 | 56.9 tok/s | 23.5 tok/s | 2.42x | 0.97x "
+          "(smollm2_draft) | assisted 0.74x, prompt lookup 1.33x | min 0.88 | AMD EPYC 7B13, "
+          "2 cores | 1.9 |") in out
