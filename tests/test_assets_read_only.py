@@ -106,3 +106,18 @@ def test_readme_training_command_leaves_the_assets_unchanged(tmp_path):
   assert _digest(ASSETS_DIR) == before
   if status_before is not None:
     assert _git_status(ASSETS_DIR) == status_before == ""
+
+
+def test_head_rankings_and_hf_exports_refuse_the_zoo():
+  """Two more writers (a reviewer found them unguarded): scripts/head_ranking.py's
+  `write_ranking` into a checkpoint directory, and `checkpoints.hf.to_hf`."""
+  from specdec_jax.checkpoints import head_ranking, hf
+  from specdec_jax.models.model_config import get_preset
+  zoo = ASSETS_DIR / "zoo" / "t5_draft_small"
+  before = sorted(p.name for p in zoo.iterdir())
+  with pytest.raises(ReadOnlyAssetsError):
+    head_ranking.write_ranking(str(zoo), list(range(4)), 4, "test")
+  with pytest.raises(ReadOnlyAssetsError):
+    hf.to_hf(get_preset("t5_test_draft"), {}, str(ASSETS_DIR / "zoo" / "never_written"))
+  assert sorted(p.name for p in zoo.iterdir()) == before
+  assert not (ASSETS_DIR / "zoo" / "never_written").exists()

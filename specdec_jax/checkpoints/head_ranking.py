@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from specdec_jax import paths
 from specdec_jax.models import head_vocab
 
 RANKING_FILE = "head_ranking.json"
@@ -51,7 +52,8 @@ def _check_ranking(ranking: Sequence[int], vocab_size: int, where: str) -> np.nd
 def write_ranking(directory: str, ranking: Sequence[int], vocab_size: int, source: str,
                   tasks: Optional[Mapping[str, Sequence[int]]] = None) -> str:
   """Writes `directory/head_ranking.json`: the mixture's ranking and (optionally) one per task.
-  Everything is validated first: nothing is written on bad input."""
+  Everything is validated first: nothing is written on bad input, nor into the shipped assets."""
+  paths.check_writable(directory, "a head ranking")
   r = _check_ranking(ranking, vocab_size, "write_ranking")
   per_task = {str(t): _check_ranking(v, vocab_size, f"write_ranking (task {t})").tolist()
               for t, v in (tasks or {}).items()}

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from specdec_jax import paths
 from specdec_jax.checkpoints import hf_decoder, safetensors_io, storage
 from specdec_jax.checkpoints.tree import CheckpointError, expected_shapes, flatten, to_layout
 from specdec_jax.models.model_config import ModelConfig
@@ -248,6 +249,7 @@ def to_hf(config: ModelConfig, params: Mapping[str, Any], out_dir: str, dtype=No
   """Writes `model.safetensors` + `config.json` that `T5ForConditionalGeneration` loads untied,
   or, for a decoder-only model, `LlamaForCausalLM` / `Qwen2ForCausalLM`
   (`hf_decoder.config_to_hf`)."""
+  paths.check_writable(out_dir, "an HF export")
   sd = to_state_dict(config, params)
   if dtype is not None:
     sd = {k: v.astype(dtype) for k, v in sd.items()}
