@@ -38,7 +38,7 @@ from specdec_jax.decoding.adaptive import AdaptiveConfig, AdaptiveStats
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 from specdec_jax.runner import pipeline
 from specdec_jax.runner.run_config import FEATURE_DRAFT
 
@@ -99,9 +99,9 @@ def main(argv):
   ar_s = seconds["autoregressive"]
   rows = {}
   for name, outs in results.items():
-    per_batch = [acceptance.counters_to_dict(r.counters, None, r.stats, r.draft_stats)
+    per_batch = [acceptance_stats.counters_to_dict(r.counters, None, r.stats, r.draft_stats)
                  for r in outs]
-    c, calls = acceptance.merge(per_batch), max(sum(d["target_calls"] for d in per_batch), 1)
+    c, calls = acceptance_stats.merge(per_batch), max(sum(d["target_calls"] for d in per_batch), 1)
     rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
                   "tokens_per_target_call": c["emitted"] / calls,
                   "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls}

@@ -40,7 +40,7 @@ from specdec_jax.decoding import adaptive, drafters
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 
 
 def parse_args(argv=None):
@@ -76,8 +76,8 @@ def timed(fn, repeats: int):
 
 
 def summarize(results) -> dict:
-  """Counters summed over batches -> the row's numbers (`metrics.acceptance`, as the run does)."""
-  s = acceptance.summarize(acceptance.merge(acceptance.counters_to_dict(r.counters)
+  """Counters summed over batches -> the row's numbers (`metrics.acceptance_stats`, as the run does)."""
+  s = acceptance_stats.summarize(acceptance_stats.merge(acceptance_stats.counters_to_dict(r.counters)
                                             for r in results))
   return dict(alpha=s["alpha"] or 0.0, acceptance_rate=s["acceptance_rate"] or 0.0,
               tokens_per_target_call=s["tokens_per_target_call"] or 0.0, emitted=s["emitted"])

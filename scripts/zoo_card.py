@@ -120,7 +120,7 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
   from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.speculative import Chain
   from specdec_jax.decoding.sampling import SamplingConfig
-  from specdec_jax.metrics import acceptance
+  from specdec_jax.metrics import acceptance_stats
   examples = local_tasks.load_examples(task, "valid", n)
   ids = local_tasks.tokenize_examples(examples, vocab, spec["max_input"], truncate=True,
                                       add_eos=not decoder_only)
@@ -130,9 +130,9 @@ def alpha(target, tparams, draft, dparams, vocab, task: str, spec: dict, n: int,
     decoder = Decoder(target, draft, Chain(4), SamplingConfig(temperature),
                       max_decode_len=spec["max_decode"])
     res = decoder.generate(Params(tparams, dparams), inputs, jax.random.key(b))
-    totals.append(acceptance.counters_to_dict(res.counters))
-  merged = acceptance.merge(totals)
-  s = acceptance.summarize(merged)
+    totals.append(acceptance_stats.counters_to_dict(res.counters))
+  merged = acceptance_stats.merge(totals)
+  s = acceptance_stats.summarize(merged)
   return {"alpha": s["alpha"] or 0.0, "positions": merged["beta_count"],
           "acceptance_rate": s["acceptance_rate"] or 0.0,
           "tokens_per_call": merged["emitted"] / max(merged["target_calls"], 1)}

@@ -44,7 +44,7 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.metrics import acceptance, code_exec
+from specdec_jax.metrics import acceptance_stats, code_exec
 from specdec_jax.models import packed
 from specdec_jax.runner import drafts as drafts_lib, schedule
 from specdec_jax.runner.run_config import NON_MODEL_DRAFTS, DraftSpec, checkpoint_kind
@@ -382,10 +382,10 @@ class Pair:
     for batch, result in results:
       tokens, lengths = np.asarray(result.tokens_BxN), np.asarray(result.lengths_B)
       ids += [tokens[i, :lengths[i]].astype(int).tolist() for i in range(batch.rows)]
-      counters.append(acceptance.counters_to_dict(result.counters, batch.rows))
+      counters.append(acceptance_stats.counters_to_dict(result.counters, batch.rows))
     texts = [self.detokenize(row) for row in ids]
     return Generation(texts=None if None in texts else texts, ids=ids,
-                      counters=acceptance.merge(counters), seconds=seconds,
+                      counters=acceptance_stats.merge(counters), seconds=seconds,
                       compile_seconds=compile_seconds, gamma=decoder.gamma,
                       temperature=decoder.sampling.temperature)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Generation:
       not the vocabulary's (a model of another vocabulary, fed ids).
     ids: the generated token ids per prompt, EOS included when it was generated.
     counters: the loop's on-device counters summed over the prompts
-      (`metrics.acceptance.counters_to_dict`): drafted, accepted, emitted, target_calls,
+      (`metrics.acceptance_stats.counters_to_dict`): drafted, accepted, emitted, target_calls,
       beta_sum and beta_count (alpha's sums), iterations, accepts_per_position,
       accepted_length_hist.
     seconds: wall time of the decode, compilation excluded (from `Pair.benchmark`: the sum over
@@ -45,7 +45,7 @@ class Generation:
   def summary(self) -> dict:
     """alpha, acceptance_rate, tokens_per_target_call, accepts_per_position, ... (as a run's
     metrics.json names them; None where undefined, e.g. alpha without a draft)."""
-    return acceptance.summarize(self.counters)
+    return acceptance_stats.summarize(self.counters)
 
   @property
   def alpha(self) -> Optional[float]:

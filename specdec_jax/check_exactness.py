@@ -243,7 +243,7 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, decoders, dparams):
   """(autoregressive [N, k], speculative [N, k], (accepted, drafted), seconds), in chunks."""
   import jax  # pylint: disable=import-outside-toplevel
   from specdec_jax.decoding.decoder import Params  # pylint: disable=import-outside-toplevel
-  from specdec_jax.metrics import acceptance  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import acceptance_stats  # pylint: disable=import-outside-toplevel
   prompt = loaded.prompts.batch([opts.example])
   k = opts.num_tokens
   ar_decoder, sp_decoder = decoders
@@ -263,7 +263,7 @@ def _decode_samples(cfg, opts: CheckOptions, loaded, decoders, dparams):
     sp = sp_decoder.generate(Params(loaded.target_params, dparams), inputs, k_sp)
     sp_rows.append(_first_tokens(sp, k))
     progress.update(n)
-    totals = acceptance.counters_to_dict(sp.counters)
+    totals = acceptance_stats.counters_to_dict(sp.counters)
     accepted, drafted = accepted + totals["accepted"], drafted + totals["drafted"]
   progress.close()
   return (np.concatenate(ar_rows), np.concatenate(sp_rows), (accepted, drafted),

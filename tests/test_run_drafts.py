@@ -36,7 +36,7 @@ def _library_alpha(name):
   from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import Chain
-  from specdec_jax.metrics import acceptance
+  from specdec_jax.metrics import acceptance_stats
   from specdec_jax.checkpoints.loader import load_model
   examples = local_tasks.load_examples("configs/local/smoke_prompts.jsonl", num_examples=4)
   target, tp = load_model("t5_test_target", seed=0)
@@ -46,4 +46,4 @@ def _library_alpha(name):
   inputs = local_tasks.batch_inputs([list(ex.input_ids)[:32] for ex in examples])
   res = Decoder(target, draft, Chain(2), SamplingConfig(), max_decode_len=8).generate(
       Params(tp, params), inputs)
-  return acceptance.alpha_of(res.counters)
+  return acceptance_stats.alpha_of(res.counters)

@@ -305,5 +305,5 @@ class LookupFeatureDrafter(FeatureDrafter):
                        draft_cache=new.draft_cache.rollback(before.base_B + before.num_B - 1))
 
   def summary(self, carry: LookupFeatureCarry):
-    """The lookup iterations per row (`metrics.acceptance`: `lookup_iterations`)."""
+    """The lookup iterations per row (`metrics.acceptance_stats`: `lookup_iterations`)."""
     return {"lookups_B": carry.lookups_B}

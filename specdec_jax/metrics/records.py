@@ -19,7 +19,7 @@ class ProgramRecord:
   """One timed program on one batch.
 
   seconds: median wall time of one call (compile excluded, `specdec_jax.timing`).
-  counters: the decode's counter totals over the batch's real rows (`acceptance.counters_to_dict`).
+  counters: the decode's counter totals over the batch's real rows (`acceptance_stats.counters_to_dict`).
   gamma: the gamma the program ran with (speculative points; None for the baseline).
   """
 

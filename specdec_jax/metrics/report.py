@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec_jax.metrics import acceptance, bootstrap, quality, theory
+from specdec_jax.metrics import acceptance_stats, bootstrap, quality, theory
 from specdec_jax.metrics.records import ProgramRecord
 
 CONTRACT_KEYS = ("task", "target", "draft", "temperature", "gamma", "num_examples", "alpha",
@@ -109,7 +109,7 @@ def build(setting: Setting, measured: Measured, costs=None,
   (both predictions are then None). extra: keys added last.
   """
   spec_records, ar_records = measured.spec_records, measured.ar_records
-  stats = acceptance.summarize(acceptance.merge(r.counters for r in spec_records)) \
+  stats = acceptance_stats.summarize(acceptance_stats.merge(r.counters for r in spec_records)) \
       if spec_records else {}
   alpha = stats.get("alpha")
   if setting.gamma == 0 and measured.alpha_if_nothing_drafted is not None:

@@ -50,7 +50,7 @@ import jax
 
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.metrics import acceptance, theory
+from specdec_jax.metrics import acceptance_stats, theory
 from specdec_jax.runner import keys, tree_choice
 from specdec_jax.runner.run_config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
 from specdec_jax.runner.costs import LoopCosts
@@ -122,8 +122,8 @@ def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows
   target calls that kept at least i drafts (A_i of metrics/theory.py), i = 1..gamma."""
   res = decoder.generate(params, inputs_BxP, jax.random.key(seed + 7919))
   counters = distributed.gather(res.counters)  # rows of every process
-  stats = acceptance.summarize(acceptance.counters_to_dict(counters, rows))
-  return {"alpha": acceptance.alpha_of(counters, rows),
+  stats = acceptance_stats.summarize(acceptance_stats.counters_to_dict(counters, rows))
+  return {"alpha": acceptance_stats.alpha_of(counters, rows),
           "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
 
 

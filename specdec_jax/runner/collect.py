@@ -11,7 +11,7 @@ import math
 import os
 from typing import Any
 
-from specdec_jax.metrics import acceptance, code_exec, quality, report
+from specdec_jax.metrics import acceptance_stats, code_exec, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.run_config import FEATURE_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
@@ -120,9 +120,9 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
 
 def tree_block(scheme, spec_records) -> dict:
   """A tree row's `tree`: its shape and verifier, and node_acceptance_rate = accepted / (target
-  calls x drafted nodes) beside the per-path `acceptance_rate` (metrics/acceptance.py)."""
+  calls x drafted nodes) beside the per-path `acceptance_rate` (metrics/acceptance_stats.py)."""
   tree = scheme.tree
-  totals = acceptance.merge(r.counters for r in spec_records)
+  totals = acceptance_stats.merge(r.counters for r in spec_records)
   nodes = totals["target_calls"] * (tree.num_nodes - 1)
   shape = ({"parents": list(tree.parents)} if hasattr(tree, "parents")
            else {"dynamic": dataclasses.asdict(tree)})  # a dynamic tree: its budget

@@ -33,7 +33,7 @@ from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.feature_entries import timed_as_extend
 from specdec_jax.decoding.tree.shape import Tree
-from specdec_jax.metrics import acceptance, theory
+from specdec_jax.metrics import acceptance_stats, theory
 from specdec_jax.runner import schedule
 from specdec_jax.runner.run_config import AUTO, GAMMA_WORDS, DraftSpec, as_list
 
@@ -229,7 +229,7 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
   """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared):
   medians of the rounds, and the rounds' own per-iteration costs (paired by round)."""
   def per_iteration(key, g):
-    counts = [acceptance.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
+    counts = [acceptance_stats.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
     iterations = sum(c["iterations"] for c in counts)
     full, zero = rounds[(key, g, "full")], rounds[(key, g, "zero")]
     ms = 1e3 * max(statistics.median(full) - statistics.median(zero), 0.0) / max(iterations, 1)
@@ -240,7 +240,7 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
   it, fixed, tpi, it_rounds = {}, {}, {}, {}
   for g in sorted(gammas, key=loop_order):
     it[g], fixed[g], _, counts, it_rounds[g] = per_iteration(key, g)
-    merged = acceptance.merge(counts)
+    merged = acceptance_stats.merge(counts)
     tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
   # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
   # (taken at face value, 'auto' would favour that gamma). Running maximum over the chains'

@@ -16,7 +16,7 @@ import numpy as np
 
 from specdec_jax import distributed, sharding, timing
 from specdec_jax.decoding.autoregressive import Autoregressive
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 from specdec_jax.metrics.records import AR, BatchRecord, ProgramRecord
 from specdec_jax.runner import keys
 from specdec_jax.runner.run_config import RunConfig, temperatures
@@ -40,7 +40,7 @@ def decode_batch(cfg: RunConfig, loaded: Loaded, group_points, temperature: floa
   results, seconds = timing.interleaved(programs, cfg.repeats, agree=distributed.agree)
   results = {k: distributed.gather(r) for k, r in results.items()}  # global -> host, every row
   outputs = {k: _outputs(r, rows) for k, r in results.items()}
-  counters = {k: acceptance.counters_to_dict(r.counters, rows, r.stats, r.draft_stats)
+  counters = {k: acceptance_stats.counters_to_dict(r.counters, rows, r.stats, r.draft_stats)
               for k, r in results.items()}
   record = BatchRecord(
       group=keys.group(temperature), indices=tuple(ex.index for ex in examples),

@@ -15,7 +15,7 @@ import jax
 from absl import logging
 
 from specdec_jax import distributed, lock, logs, paths
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
 from specdec_jax.runner import autotune, collect, decode, keys, measure, pipeline
@@ -64,7 +64,7 @@ class Progress:
     for key, rec in record.points.items():
       hist = self.totals.setdefault(key, [])
       hist.append(rec.counters)
-      running = acceptance.summarize(acceptance.merge(hist))
+      running = acceptance_stats.summarize(acceptance_stats.merge(hist))
       tok_s = rec.emitted / max(rec.seconds, 1e-9)
       alpha = f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"
       parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha {alpha}")

@@ -33,7 +33,7 @@ import numpy as np
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.decoding.tree.shape import Tree
-from specdec_jax.metrics import acceptance, theory
+from specdec_jax.metrics import acceptance_stats, theory
 from specdec_jax.runner.costs import LoopCosts, loop_key
 
 
@@ -90,7 +90,7 @@ def dynamic_acceptance(decoder, params, inputs_BxP, *, seed: int) -> dict[str, A
   what that tree is predicted to keep per call (measured: no positional model fits its shape),
   and its budget."""
   res = decoder.generate(params, inputs_BxP, jax.random.key(seed + 7919))
-  totals = acceptance.counters_to_dict(res.counters)
+  totals = acceptance_stats.counters_to_dict(res.counters)
   return {"tokens_per_call": totals["emitted"] / max(totals["target_calls"], 1),
           "emitted": totals["emitted"], "target_calls": totals["target_calls"],
           "dynamic": dataclasses.asdict(decoder.scheme.tree)}

@@ -12,7 +12,7 @@ import pytest
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.metrics import acceptance
+from specdec_jax.metrics import acceptance_stats
 from specdec_jax.models.model import Model
 from specdec_jax.testing import WrongOnRows, tiny_pair
 
@@ -30,4 +30,4 @@ def test_two_row_draft_reads_one_half(gamma):
   c = res.counters
   assert np.asarray(c.beta_count_B).tolist() == [31, 31]  # every generated position, both rows
   assert np.asarray(c.beta_sum_B).tolist() == pytest.approx([31.0, 0.0])
-  assert acceptance.alpha_of(c) == pytest.approx(0.5)
+  assert acceptance_stats.alpha_of(c) == pytest.approx(0.5)

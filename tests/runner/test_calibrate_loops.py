@@ -18,7 +18,7 @@ from specdec_jax import timing
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.metrics import acceptance, theory
+from specdec_jax.metrics import acceptance_stats, theory
 from specdec_jax.runner import calibrate, costs
 from specdec_jax.runner.run_config import DraftSpec, Point
 from specdec_jax.testing import MemoryStore, tiny_pair
@@ -135,7 +135,7 @@ def test_the_timed_program_is_the_run_decode(gamma):
       params, jnp.asarray(x), rng, max_iterations=jnp.int32(cap))
   full = run(11)
   np.testing.assert_array_equal(full.tokens_BxN, ref.tokens_BxN)
-  assert acceptance.counters_to_dict(full.counters) == acceptance.counters_to_dict(ref.counters)
+  assert acceptance_stats.counters_to_dict(full.counters) == acceptance_stats.counters_to_dict(ref.counters)
   assert int(run(0).counters.iterations) == 0 and int(run(0).lengths_B.max()) == 0
   assert int(run(2).counters.iterations) == 2
 
