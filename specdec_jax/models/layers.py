@@ -44,8 +44,13 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # large is cold in a decode step (the step's weights overflow the cache), and there bfloat16
 # panels (`models.packed`) stream half the bytes and beat XLA's float32 product (the 16 MB head:
 # 0.34 ms against 0.71), so one row of those always goes to the kernel. (With weights hot in
-# cache one row is FMA-latency bound in the kernel; DESIGN.md "Machine facts".)
-HYBRID_GEMV_MAX_BYTES = 3 << 20
+# cache one row is FMA-latency bound in the kernel; DESIGN.md "Machine facts".) 4 MB, not 3:
+# SmolLM2-135M's MLP matrices (576 x 1536 float32, 3.5 MB, 90 of them: 318 MB of its 513 MB
+# step) stream faster through the kernel (one row through all 90, cold: 5.1-6.6 ms against XLA's
+# 7.0-7.7, interleaved in one process), and its whole autoregressive step took 10.6 ms instead of
+# 14.3-14.5 (scripts/bench_loop.py --target=smollm2_135m, processes alternated, AMD EPYC 2 cores,
+# load 1.2-2.3); no zoo matrix lies between 3 and 4 MB.
+HYBRID_GEMV_MAX_BYTES = 4 << 20
 
 
 class Dense(nn.Module):
