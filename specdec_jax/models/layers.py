@@ -48,7 +48,7 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # SmolLM2-135M's MLP matrices (576 x 1536 float32, 3.5 MB, 90 of them: 318 MB of its 513 MB
 # step) stream faster through the kernel (one row through all 90, cold: 5.1-6.6 ms against XLA's
 # 7.0-7.7, interleaved in one process), and its whole autoregressive step was faster in each of
-# 5 alternated process pairs: 13.2-13.5 ms (10.6 in two) against 14.3-14.6 at 3 MB
+# 4 alternated process pairs: 10.6, 10.6, 13.5, 13.4 ms against 14.3, 14.3, 14.6, 14.6 at 3 MB
 # (scripts/bench_loop.py --target=smollm2_135m, AMD EPYC 2 cores, load 0.8-2.3); no zoo
 # matrix lies between 3 and 4 MB.
 HYBRID_GEMV_MAX_BYTES = 4 << 20
