@@ -233,11 +233,13 @@ class Pair:
     if tree is not None and gamma != schedule.TREE:
       raise ValueError(f"tree= chooses the tree of gamma='tree'; with gamma={gamma!r} it would "
                        "be ignored (a scheme object given as gamma is its own tree)")
-    if isinstance(gamma, schedule.FeatureChain):  # its options are the keyword arguments'
+    gamma, given = schedule.lower(gamma)  # a scheme object (Chain, TreeScheme, ...) in shorthand
+    if "feature_parallel" in given:  # a FeatureChain: its fields are these keyword arguments
       if parallel or lookup_gamma:
         raise ValueError("a FeatureChain gamma carries its own parallel / lookup_gamma options")
-      parallel, lookup_gamma, lookup_ngram = gamma.parallel, gamma.lookup_gamma, gamma.lookup_ngram
-    gamma, given = schedule.lower(gamma)  # a scheme object (Chain, TreeScheme, ...) in shorthand
+      parallel, lookup_gamma, lookup_ngram = (given["feature_parallel"],
+                                              given["feature_lookup_gamma"],
+                                              given["feature_lookup_ngram"])
     gamma = int(gamma) if _is_int(gamma) else gamma
     if gamma not in (schedule.ADAPTIVE, schedule.TREE) and not (_is_int(gamma) and gamma >= 0):
       raise ValueError(f"gamma must be an integer >= 0 (0: the target alone), 'adaptive', "

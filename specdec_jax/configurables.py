@@ -80,9 +80,10 @@ def _binding(name: str):
 
 
 def run_config() -> RunConfig:
-  """The `RunConfig` the parsed gin config describes (validated). A field GAMMA's `@Auto()`
-  sets that the config also binds to another value is refused, even where that binding is the
-  field's default (`runner.schedule.lower` sees only values, not which were bound)."""
+  """The `RunConfig` the parsed gin config describes (validated). A field that GAMMA's scheme
+  object sets (`@Auto()`, `@FeatureChain()`, a tree, an AdaptiveConfig) and the config also
+  binds to another value is refused, even where that binding is the field's default
+  (`runner.schedule.lower` sees only values, not which were bound)."""
   register()
   cfg = gin.get_configurable("RunConfig")()
   for field in LOWERED_FIELDS:
