@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 from specdec_jax.aot import feature_roofline, roofline  # noqa: E402
 from specdec_jax.metrics import results  # noqa: E402
 from specdec_jax.models.model_config import get_preset  # noqa: E402
-from specdec_jax.models.feature_draft import FeatureDraftConfig  # noqa: E402
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig  # noqa: E402
 
 LAYOUT_RECORD = "roofline_tpu_v4_mesh"
 

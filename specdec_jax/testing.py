@@ -32,8 +32,9 @@ def tiny_pair(kind: str = "decoder", vocab_size: int | None = None, seed: int = 
 def tiny_feature_pair(kind: str = "decoder", vocab_size: int = 64):
   """(target, target_params, feature draft, its params with the target's pieces) on the
   `*_test_target` preset: a 16-wide feature-level draft block, 2 heads."""
-  from specdec_jax.models.feature_draft import (  # pylint: disable=import-outside-toplevel
-      FeatureDraft, FeatureDraftConfig)
+  # pylint: disable=import-outside-toplevel
+  from specdec_jax.models.feature_draft import FeatureDraft
+  from specdec_jax.models.feature_draft_config import FeatureDraftConfig
   target = Model(get_preset(f"{kind}_test_target", vocab_size=vocab_size))
   tp = target.init(jax.random.key(0))
   draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
@@ -182,8 +183,9 @@ def sharp_feature_pair(target: Model):
   """(target, params, feature draft, params) for the feature schemes' chi-square tests: the
   target (give it no EOS: every sample runs to its length) with doubled weights (a sharp p), a
   16-wide feature draft with its own head, doubled too."""
-  from specdec_jax.models.feature_draft import (  # pylint: disable=import-outside-toplevel
-      FeatureDraft, FeatureDraftConfig)
+  # pylint: disable=import-outside-toplevel
+  from specdec_jax.models.feature_draft import FeatureDraft
+  from specdec_jax.models.feature_draft_config import FeatureDraftConfig
   tp = jax.tree.map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
   draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
                                                      mlp_dim=32, eos_id=-1, head="own"))

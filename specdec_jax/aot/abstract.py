@@ -25,7 +25,7 @@ from specdec_jax import sharding as sh
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.checkpoints import loader
 from specdec_jax.models.model_config import PRESETS, ModelConfig
-from specdec_jax.models.feature_draft import FeatureDraftConfig
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 
 # The preset a gin macro pair gives a feature-level draft's checkpoint that cannot be read here

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from specdec_jax.aot import roofline
-from specdec_jax.models.feature_draft import FeatureDraftConfig
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 
 
 def step_extra_params(cfg: FeatureDraftConfig) -> int:

@@ -29,7 +29,8 @@ from jax.sharding import Mesh
 from specdec_jax import sharding as sh
 from specdec_jax.aot import abstract
 from specdec_jax.models import gqa
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 
 SPEC_PREFILL, SPEC_LOOP, AR_PREFILL, AR_LOOP, TRAIN_STEP = (

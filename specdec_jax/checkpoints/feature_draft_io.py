@@ -25,7 +25,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 
 CONFIG_FILE = "feature_draft_config.json"
 RECORD_FILE = "paired_target.json"

@@ -36,7 +36,8 @@ from specdec_jax import paths
 from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import head_ranking, loader
 from specdec_jax.data import tasks as tasks_lib
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib

@@ -14,7 +14,8 @@ from specdec_jax.aot import abstract, cli, job, programs
 from specdec_jax.decoding.drafter import FeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.runner.run_config import RunConfig
 
 XXL = "gs://b/t5_1_1_xxl/checkpoint_1000000"

@@ -16,7 +16,8 @@ import pytest
 from specdec_jax.aot import feature_roofline as fr
 from specdec_jax.aot import roofline
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOT_READ_PER_STEP = ("['token_embedder']", "['fuse']", "['encoder_decoder_attention']['key']",

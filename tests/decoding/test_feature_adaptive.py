@@ -21,7 +21,8 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (law_pvalue, sharp_t5_feature_pair,
                                  teacher_forced_draft_logits, tiny_feature_pair,

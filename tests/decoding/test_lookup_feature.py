@@ -23,7 +23,8 @@ from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (sharp_t5_feature_pair, teacher_forced_draft_logits,
                                  tiny_feature_pair, vmapped_law_pvalue)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.seam import Encoded
 

@@ -25,7 +25,8 @@ from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.runner.schedule import FeatureChain
 from specdec_jax.runner import run_config as rc
 from specdec_jax.runner import drafts as drafts_lib

@@ -26,7 +26,8 @@ from specdec_jax.decoding.drafter import FeatureDrafter
 from specdec_jax.decoding.feature_entries import FeatureCarry, block_logits
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.testing import tiny_feature_pair
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import feature_blocks as fb

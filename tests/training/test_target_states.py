@@ -19,7 +19,8 @@ import pytest
 
 from specdec_jax import lock
 from specdec_jax.checkpoints import head_ranking, load_checkpoint, orbax_io
-from specdec_jax.models.feature_draft import FeatureDraft, FeatureDraftConfig
+from specdec_jax.models.feature_draft import FeatureDraft
+from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
