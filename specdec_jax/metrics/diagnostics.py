@@ -1,7 +1,8 @@
 """Docs tables of the diagnostic experiments' records (experiments/loop_anatomy.py --goal,
 experiments/tree_bound.py): what a draft or a tree would need, or could at best give, on one
-machine. Why apart from `results`: those tables are of measured runs; these are of derived
-estimates, and their columns say so.
+machine; the peer (scripts/compare_hf.py); drafts' acceptance probed without timing
+(experiments/feature_draft_alpha.py). Why apart from `results`: those tables are of the run's
+metrics.json rows; these are of other experiments' outputs, and their columns say what each is.
 """
 from __future__ import annotations
 
@@ -84,4 +85,27 @@ def peer_table(records: Sequence[Mapping[str, Any]]) -> str:
                   "-" if agree is None else ("all" if all(v == 1.0 for v in agree.values())
                                              else f"min {min(agree.values()):.2f}"),
                   machine_label(rec), f"{rec['load_average'][0]:.1f}"])
+  return _table(head, out)
+
+
+def draft_alpha_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per experiments/feature_draft_alpha.py record and draft: its acceptance on the same prompts
+  and target in one process (no timing: counts, so the machine does not enter), with the feature
+  draft's training cost from the trainer's summary. alpha of a feature draft counts its drafted
+  positions only; compare tokens per target call across kinds."""
+  head = ["record", "draft", "training", "T", "alpha", "accepted / drafted",
+          "P(>= 1, 2, ... kept)", "tokens per target call", "target calls"]
+  out = []
+  for rec in records:
+    m = rec["metrics"]
+    for draft, row in m["rows"].items():
+      train = m.get("training", {}).get(draft)
+      cost = ("shipped" if train is None else
+              f"{train['steps']:,} steps, {train['train_seconds'] / 60:.0f} min, "
+              f"{train['target_tokens_seen'] / 1e6:.2f}M tokens")
+      at_least = row.get("accept_at_least")
+      out.append([rec["name"], draft, cost, f"{float(m['temperature']):g}", f"{row['alpha']:.3f}",
+                  f"{row['acceptance_rate']:.3f}",
+                  ", ".join(f"{x:.2f}" for x in at_least) if at_least else "-",
+                  f"{row['tokens_per_target_call']:.2f}", f"{row['target_calls']:,}"])
   return _table(head, out)

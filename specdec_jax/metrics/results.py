@@ -291,6 +291,7 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "anatomy_goal": diagnostics.anatomy_goal_table,  # experiments/loop_anatomy.py --goal
     "tree_bound": diagnostics.tree_bound_table,      # experiments/tree_bound.py
     "peer": diagnostics.peer_table,                  # scripts/compare_hf.py
+    "draft_alpha": diagnostics.draft_alpha_table,    # experiments/feature_draft_alpha.py
 }
 # Tables over every committed record: their marker names none (a claim counts all it can test).
 ALL_RECORDS = frozenset({"established"})

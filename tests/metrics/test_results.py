@@ -183,3 +183,20 @@ def test_the_peer_table_renders_a_compare_hf_records_figures():
   assert ("| peer | summarize | 0 | 3 | 8 | 56.9 tok/s | 23.5 tok/s | 2.42x | 0.97x "
           "(smollm2_draft) | assisted 0.74x, prompt lookup 1.33x | min 0.88 | AMD EPYC 7B13, "
           "2 cores | 1.9 |") in out
+
+
+def test_the_draft_alpha_table_renders_an_acceptance_probes_figures():
+  """experiments/feature_draft_alpha.py's outputs, imported as records: every cell from the
+  record (docs/feature_draft.md's table was pasted), the trained draft's cost from its summary."""
+  feature = {"alpha": 0.5907, "acceptance_rate": 0.3136, "tokens_per_target_call": 2.1417,
+             "target_calls": 1214, "accept_at_least": [0.5593, 0.3394]}
+  shared = {"alpha": 0.6568, "acceptance_rate": 0.3834, "tokens_per_target_call": 2.3985,
+            "target_calls": 1084}
+  train = {"steps": 4000, "train_seconds": 2920.3, "target_tokens_seen": 1186830}
+  rec = {"name": "fa", "metrics": {"temperature": 0.0, "training": {"feature_draft": train},
+                                   "rows": {"feature_draft": feature, "t5_shared_draft": shared}}}
+  out = results.render("<!-- results:draft_alpha fa -->\n<!-- /results:draft_alpha -->",
+                       {"fa": rec})
+  assert ("| fa | feature_draft | 4,000 steps, 49 min, 1.19M tokens | 0 | 0.591 | 0.314 | "
+          "0.56, 0.34 | 2.14 | 1,214 |") in out
+  assert "| fa | t5_shared_draft | shipped | 0 | 0.657 | 0.383 | - | 2.40 | 1,084 |" in out
