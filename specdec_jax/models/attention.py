@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import LayerKV
-from specdec_jax.models.layers import Dense
+from specdec_jax.models.layers import FUSED_PROJECTIONS, Dense
 
 
 class MultiHeadAttention(nn.Module):
@@ -26,8 +26,11 @@ class MultiHeadAttention(nn.Module):
   three input projections carry biases.
 
   `matmul`: the layout and product of the projections a decode step runs (see `layers.Dense`).
-  `kv_from_encoder` (cross-attention): keys and values project the encoder output once per request,
-  many rows at once, where XLA's GEMM is the right tool; they stay "xla".
+  In the packed layouts a self-attention's three input projections are one matrix `qkv`
+  ([embed, q + k + v], `layers.FUSED_PROJECTIONS`): they read the same input, and one call
+  streams the three (see there for why). `kv_from_encoder` (cross-attention): keys and values
+  project the encoder output once per request, many rows at once, where XLA's GEMM is the right
+  tool; they stay "xla".
   """
 
   config: ModelConfig
@@ -39,11 +42,19 @@ class MultiHeadAttention(nn.Module):
     inner, dt = cfg.num_heads * cfg.head_dim, jnp.dtype(cfg.dtype)
     kv_inner, bias = cfg.kv_heads * cfg.head_dim, cfg.qkv_bias
     mm, mkv = self.matmul, "xla" if self.kv_from_encoder else self.matmul
-    self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim, matmul=mm,
-                       use_bias=bias)
-    self.key = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
-    self.value = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
+    self.splits = (inner, inner + kv_inner)
+    if self.fused:  # packed weights only (`models.packed` builds them): no init of its own
+      self.qkv = Dense(inner + 2 * kv_inner, ("embed", "joined_kv"), dt, matmul=mm, use_bias=bias)
+    else:
+      self.query = Dense(inner, ("embed", "joined_kv"), dt, init_scale=1.0 / cfg.head_dim,
+                         matmul=mm, use_bias=bias)
+      self.key = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
+      self.value = Dense(kv_inner, ("embed", "joined_kv"), dt, matmul=mkv, use_bias=bias)
     self.out = Dense(cfg.emb_dim, ("joined_kv", "embed"), dt, matmul=mm)
+
+  @property
+  def fused(self) -> bool:
+    return self.matmul in FUSED_PROJECTIONS and not self.kv_from_encoder
 
   def _heads(self, x_BxTxI: jax.Array) -> jax.Array:
     b, t, inner = x_BxTxI.shape
@@ -51,11 +62,20 @@ class MultiHeadAttention(nn.Module):
     return nn.with_logical_constraint(x, ("batch", "length", "heads", "kv"))
 
   def project_q(self, x_BxTxD: jax.Array) -> jax.Array:
-    return self._heads(self.query(x_BxTxD))
+    return self.project_qkv(x_BxTxD)[0] if self.fused else self._heads(self.query(x_BxTxD))
 
   def project_kv(self, x_BxSxD: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Keys and values [B, S, kv_heads, K]."""
+    if self.fused:
+      return self.project_qkv(x_BxSxD)[1:]
     return self._heads(self.key(x_BxSxD)), self._heads(self.value(x_BxSxD))
+
+  def project_qkv(self, x_BxTxD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Queries, keys and values of one input (self-attention): one product when fused."""
+    if not self.fused:
+      return (self.project_q(x_BxTxD),) + self.project_kv(x_BxTxD)
+    q, k, v = jnp.split(self.qkv(x_BxTxD), self.splits, axis=-1)
+    return self._heads(q), self._heads(k), self._heads(v)
 
   def attend(self, q_BxTxHxK: jax.Array, k_BxHxKxS: jax.Array, v_BxHxSxK: jax.Array,
              bias_BxHxTxS: jax.Array) -> jax.Array:

@@ -50,8 +50,21 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # 7.0-7.7, interleaved in one process), and its whole autoregressive step was faster in each of
 # 4 alternated process pairs: 10.6, 10.6, 13.5, 13.4 ms against 14.3, 14.3, 14.6, 14.6 at 3 MB
 # (scripts/bench_loop.py --target=smollm2_135m, AMD EPYC 2 cores, load 0.8-2.3); no zoo
-# matrix lies between 3 and 4 MB.
-HYBRID_GEMV_MAX_BYTES = 4 << 20
+# matrix lies between 3 and 4 MB. 8 MB, not 4: the fused MLP input matrix (FUSED_PROJECTIONS) of
+# SmolLM2 is 576 x 3072 float32, 7 MB, and one row of it (33 copies, cold) took 0.141 ms per call
+# through the kernel against 0.156-0.161 through XLA's dot in two processes (the kernel was also
+# faster for the 16 MB shape there, 0.30-0.33 against 0.38-0.44, unlike the figures above from
+# an older kernel under load: left at XLA until measured on a quiet machine more than once).
+HYBRID_GEMV_MAX_BYTES = 8 << 20
+# The packed layouts fuse the projections that read one input into one matrix: a self-attention's
+# query, key and value (`qkv`), a gated MLP's two input projections (`wi`: wi_0's columns, then
+# wi_1's). Why: each cold matrix-vector product pays a start (its first cache misses, the pool's
+# threads joining) and an end (the last thread waited for); SmolLM2-135M's 210 per-layer products
+# streamed in 9.8 ms where the same 405 MB as 120 fused ones took 9.2 (AMD EPYC, 2 cores, one
+# process, interleaved). The kernel computes each column alone, so a fused product's columns are
+# bit for bit the separate products' (tests/models/test_packed.py). `models.packed` builds them
+# from the checkpoint's separate matrices; checkpoints, training and sharding never see them.
+FUSED_PROJECTIONS = ("kernel", "hybrid")
 
 
 class Dense(nn.Module):
@@ -158,8 +171,12 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     cfg, dt, mm = self.config, _dtype(self.config), self.matmul
-    gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_0")(x)
-    lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_1")(x)
+    if mm in FUSED_PROJECTIONS:  # packed: wi_0 and wi_1 as one matrix (see FUSED_PROJECTIONS)
+      gate, lin = jnp.split(Dense(2 * cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi")(x),
+                            2, axis=-1)
+    else:
+      gate = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_0")(x)
+      lin = Dense(cfg.mlp_dim, ("embed", "mlp"), dt, matmul=mm, name="wi_1")(x)
     h = _ACTIVATIONS[cfg.mlp_activation](gate) * lin
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
     return Dense(cfg.emb_dim, ("mlp", "embed"), dt, matmul=mm, name="wo")(h)

@@ -11,8 +11,12 @@ kernel streams each weight once for any number of rows, but it needs the weights
   "hybrid" (the default) keeps `kernel` beside the panels: XLA's matrix-vector product for one row
   of a large matrix (an output head over the vocabulary: faster than the kernel there, see
   `layers.Dense`) and for GEMMs past 64 rows, the kernel for the rest (verification blocks, one
-  row of a small matrix); the decode projections then take twice their memory. "kernel" keeps the panels only. Everything else (embeddings, norms, relative
-  position tables, the encoder, the cross-attention keys/values) is the same array, not a copy.
+  row of a small matrix); the decode projections then take twice their memory. "kernel" keeps
+  the panels only. Projections that read one input are fused into one matrix (`FUSED`: a
+  self-attention's `qkv`, an MLP's `wi`; `layers.FUSED_PROJECTIONS` says why), built here from
+  the checkpoint's separate matrices and split again by `unpack`. Everything else (embeddings,
+  norms, relative position tables, the encoder, the cross-attention keys/values) is the same
+  array, not a copy.
 - Panels are bfloat16 where the weights are bfloat16 values (every checkpoint stored in bfloat16,
   the zoo's and T5X's, loaded as float32; checked per matrix, `kmatmul.is_bfloat16_exact`), else
   float32: the kernel widens bfloat16 exactly and multiplies in float32 in the same order, so the
@@ -41,6 +45,7 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import logging
 
 from specdec_jax.kernels import build
@@ -102,16 +107,47 @@ _pack_int8_jit = jax.jit(kmatmul.pack_int8_panels)
 
 
 def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
-  """`template`'s structure filled from `tree`: `convert(tree_dict, name, shape, path)` per leaf."""
+  """`template`'s structure filled from `tree`: `convert(tree_dict, name, shape, path)` per leaf.
+  A fused projection of the template (`FUSED`) missing from `tree` is its parts concatenated."""
   out = {}
   for name, sub in template.items():
     here = path + (name,)
     if isinstance(sub, dict):
+      if name not in tree and name in FUSED and all(part in tree for part in FUSED[name]):
+        tree = {**tree, name: _fuse([tree[part] for part in FUSED[name]])}
       if name not in tree:
         raise ValueError(f"params have no {'/'.join(here)}: they are not this model's tree")
       out[name] = _rebuild(sub, tree[name], convert, here)
     else:
       out[name] = convert(tree, name, sub, here)
+  return out
+
+
+# The packed layouts' fused projections (`layers.FUSED_PROJECTIONS`): name -> its parts, whose
+# output columns it holds in this order.
+FUSED = {"qkv": ("query", "key", "value"), "wi": ("wi_0", "wi_1")}
+
+
+def _fuse(parts: list[Params]) -> Params:
+  """One Dense's params from several of the same input: kernels (and biases) side by side."""
+  return {name: jnp.concatenate([p[name] for p in parts], axis=-1) for name in parts[0]}
+
+
+def _unfuse(template: Params, tree: Params) -> Params:
+  """`tree` with each fused projection split back into the parts `template` (a T5X-layout
+  tree's shapes) names; the inverse of `_fuse`."""
+  out = {}
+  for name, sub in tree.items():
+    parts = FUSED.get(name)
+    if parts and isinstance(sub, dict) and all(part in template for part in parts):
+      ends = np.cumsum([template[part]["kernel"].shape[-1] for part in parts])
+      for leaf, array in sub.items():  # past the last end: the panels' zero columns
+        for part, piece in zip(parts, jnp.split(array, ends, axis=-1)):
+          out.setdefault(part, {})[leaf] = piece
+    elif isinstance(sub, dict):
+      out[name] = _unfuse(template.get(name, {}), sub)
+    else:
+      out[name] = sub
   return out
 
 
@@ -174,11 +210,25 @@ def unpack(model: PackedModel, params: Params) -> tuple[Model, Params]:
   template = base.param_shapes()
 
   def convert(tree, name, shape, here):
-    if name == "kernel" and name not in tree:  # "kernel": panels only
-      return _unpack_jit(tree[PACKED_NAME], shape.shape[-1])
-    return tree[name]
+    leaf = tree[name]
+    return leaf[..., :shape.shape[-1]] if name == "kernel" else leaf  # panels' zero columns off
 
-  return base, _rebuild(template, params, convert)
+  return base, _rebuild(template, _unfuse(template, _panels_as_kernels(params)), convert)
+
+
+def _panels_as_kernels(tree: Params) -> Params:
+  """Each packed Dense's params with a `kernel` [D, F'] and no panels: "hybrid"'s own kernel, or
+  the panels unpacked to their full width F' (F rounded up to the panel width; `unpack` trims)."""
+  out = {}
+  for name, sub in tree.items():
+    if isinstance(sub, dict):
+      out[name] = _panels_as_kernels(sub)
+    elif name == PACKED_NAME:
+      if "kernel" not in tree:
+        out["kernel"] = _unpack_jit(sub, sub.shape[-3] * kmatmul.PANEL)
+    else:
+      out[name] = sub
+  return out
 
 
 def kernel_available() -> bool:

@@ -104,8 +104,7 @@ class DecoderLayer(nn.Module):
                cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array],
                rope: Optional[tuple[jax.Array, jax.Array]] = None) -> tuple[jax.Array, LayerKV]:
     h = self.pre_self_attention_layer_norm(x_BxTxD)
-    q = self.self_attention.project_q(h)
-    k, v = self.self_attention.project_kv(h)
+    q, k, v = self.self_attention.project_qkv(h)
     if rope is not None:
       q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     kv = kv.write(k, v, slots_BxT)

@@ -32,10 +32,14 @@ def test_pack_round_trip_and_which_weights_are_packed(kind, matmul):
   flat = {"/".join(k.key for k in path): leaf
           for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
   panels = sorted(k for k in flat if k.endswith("kernel_panels"))
-  # Every decoder projection a step runs, and the head; not the encoder, not cross K/V.
+  # Every decoder projection a step runs, and the head; not the encoder, not cross K/V. A
+  # self-attention's query/key/value and an MLP's two input matrices are one fused matrix each.
   assert "decoder/logits_dense/kernel_panels" in panels
-  assert "decoder/layers_0/self_attention/query/kernel_panels" in panels
+  assert "decoder/layers_0/self_attention/qkv/kernel_panels" in panels
+  assert "decoder/layers_1/mlp/wi/kernel_panels" in panels
   assert "decoder/layers_1/mlp/wo/kernel_panels" in panels
+  assert not any(part in k for k in flat for part in ("/query/", "/wi_0/", "/wi_1/")
+                 if k.startswith("decoder/") and "encoder_decoder" not in k)
   assert not any(k.startswith("encoder/") for k in panels)
   if kind == "t5":
     assert "decoder/layers_0/encoder_decoder_attention/key/kernel" in flat
@@ -92,7 +96,8 @@ def test_scanned_layers_pack_and_compute():
   model = Model(get_preset("decoder_test_target", scan_layers=True))
   params = model.init(jax.random.key(0))
   pmodel, pparams = packed.pack(model, params, "kernel")
-  assert pparams["decoder"]["layers"]["mlp"]["wi_0"]["kernel_panels"].shape == (2, 4, 32, 16)
+  # stacked [layers, ...]; wi_0 and wi_1 (64 columns each) fused: 128 columns, 8 panels
+  assert pparams["decoder"]["layers"]["mlp"]["wi"]["kernel_panels"].shape == (2, 8, 32, 16)
   tokens = jnp.asarray([[5, 6, 7, 8, 9]], jnp.int32)
   np.testing.assert_allclose(np.asarray(pmodel.forward(pparams, tokens, tokens)),
                              np.asarray(model.forward(params, tokens, tokens)),
@@ -171,14 +176,14 @@ def test_packed_trees_stay_away_from_sharding_and_double_packing():
 
 @pytest.mark.parametrize("rows,features,kernel_expected,bf16", [
     (1, 64, True, False),          # one row of a small matrix: the kernel
-    (1, 16400, False, False),      # one row of a matrix over HYBRID_GEMV_MAX_BYTES: XLA's mat-vec
-    (1, 16400, True, True),        # ... unless its panels are bfloat16 (half the bytes)
-    (3, 16400, True, False),       # a verification block: the kernel, whatever the size
+    (1, 40000, False, False),      # one row of a matrix over HYBRID_GEMV_MAX_BYTES: XLA's mat-vec
+    (1, 40000, True, True),        # ... unless its panels are bfloat16 (half the bytes)
+    (3, 40000, True, False),       # a verification block: the kernel, whatever the size
     (65, 64, False, False)])       # a GEMM past HYBRID_MAX_KERNEL_ROWS: XLA's dot
 def test_hybrid_dense_chooses_by_rows_and_weight_bytes(rows, features, kernel_expected, bf16):
   from specdec_jax.kernels import build
   from specdec_jax.models.layers import HYBRID_GEMV_MAX_BYTES, Dense
-  assert (64 * 16400 * 4 > HYBRID_GEMV_MAX_BYTES) and (64 * 64 * 4 < HYBRID_GEMV_MAX_BYTES)
+  assert (64 * 40000 * 4 > HYBRID_GEMV_MAX_BYTES) and (64 * 64 * 4 < HYBRID_GEMV_MAX_BYTES)
   layer = Dense(features, ("embed", "mlp"), matmul="hybrid")
   x = jnp.ones((rows, 64), jnp.float32)
   params = layer.init(jax.random.key(0), x)
@@ -220,8 +225,12 @@ def test_int8_draft_panels_are_one_draft_in_every_path(kind, matmul):
                for path, leaf in jax.tree_util.tree_flatten_with_path(back)[0]}
   orig_flat = {"/".join(k.key for k in path): leaf
                for path, leaf in jax.tree_util.tree_flatten_with_path(dp)[0]}
-  for k in panels:  # rounded, by at most half a step of its column's scale
-    name = k[:-len("_panels")]
+  names = [k[:-len("_panels")] for k in panels]
+  for fused, parts in packed.FUSED.items():  # a fused matrix's columns are its parts'
+    names = [n for name in names for n in (
+        [name.replace(f"/{fused}/", f"/{part}/") for part in parts] if f"/{fused}/" in name
+        else [name])]
+  for name in names:  # rounded, by at most half a step of its column's scale
     diff = np.abs(np.asarray(back_flat[name]) - np.asarray(orig_flat[name]))
     assert diff.any() and (diff <= np.abs(np.asarray(orig_flat[name])).max(axis=-2) / 254
                            * (1 + 1e-5)).all()
@@ -252,3 +261,21 @@ def test_int8_panels_are_for_drafts_on_the_kernel_only():
     packed.for_backend(draft, dp, "xla", panels="int8", role="draft")
   with pytest.raises(ValueError, match="panels must be one of"):
     packed.for_backend(draft, dp, "auto", panels="fp8", role="draft")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_a_fused_products_columns_are_the_separate_products_bit_for_bit(dtype):
+  """Why fusing is free of numerics: the kernel computes each output column alone, so x @ [A B C]
+  through one panel array equals x @ A, x @ B, x @ C side by side to the last bit, for one row and
+  for a verification block, whatever the part widths (40 is not a multiple of the panel width)."""
+  from specdec_jax.kernels import matmul as kmatmul  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  parts = [jnp.asarray(rng.standard_normal((48, f), dtype=np.float32)).astype(dtype)
+           .astype(jnp.float32) for f in (64, 40, 32)]
+  fused = kmatmul.pack_panels(jnp.concatenate(parts, axis=-1), dtype)
+  for rows in (1, 4):
+    x = jnp.asarray(rng.standard_normal((rows, 48), dtype=np.float32))
+    got = kmatmul.packed_matmul(x, fused, 136)
+    want = jnp.concatenate([kmatmul.packed_matmul(x, kmatmul.pack_panels(w, dtype), w.shape[1])
+                            for w in parts], axis=-1)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
