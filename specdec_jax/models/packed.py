@@ -14,7 +14,8 @@ kernel streams each weight once for any number of rows, but it needs the weights
   row of a small matrix); the decode projections then take twice their memory. "kernel" keeps
   the panels only. Projections that read one input are fused into one matrix (`FUSED`: a
   self-attention's `qkv`, an MLP's `wi`; `layers.FUSED_PROJECTIONS` says why), built here from
-  the checkpoint's separate matrices and split again by `unpack`. Everything else (embeddings,
+  the checkpoint's separate matrices ("hybrid"'s `kernel` of one is their concatenation, a
+  copy) and split again by `unpack`. Everything else (embeddings,
   norms, relative position tables, the encoder, the cross-attention keys/values) is the same
   array, not a copy.
 - Panels are bfloat16 where the weights are bfloat16 values (every checkpoint stored in bfloat16,
