@@ -73,7 +73,9 @@ LAST_TIMES: dict = {}  # the samples behind the last `interleaved` call (for the
 
 # ---- 1. per matrix shape ------------------------------------------------------------------------
 def step_matrices(params, pparams) -> dict:
-  """{(D, F): [(kernel [D, F], panels), ...]} for every projection a packed decode step runs."""
+  """{(D, F): [(kernel [D, F], panels), ...]} for every projection a packed decode step runs (a
+  fused one, `packed.FUSED`, as its parts side by side: the matrix the step multiplies)."""
+  from specdec_jax.models import packed  # pylint: disable=import-outside-toplevel
   out = {}
 
   def walk(tree, ptree):
@@ -81,6 +83,9 @@ def step_matrices(params, pparams) -> dict:
       if name == "kernel_panels":
         w = tree["kernel"]
         out.setdefault(tuple(w.shape), []).append((w, sub))
+      elif isinstance(sub, dict) and name not in tree and name in packed.FUSED:
+        w = jnp.concatenate([tree[part]["kernel"] for part in packed.FUSED[name]], axis=-1)
+        walk({"kernel": w}, sub)
       elif isinstance(sub, dict):
         walk(tree[name], sub)
   walk(params, pparams)

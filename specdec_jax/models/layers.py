@@ -55,6 +55,8 @@ HYBRID_MAX_KERNEL_ROWS = 64
 # through the kernel against 0.156-0.161 through XLA's dot in two processes (the kernel was also
 # faster for the 16 MB shape there, 0.30-0.33 against 0.38-0.44, unlike the figures above from
 # an older kernel under load: left at XLA until measured on a quiet machine more than once).
+# The threshold is global: unfused float32 matrices of 4-8 MB (T5 v1.1-base's 6.3 MB `wo`) move
+# to the kernel for one row too, untimed; the paper configs run on TPUs, where nothing is packed.
 HYBRID_GEMV_MAX_BYTES = 8 << 20
 # The packed layouts fuse the projections that read one input into one matrix: a self-attention's
 # query, key and value (`qkv`), a gated MLP's two input projections (`wi`: wi_0's columns, then
@@ -62,8 +64,9 @@ HYBRID_GEMV_MAX_BYTES = 8 << 20
 # threads joining) and an end (the last thread waited for); SmolLM2-135M's 210 per-layer products
 # streamed in 9.8 ms where the same 405 MB as 120 fused ones took 9.2 (AMD EPYC, 2 cores, one
 # process, interleaved). The kernel computes each column alone, so a fused product's columns are
-# bit for bit the separate products' (tests/models/test_packed.py). `models.packed` builds them
-# from the checkpoint's separate matrices; checkpoints, training and sharding never see them.
+# bit for bit the separate products' (tests/kernels/test_packed_model.py); `models.packed`
+# builds them from the checkpoint's separate matrices; checkpoints, training and sharding never
+# see them.
 FUSED_PROJECTIONS = ("kernel", "hybrid")
 
 
