@@ -8,9 +8,14 @@ checkpoint's (`tokenizer_config.json`'s `chat_template`, Jinja, rendered as tran
 it: `messages`, `add_generation_prompt=True`), so a converted GGUF prompts exactly as its
 upstream chat format does.
 - summaries ask for one sentence, Chen et al.'s XSum setting;
-- code asks for the function and begins the reply with a ```python fence and the prompt itself
-  (as EvalPlus prompts instruct models), so the model writes the body the prompt asks for and
-  the completion is scored like a plain one (`metrics.code_exec` stops at the closing fence);
+- code asks as EvalPlus asks instruct models (its `make_raw_chat_prompt`): the problem in a
+  fenced block of the user turn, the reply begun with EvalPlus's sentence and a ```python fence,
+  so the model writes a self-contained function. The example keeps the problem's own text
+  (`metadata['source_text']`) and says its completion is a whole script
+  (`metadata['completion_form']`): `metrics.code_exec` runs the reply's code up to its closing
+  fence after the problem's prompt (whose imports it uses; its definition replaces the stub).
+  Revision 1 began the reply with the prompt itself, and SmolLM2-135M closed the fence at once
+  and explained in prose: its "HumanEval" outputs held no code;
 - `inputs` / seqio text goes in as written.
 """
 from __future__ import annotations
@@ -18,15 +23,25 @@ from __future__ import annotations
 import dataclasses
 
 FORMATS = ("plain", "chat")
-# input field -> (user turn, assistant prefix); {text} is the example's text without its prefix.
+# What the turns below ask, by number: a chat run's fingerprint and a distillation job's key hold
+# it, so a run or a data job written with other turns is refused, not resumed (revision 2: code
+# asks as EvalPlus does; summaries and translations are revision 1's).
+REVISION = 2
+EVALPLUS_REPLY = ("Below is a Python script with a self-contained function that solves the "
+                  "problem and passes corresponding tests:\n")
+# input field -> (user turn, assistant prefix); {text} is the example's text without its prefix,
+# {stripped} the same without surrounding whitespace.
 TURNS = {
     "document": ("Summarize the following text in one sentence.\n\n{text}", ""),
-    "prompt": ("Complete the following Python function.\n\n```python\n{text}```",
-               "```python\n{text}"),
+    "prompt": ("Please provide a self-contained Python script that solves the following problem "
+               "in a markdown code block:\n```\n{stripped}\n```\n", EVALPLUS_REPLY + "```python\n"),
     "en": ("Translate the following text from English to German.\n\n{text}", ""),
     "inputs": ("{text}", ""),
     "seqio_text": ("{text}", ""),
 }
+# input field -> what the reply holds where it is not the plain continuation ('body'): 'script',
+# a whole program (`metrics.code_exec.program`).
+COMPLETION_FORMS = {"prompt": "script"}
 
 
 def check_format(prompt_format: str) -> None:
@@ -66,6 +81,9 @@ def apply(examples, vocab, prompt_format: str):
     prefix = INPUT_PREFIXES.get(ex.input_field, "")
     text = ex.inputs[len(prefix):] if ex.inputs.startswith(prefix) else ex.inputs
     user, reply = TURNS[ex.input_field]
-    out.append(dataclasses.replace(
-        ex, inputs=render(template, user.format(text=text), reply.format(text=text))))
+    fill = dict(text=text, stripped=text.strip())
+    metadata = dict(ex.metadata, source_text=text,
+                    completion_form=COMPLETION_FORMS.get(ex.input_field, "body"))
+    out.append(dataclasses.replace(ex, inputs=render(template, user.format(**fill),
+                                                     reply.format(**fill)), metadata=metadata))
   return out

@@ -97,10 +97,31 @@ def truncate_completion(completion: str, stops: Sequence[str] = STOP_SEQUENCES) 
   return completion[:cut]
 
 
-def program(prompt: str, completion: str, test: str, entry_point: str) -> str:
-  """The file run for one sample: prompt, completion, the problem's tests, their call."""
-  return (prompt + truncate_completion(completion) + "\n\n" + test + "\n\n"
-          + f"check({entry_point})\n")
+COMPLETION_FORMS = ("body", "script")
+
+
+def script_code(reply: str) -> str:
+  """The code of a reply that writes a whole script (an instruct model's, `data.chat`): up to
+  its closing fence, without a trailing `if __name__ == "__main__":` demo (EvalPlus keeps only
+  the definitions; a demo's prints or asserts are not the tests)."""
+  cut = min((i for i in (reply.find("```"), reply.find("\nif __name__")) if i >= 0),
+            default=len(reply))
+  return reply[:cut]
+
+
+def program(prompt: str, completion: str, test: str, entry_point: str,
+            form: str = "body") -> str:
+  """The file run for one sample: prompt, completion, the problem's tests, their call.
+
+  form 'body': the completion continues the prompt (Chen et al.: cut at the next top-level
+  block). 'script': the completion is a whole program (`script_code`), run after the prompt, so
+  the prompt's imports are there and the reply's definition of the entry point replaces the
+  prompt's stub (a reply that defines nothing leaves the stub, which fails the tests)."""
+  if form not in COMPLETION_FORMS:
+    raise ValueError(f"completion form {form!r} is not one of {COMPLETION_FORMS}")
+  code = (truncate_completion(completion) if form == "body"
+          else "\n" + script_code(completion))
+  return prompt + code + "\n\n" + test + "\n\n" + f"check({entry_point})\n"
 
 
 def limits_source(timeout_s: float, memory_bytes: int) -> str:
@@ -139,13 +160,14 @@ def run_program(source: str, timeout_s: float = TIMEOUT_S,
 
 def check_samples(problems: Sequence[Mapping[str, str]], completions: Sequence[str], *,
                   timeout_s: float = TIMEOUT_S, workers: int = 4) -> list[Outcome]:
-  """One `Outcome` per (problem, completion) pair; problems carry prompt, test, entry_point.
+  """One `Outcome` per (problem, completion) pair; problems carry prompt, test, entry_point and
+  optionally `completion_form` ('body' unless given; `program`).
   Threads only wait on the subprocesses, so `workers` programs run at a time; a program that
   occurs more than once (greedy outputs: speculative equals autoregressive) runs once."""
   if len(problems) != len(completions):
     raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
-  sources = [program(p["prompt"], c, p["test"], p["entry_point"])
-             for p, c in zip(problems, completions)]
+  sources = [program(p["prompt"], c, p["test"], p["entry_point"],
+                     p.get("completion_form", "body")) for p, c in zip(problems, completions)]
   unique = list(dict.fromkeys(sources))
   with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
     outcomes = dict(zip(unique, pool.map(lambda s: run_program(s, timeout_s), unique)))

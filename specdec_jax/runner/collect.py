@@ -41,8 +41,10 @@ def _quality(metric: str, preds: list[dict], with_ar: bool, with_spec: bool,
 
 
 def problems(examples, preds: list[dict]) -> list[dict] | None:
-  """Per prediction, its example as a problem to execute ({prompt, test, entry_point,
-  task_id}: HumanEval's fields), or None unless every predicted example has them."""
+  """Per prediction, its example as a problem to execute ({prompt, test, entry_point, task_id,
+  completion_form}: HumanEval's fields), or None unless every predicted example has them. The
+  prompt is the problem's own text (a chat-templated example keeps it as `source_text`: the
+  model read the template, the program runs the problem)."""
   by_index = {ex.index: ex for ex in examples}
   out = []
   for p in preds:
@@ -50,8 +52,9 @@ def problems(examples, preds: list[dict]) -> list[dict] | None:
     meta = ex.metadata if ex is not None else {}
     if ex is None or ex.inputs is None or not {"test", "entry_point"} <= set(meta):
       return None
-    out.append({"prompt": ex.inputs, "test": meta["test"], "entry_point": meta["entry_point"],
-                "task_id": str(meta.get("task_id", ex.index))})
+    out.append({"prompt": meta.get("source_text", ex.inputs), "test": meta["test"],
+                "entry_point": meta["entry_point"], "task_id": str(meta.get("task_id", ex.index)),
+                "completion_form": meta.get("completion_form", "body")})
   return out or None
 
 

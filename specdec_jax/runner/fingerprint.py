@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from specdec_jax.checkpoints import identity
-from specdec_jax.data import tasks
+from specdec_jax.data import chat, tasks
 from specdec_jax.paths import resolve_path
 
 
@@ -45,6 +45,7 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["feature_parallel"] = True
   if cfg.prompt_format != "plain":
     fingerprint["prompt_format"] = cfg.prompt_format
+    fingerprint["chat_revision"] = chat.REVISION  # the turns' wording (`data.chat.REVISION`)
   if cfg.feature_lookup_gamma:
     fingerprint["feature_lookup"] = [cfg.feature_lookup_gamma, cfg.feature_lookup_ngram]
   fingerprint["contents"] = _contents(cfg)

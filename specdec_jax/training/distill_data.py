@@ -39,6 +39,7 @@ from absl import logging
 
 from specdec_jax import paths, sharding
 from specdec_jax.checkpoints import detect_format, fetch, identity, loader, orbax_io, pairing
+from specdec_jax.data import chat
 from specdec_jax.data import tasks as tasks_lib
 from specdec_jax.data import vocabulary as vocab_lib
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -110,6 +111,9 @@ def generation_key(cfg: DistillDataConfig) -> dict[str, Any]:
   key = dataclasses.asdict(dataclasses.replace(cfg, mesh=None))
   del key["mesh"]
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
+  for task in key["tasks"]:  # the chat turns' wording, `data.chat.REVISION` (not for 'plain')
+    if task.get("prompt_format", "plain") != "plain":
+      task["chat_revision"] = chat.REVISION
   key["model_contents"] = identity.content_digest(fetch.resolve(cfg.model))
   key["mix_model_contents"] = identity.content_digest(fetch.resolve(cfg.mix_model))
   key["vocabulary_contents"] = identity.content_digest(

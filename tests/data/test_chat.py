@@ -40,8 +40,13 @@ def test_fields_get_their_instruction_and_lose_the_plain_prefix():
                          _Vocab(), "chat")
   assert "summarize: " not in doc.inputs and "in one sentence" in doc.inputs
   assert doc.inputs.endswith("The cat sat.<|im_end|>\n<|im_start|>assistant\n")
-  # code: the reply is begun with the fenced function, so the model writes its body
-  assert code.inputs.endswith("<|im_start|>assistant\n```python\ndef f(x):\n    \"\"\"Twice x.\"\"\"\n")
+  # code: as EvalPlus asks, the problem fenced in the user turn and the reply begun with a fence,
+  # so the model writes the whole function; the example keeps the problem's own text
+  assert code.inputs.endswith("```\ndef f(x):\n    \"\"\"Twice x.\"\"\"\n```\n<|im_end|>\n"
+                              "<|im_start|>assistant\n" + chat.EVALPLUS_REPLY + "```python\n")
+  assert code.metadata == {"source_text": "def f(x):\n    \"\"\"Twice x.\"\"\"\n",
+                           "completion_form": "script"}
+  assert doc.metadata["completion_form"] == "body"
   assert dataclasses.replace(doc, inputs=None).index == 3
 
 
@@ -62,7 +67,9 @@ def test_run_config_checks_the_format_and_fingerprints_it():
     run_config.RunConfig(prompt_format="html")
   plain = fingerprint.of(run_config.RunConfig())
   assert "prompt_format" not in plain  # old run directories still resume
-  assert fingerprint.of(run_config.RunConfig(prompt_format="chat"))["prompt_format"] == "chat"
+  chat_run = fingerprint.of(run_config.RunConfig(prompt_format="chat"))
+  assert chat_run["prompt_format"] == "chat"
+  assert chat_run["chat_revision"] == chat.REVISION  # other turns' runs are refused, not resumed
 
 
 def test_completion_stops_at_the_closing_fence():
