@@ -40,7 +40,7 @@ def measured_prompts(gin_file: str, bindings, target):
   data = tasks.load(cfg.task, cfg.split, None, vocabulary=cfg.vocabulary,
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,
-                            calibration_examples=cfg.auto_calibration_examples,
+                            calibration_examples=cfg.auto.calibration_examples,
                             calibration=cfg.calibration, sample=cfg.sample_examples, seed=cfg.seed)
   chosen = list(dict.fromkeys(sets.measured + sets.calibration))
   data = dataclasses.replace(data, examples=[data.examples[i] for i in chosen])

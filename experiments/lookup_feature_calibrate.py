@@ -59,7 +59,7 @@ def main(argv):
   if FLAGS.output is None or os.path.exists(FLAGS.output):
     raise app.UsageError(f"--output must name a new file, got {FLAGS.output!r}")
   cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-  if not cfg.feature_lookup_gamma and not FLAGS.thresholds:
+  if not cfg.feature.lookup_gamma and not FLAGS.thresholds:
     raise app.UsageError("nothing to calibrate: the config sets no "
                          "RunConfig.feature_lookup_gamma and --thresholds is empty")
   loaded = pipeline.load(cfg)
@@ -78,15 +78,15 @@ def main(argv):
     return lambda: [decoder.generate(params, x, rng) for x in batches]
 
   programs = {"autoregressive": program(None, Autoregressive())}
-  if lookup is not None and cfg.feature_lookup_gamma:
-    programs[f"prompt_lookup g{cfg.feature_lookup_gamma}"] = program(
-        lookup, Chain(cfg.feature_lookup_gamma))
+  if lookup is not None and cfg.feature.lookup_gamma:
+    programs[f"prompt_lookup g{cfg.feature.lookup_gamma}"] = program(
+        lookup, Chain(cfg.feature.lookup_gamma))
   for g in map(int, FLAGS.gammas):  # the feature draft alone, for reference
     programs[f"feature_draft g{g}"] = program(feature, Chain(g))
-  for n in map(int, FLAGS.ngrams) if cfg.feature_lookup_gamma else ():
+  for n in map(int, FLAGS.ngrams) if cfg.feature.lookup_gamma else ():
     for g in map(int, FLAGS.gammas):
       programs[f"lookup_feature g{g} ngram{n}"] = program(
-          feature, Chain(cfg.feature_lookup_gamma),
+          feature, Chain(cfg.feature.lookup_gamma),
           LookupFeatureDrafter(draft_gamma=g, lookup_ngram=n))
   for gmax in map(int, FLAGS.gamma_maxes):
     for th in map(float, FLAGS.thresholds):

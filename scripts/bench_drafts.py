@@ -36,7 +36,8 @@ import numpy as np
 from specdec_jax import timing
 from specdec_jax.checkpoints import loader
 from specdec_jax.data import local_tasks, ngram_tables, tasks
-from specdec_jax.decoding import adaptive, drafters
+from specdec_jax.decoding import adaptive
+from specdec_jax.models import model_free
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
@@ -104,9 +105,9 @@ def load_drafts(args, target, task, vocab, preset_vocab):
       model, params = loader.load_model(path, vocab_size=preset_vocab, seed=args.seed + 1)
       out[f"model:{os.path.basename(os.path.normpath(path))}"] = (model, params)
     else:
-      draft = drafters.make_draft(spec, target)
+      draft = model_free.make_draft(spec, target)
       out[spec] = (draft, ngram_tables.draft_params(
-          target, task=task, vocabulary=vocab, needs_tables=drafters.needs_tables(draft),
+          target, task=task, vocabulary=vocab, needs_tables=model_free.needs_tables(draft),
           max_examples=args.table_examples))
   return out
 

@@ -222,11 +222,11 @@ class Pair:
         is a scheme object (that object is the tree).
       parallel: a feature-level draft proposes the whole block in one call
         (`decoding.drafter.FeatureDrafter(parallel=True)`: mask entries, trained by the block
-        loss; the run's `RunConfig.feature_parallel`); False: one call per drafted token.
+        loss; the run's `RunConfig.feature.parallel`); False: one call per drafted token.
       lookup_gamma: > 0 with a feature-level draft: prompt lookup drafts this many tokens in
         the iterations whose last n-gram matches at least `lookup_ngram` tokens, the feature
         draft `gamma` elsewhere (`decoding.lookup_feature`; the run's
-        `RunConfig.feature_lookup_gamma`).
+        `RunConfig.feature.lookup_gamma`).
     """
     if gamma is None:
       gamma = 0 if self.draft is None else 4

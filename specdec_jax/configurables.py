@@ -23,8 +23,8 @@ from specdec_jax.decoding.tree.scheme import TreeScheme  # GAMMA = 'tree'
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme  # GAMMA = 'tree', lookup
 from specdec_jax.runner.tree_choice import positional_tree  # RunConfig.tree_candidates
 from specdec_jax.runner.run_config import RunConfig
-from specdec_jax.runner.schedule import (  # GAMMA = @Auto(), @FeatureChain()
-    LOWERED_FIELDS, Auto, FeatureChain, same)
+from specdec_jax.runner.schedule import (  # GAMMA = @Auto(), @FeatureChain(); RunConfig.feature
+    Auto, FeatureChain, FeatureOptions, same)
 from specdec_jax.sharding import MeshConfig  # gin/mesh/*.gin: RunConfig.mesh = @MeshConfig()
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.data import TaskSpec
@@ -34,7 +34,7 @@ from specdec_jax.training.feature_trainer import FeatureTrainConfig
 MODULE = "specdec"
 CLASSES = (RunConfig, AdaptiveConfig, TreeScheme, DynamicTreeScheme, MeshConfig, TrainConfig,
            TaskSpec, DistillDataConfig, FeatureTrainConfig, positional_tree, LookupTreeScheme,
-           Chain, Auto, FeatureChain)
+           Chain, Auto, FeatureChain, FeatureOptions)
 
 
 def register() -> None:
@@ -86,7 +86,7 @@ def run_config() -> RunConfig:
   (`runner.schedule.lower` sees only values, not which were bound)."""
   register()
   cfg = gin.get_configurable("RunConfig")()
-  for field in LOWERED_FIELDS:
+  for field in ("tree", "adaptive", "gamma_max"):  # the shorthands default to None: seen as set
     bound, value = _binding(f"RunConfig.{field}")
     if bound and _plain(value) and not same(value, getattr(cfg, field)):
       raise ValueError(f"RunConfig.{field} is bound to {value!r} in the gin config, but GAMMA's "

@@ -5,7 +5,7 @@ decoding loops and the test wrappers all import it; it imports none of them.
 
 Why a Protocol: the loops are written once and drive very different things through it: the T5 v1.1
 encoder-decoder and the decoder-only LM (`models.model.Model`), the model-free n-gram and prompt
-lookup drafts (`decoding.drafters`), and the test wrappers (`specdec_jax.testing`). None of them
+lookup drafts (`models.model_free`), and the test wrappers (`specdec_jax.testing`). None of them
 inherits from anything; each just has these members, and `typing.runtime_checkable` lets the
 front door say which member is missing instead of failing deep inside a trace.
 
@@ -63,7 +63,7 @@ class Cache(Protocol):
     are invalid (masked by attention, overwritten by the next write).
   rollback(index_B): the same cache with each example's valid prefix cut to `index_B` slots. An
     index move only: safe because every write REPLACES slot contents (DESIGN.md, "The seam").
-  Implemented by `models.kv_cache.DecodeCache` and `decoding.drafters.HistoryCache`.
+  Implemented by `models.kv_cache.DecodeCache` and `models.model_free.HistoryCache`.
   """
 
   @property

@@ -32,7 +32,7 @@ def test_unigram_bigram_prompt_lookup_alpha_only(tmp_path):
 def _library_alpha(name):
   import jax
   from specdec_jax.data import local_tasks, ngram_tables
-  from specdec_jax.decoding import drafters
+  from specdec_jax.models import model_free
   from specdec_jax.decoding.decoder import Decoder, Params
   from specdec_jax.decoding.sampling import SamplingConfig
   from specdec_jax.decoding.speculative import Chain
@@ -40,7 +40,7 @@ def _library_alpha(name):
   from specdec_jax.checkpoints.loader import load_model
   examples = local_tasks.load_examples("configs/local/smoke_prompts.jsonl", num_examples=4)
   target, tp = load_model("t5_test_target", seed=0)
-  draft = drafters.make_draft(name, target)
+  draft = model_free.make_draft(name, target)
   params = {} if name == "prompt_lookup" else jax.tree.map(
       jax.numpy.asarray, ngram_tables.tables_for_examples(examples, None, target))
   inputs = local_tasks.batch_inputs([list(ex.input_ids)[:32] for ex in examples])

@@ -115,7 +115,7 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   'bigram', 'prompt_lookup') for model-free ones.
   """
   from specdec_jax.data import ngram_tables  # pylint: disable=import-outside-toplevel
-  from specdec_jax.decoding import drafters  # pylint: disable=import-outside-toplevel
+  from specdec_jax.models import model_free  # pylint: disable=import-outside-toplevel
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
   target = _fitted(mesh, sh.with_rules(Model(target_cfg), t_rules), t_rules)
   dp = sh.data_parallel_size(mesh, t_rules)
@@ -124,7 +124,7 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   drafts = {}
   for name, dcfg in draft_cfgs.items():
     if isinstance(dcfg, str):
-      draft = drafters.make_draft(dcfg, target)
+      draft = model_free.make_draft(dcfg, target)
       tables = ({} if dcfg == "prompt_lookup"
                 else ngram_tables.build_ngram_tables([], target.vocab_size))
       drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
@@ -144,7 +144,7 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
       gammas={name: gamma for name in drafts}, trees=trees, samplings=distinct_samplings(cfg),
       rule=cfg.rule, runs_autoregressive=cfg.runs_autoregressive or (gamma == 0 and not trees),
       runs_speculative=cfg.runs_speculative and (gamma > 0 or bool(trees)),
-      feature_parallel=cfg.feature_parallel)
+      feature_parallel=cfg.feature.parallel)
 
 
 def decode_programs(setup: DecodeSetup, mesh: Mesh) -> list[Program]:

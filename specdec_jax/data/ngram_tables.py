@@ -6,10 +6,10 @@ streams, or a benchmark's bigram alpha is not the run's. Every caller goes throu
 `tables_for_examples` (`tables_for_task` adds a disk cache under $SPECDEC_CACHE_DIR), which
 counts `streams`; the run reaches it through `tables_for_run`, a script through `draft_params`.
 Why in data/: this is reading, tokenizing, counting and caching data; the drafts
-(`decoding/drafters.py`) only take the finished tables as their params and never read a file.
+(`models/model_free.py`) only take the finished tables as their params and never read a file.
 
 The tables (float32 / int32): log_unigram [V], next_ids [V, K], next_counts [V, K], backoff [V],
-total [V]: the params of `drafters.UnigramDraft`, `BigramDraft` and `PromptLookupDraft`.
+total [V]: the params of `model_free.UnigramDraft`, `BigramDraft` and `PromptLookupDraft`.
 """
 from __future__ import annotations
 

@@ -38,12 +38,11 @@ def residual(p_BxV: jax.Array, q_BxV: jax.Array) -> jax.Array:
 def accept_test(r: jax.Array, p_x: jax.Array, q_x: jax.Array) -> jax.Array:
   """The token-wise test "r < p(x) / q(x)" for r ~ U[0, 1), without a division.
 
-  Strict, so a token the target gives probability 0 is never accepted, not even for r = 0 (a
-  draw of exactly 0 has probability 2^-23 per position in float32; with `<=` it accepted such a
-  token: at temperature 0 the output then differed from greedy decoding, at T > 0 a token outside
-  top-k / top-p could be emitted). p(x) >= q(x) accepts outright, so rounding in r * q(x) cannot
-  reject a token the rule must keep. A position with q(x) = 0 and p(x) > 0 passes (the adaptive
-  loop's unproposed positions; it truncates them itself).
+  Strict, so a token the target gives probability 0 is never accepted, not even for a float32
+  draw of exactly 0 (`<=` would then break greedy equality, or emit a token outside top-k /
+  top-p). p(x) >= q(x) accepts outright, so rounding in r * q(x) cannot reject a token the rule
+  must keep. A position with q(x) = 0 and p(x) > 0 passes (the adaptive loop's unproposed
+  positions; it truncates them itself).
   """
   return (p_x > 0.0) & ((p_x >= q_x) | (r * q_x < p_x))
 
@@ -73,13 +72,9 @@ def tokenwise(key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array,
 
 
 def _ratio_weights(p_x: jax.Array, q_x: jax.Array) -> jax.Array:
-  """a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i)), a_0 = 1, for i = 1..G -> [B, G].
-
-  A draft token with q_i(x_i) = 0 was not proposed (a masked position of the adaptive loop: the
-  draft emitted a "stop" symbol the target gives probability 0), so its weight and every later
-  one is 0. The division only happens where the result is < 1, so it cannot overflow, and
-  0 * inf never occurs.
-  """
+  """a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i)), a_0 = 1, for i = 1..G -> [B, G]. A token with
+  q_i(x_i) = 0 was not proposed (the adaptive loop's masked positions): its weight and every
+  later one is 0. The division only happens where the result is < 1: no overflow, no 0 * inf."""
   a_prev = jnp.ones_like(p_x[:, 0])
   out = []
   for i in range(p_x.shape[1]):  # G is small and static
@@ -140,11 +135,11 @@ def block(key: jax.Array, draft_tokens: jax.Array, draft_probs: jax.Array,
           target_probs: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh 2024).
 
-  Same contract as `tokenwise`. It verifies the block jointly: a token rejected by the token-wise
-  test can still be kept when later tokens make up for it, so the expected number of accepted
-  tokens is never smaller than token-wise verification's (it is optimal among rules that see only
-  the drafted path), and the output still follows the target exactly. Greedy (one-hot p and q)
-  gives the same answer as `tokenwise`: the longest prefix on which the argmaxes agree.
+  Same contract as `tokenwise`. It verifies the block jointly: a token the token-wise test
+  rejects can still be kept when later tokens make up for it, so the expected number accepted is
+  never below token-wise verification's (optimal among rules that see only the drafted path), and
+  the output still follows the target exactly. Greedy (one-hot p and q) gives `tokenwise`'s
+  answer: the longest prefix on which the argmaxes agree.
   """
   batch, gamma = draft_tokens.shape
   k_accept, k_next = jax.random.split(key)

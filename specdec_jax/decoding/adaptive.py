@@ -6,21 +6,19 @@ block, -1 otherwise) and stops drafting when the draft's confidence falls under 
 both run on device, per example, in the same `lax.while_loop` as the fixed-gamma loop.
 
 How, with static shapes:
-- Buffers are sized for `gamma_max`. Example b proposes g_b <= gamma_max tokens this iteration:
-  g_b = min(its schedule, 1 + the first position whose draft top probability (softmax of the raw
-  draft logits, so it means something under greedy too) is below the threshold).
-- The draft runs in an inner `while_loop` that exits once every active example has stopped, so
-  short blocks do cost fewer draft calls; the target verifies a width chosen by `lax.switch` from a
-  few compiled buckets (1, 2, 4, ..., gamma_max) >= max_b g_b, so it costs less too.
-- Positions >= g_b were not proposed. The acceptance rule sees q = 0 there: a forced rejection
-  point. Think of the draft as emitting a stop symbol the target gives probability 0: the
-  rejection is certain and the residual norm(max(0, p - 0)) is p itself. `acceptance.block` handles
-  a zero q row natively (weights 0 from there on); `acceptance.tokenwise` (unchanged, public)
-  would accept a q = 0 position, so the result of any rule is truncated: n = min(n, g_b), and when
-  n reaches g_b the next token is a fresh sample of p at position g_b. For token-wise verification
-  that is exactly verification of the first g_b tokens (its decisions at positions < g_b do not
-  look further); for block verification it only redraws from the law it already had.
-- g_b depends only on the draft's own tokens and distributions (and on past iterations), never on
+- Buffers are sized for `gamma_max`. Example b proposes g_b <= gamma_max tokens: min(its
+  schedule, 1 + the first position whose draft top probability is below the threshold).
+- The draft runs in an inner `while_loop` that exits once every active example has stopped, and
+  the target verifies at the smallest compiled width (`buckets`, a `lax.switch`) >= max_b g_b, so
+  short blocks cost fewer draft calls and a narrower verify.
+- Positions >= g_b were not proposed: the rule sees q = 0 there, a forced rejection point (a stop
+  symbol the target gives probability 0: certain rejection, residual norm(max(0, p - 0)) = p).
+  `acceptance.block` handles a zero q row natively; `acceptance.tokenwise` would accept a q = 0
+  position, so any rule's result is truncated: n = min(n, g_b), and when n reaches g_b the next
+  token is a fresh sample of p at position g_b. For token-wise verification that is exactly
+  verification of the first g_b tokens (its decisions at positions < g_b do not look further);
+  for block verification it only redraws from the law it already had.
+- g_b depends only on the draft's own tokens and distributions (and past iterations), never on
   the target's at this iteration, so the output still follows the target exactly.
 """
 from __future__ import annotations
@@ -124,14 +122,9 @@ class AdaptiveStats:
 
 def adaptive_draft_step(decoder, draft_params, state: st.DecodeState, sched_B, key,
                         cfg: AdaptiveConfig, sampling: SamplingConfig):
-  """Drafts up to gamma_max tokens with the decoder's drafter, stopping early once every active
-  example has stopped.
-
-  The first call is the drafter's (a token draft: [x_gamma, next] when it has not seen x_gamma
-  yet, else [next, pad]; a feature draft: its pending entries). Returns (Proposal with
-  proposed_B = g_B and fed_B = the draft calls made (a feature drafter: gamma_max + 1, never
-  pending), calls, cache); positions >= g_B hold junk the rule never keeps.
-  """
+  """Drafts up to gamma_max tokens with the decoder's drafter (`draft_until_stopped`): (Proposal
+  with proposed_B = g_B and fed_B = the draft calls made (gamma_max + 1 for a feature drafter:
+  never pending), calls, cache); positions >= g_B hold junk the rule never keeps."""
   drafter = decoder.drafter
   logits_BxV, bonus_logits_BxV, out_Bx1xD, cache = drafter.first_call(decoder, draft_params,
                                                                       state)
@@ -259,8 +252,7 @@ def next_schedule(sched_B, n_B, active_B, cfg: AdaptiveConfig):
 def adaptive_iteration(decoder, params, state: st.DecodeState, cfg: AdaptiveConfig
                        ) -> st.DecodeState:
   """One draft -> verify -> accept -> commit iteration with a per-example block length; the
-  schedule and the statistics live in `state.stats` (`AdaptiveStats`), the drafter observes the
-  verified positions (a feature drafter's pending entries)."""
+  schedule and the statistics live in `state.stats` (`AdaptiveStats`)."""
   stats = state.stats
   rng, k_draft, k_accept = jax.random.split(state.rng, 3)
   active_B = ~state.done_B

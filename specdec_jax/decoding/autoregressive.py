@@ -1,9 +1,8 @@
 """The autoregressive scheme: one target `extend` per token, the baseline every speedup divides.
 
-A `Decoder` with `scheme=Autoregressive()` (the default, and no draft) runs `ar_step` in the same
-`lax.while_loop`, from the same initial state, with the same `extend`, logits processing, sampling,
-EOS / length handling and buffer as the speculative schemes, so a measured speedup compares like
-with like.
+The `Decoder`'s default scheme (no draft) runs in the same loop, from the same initial state, with
+the same `extend`, logits processing, sampling, EOS handling and buffer as the speculative
+schemes, so a measured speedup compares like with like.
 """
 from __future__ import annotations
 

@@ -1,28 +1,20 @@
 """The Decoder: one frozen description of a decode, and the three programs that run it.
 
-Why one object: the autoregressive baseline, the fixed-gamma chain, the adaptive loop, their
-sharded variants and the calibration's capped decode are the same program (front door, initial
-state, one `lax.while_loop` over an iteration, finish) that differ only in the iteration. So a
-`Decoder` names the target, the draft, the *scheme* (what one iteration does: `Autoregressive()`,
-`Chain(gamma)`, `AdaptiveConfig(...)`, `TreeScheme(...)`), the *drafter* (how the draft is asked
-for tokens: `decoding.drafter`, chosen from the draft's kind unless given), the sampling, the
-acceptance rule and the lengths; it is frozen and hashable, so it is the one static argument of
-each program and equal decoders share compiled code.
+Why one object: the autoregressive baseline, the chain, the adaptive loop, the trees, their
+sharded variants and the calibration's capped decode are one program (front door, initial state,
+one `lax.while_loop` over an iteration, finish) that differ only in the iteration. A `Decoder`
+names the target, the draft, the *scheme* (what one iteration does), the *drafter* (how the
+draft is asked for tokens), the sampling, the acceptance rule and the lengths; frozen and
+hashable, it is the one static argument of each program, so equal decoders share compiled code.
 
   decoder = Decoder(target, draft, Chain(gamma=4), SamplingConfig(temperature=1.0),
                     max_decode_len=64)
   result = decoder.generate(Params(target_params, draft_params), inputs_BxP, rng)
 
-Pieces, for research code that drives the loop itself: `init(params, inputs, rng) -> state`,
-`iteration(params, state) -> state` (one target call), `run(params, state, max_iterations=None)`
-(the while loop; a traced cap, so one compile serves every cap), `finish(state) -> DecodeResult`.
-
-The programs (module level, `decoder` static):
-- `decode_program`: init + run + finish, one compiled program per batch shape (one device);
-- `prefill_program` and `loop_program` on a mesh (`mesh=...`): the state is built by the first and
-  DONATED to the second, so the while loop updates the caches and the token buffer in place, and
-  both constrain the state's batch-sharded arrays to the same layout so XLA can alias them
-  (`specdec_jax.sharding` places the models: the target model-parallel, the draft on fewer chips).
+Research code may drive the pieces itself (`init`, `iteration`, `run`, `finish`). The programs
+(`decoder` static): `decode_program` on one device; on a mesh `prefill_program`, whose state is
+DONATED to `loop_program` so the loop updates caches and buffer in place (DESIGN.md, "One
+Decoder, one loop, all on device").
 """
 from __future__ import annotations
 
@@ -46,16 +38,14 @@ from specdec_jax.decoding.sampling import SamplingConfig
 
 class Scheme(Protocol):
   """What one iteration of the loop does (`Autoregressive`, `speculative.Chain`,
-  `adaptive.AdaptiveConfig`). Hashable.
+  `adaptive.AdaptiveConfig`, the trees). Hashable.
 
-  gamma: draft tokens per iteration at most: sizes the buffer slack and the per-position
+  gamma: draft tokens per iteration at most, sizing the buffer slack and the per-position
     counters (0 without a draft). needs_draft: whether the decoder must have a draft.
-  written (with a draft): tokens one iteration writes at most (a feature drafter keeps that
-    many pending entries).
-  init_stats(batch): the scheme's own on-device statistics, carried in `DecodeState.stats`.
-  constrain_stats(stats, constrain) (optional): the statistics with `constrain` (batch-sharding
-    one array) applied to their per-example leaves (the adaptive schedule).
-  check(decoder) (optional): what the scheme needs of the models (a token tree: masked calls).
+  written (with a draft): tokens one iteration writes at most (a feature drafter's pending
+    entries). init_stats(batch): the scheme's on-device statistics (`DecodeState.stats`).
+  constrain_stats(stats, constrain) (optional): `constrain` (batch-sharding) applied to the
+    statistics' per-example leaves. check(decoder) (optional): what it needs of the models.
   iteration(decoder, params, state): one target call's worth of decoding; the draft is asked
     through `decoder.drafter` only, so every scheme serves every draft.
   """
@@ -83,14 +73,13 @@ class Decoder:
   """A decode, described: checked when made (`start.check_decoder`), static in every program.
 
   target / draft: seam models (`specdec_jax.seam.Decodable`); draft None with the
-    `Autoregressive` scheme. scheme: the iteration (see `Scheme`). sampling: applied alike to p
-    and q. rule: the acceptance rule's name (`acceptance.RULES`). max_decode_len: tokens per
-    example at most. cache_len: decoder cache slots (None: what the prompt needs). mesh: decode
-    on this mesh (models placed with `specdec_jax.sharding.shard_models`); None: one device.
-    drafter: how the draft is asked for tokens (`decoding.drafter`; None: `TokenDrafter()` for
-    a token draft, `FeatureDrafter()` for a feature-level one); its options (a feature draft's
-    parallel block, prompt lookup first) are decoding choices, so they live here, not in the
-    model.
+  `Autoregressive` scheme. scheme: the iteration (`Scheme`). sampling: applied alike to p and q.
+  rule: the acceptance rule's name (`acceptance.ACCEPTANCE_RULES`). max_decode_len: tokens per
+  example at most. cache_len: decoder cache slots (None: what the prompt needs). mesh: decode on
+  this mesh (models placed with `specdec_jax.sharding.shard_models`); None: one device. drafter:
+  how the draft is asked for tokens (`decoding.drafter`; None: `TokenDrafter()`, or
+  `FeatureDrafter()` for a feature-level draft); its options are decoding choices, so they live
+  here, not in the model.
   """
 
   target: Any
@@ -172,11 +161,10 @@ class Decoder:
                           process_local=process_local)
 
   def _constrain(self, state: st.DecodeState) -> st.DecodeState:
-    """On a mesh, the token buffer and per-example arrays (counters too) batch-sharded by the
-    target's rules (the drafter's carry and a scheme's per-example statistics too); the caches carry
-    their own constraints from `prefill` / `extend`. Prefill
-    and loop body use the same constraints, so the donated state and the loop's output have
-    equal shardings, which is what lets XLA alias them. The identity on one device."""
+    """On a mesh, the buffer, per-example arrays, counters, drafter carry and per-example
+    statistics batch-sharded by the target's rules (the caches constrain themselves). Prefill and
+    loop body apply the same constraints, so the donated state and the loop's output have equal
+    shardings, which lets XLA alias them. The identity on one device."""
     if self.mesh is None:
       return state
     with nn.logical_axis_rules(self.target.axis_rules or ()):

@@ -1,22 +1,19 @@
 """The Drafter seam: how every scheme asks a draft for tokens, whatever the draft reads.
 
-Why one seam: a chain, an adaptive chain, a static tree and a dynamic tree each say *which*
-tokens to draft and verify (one after another, a per-row length, a tree level by level); how a
-draft is called, what the target's verify call must also return for it, and how the verified
-positions reach it again is the draft's own business. Two drafters cover every draft the
-project has, so each scheme is written once:
+Why one seam: each scheme says *which* tokens to draft and verify (a chain, a per-row length, a
+tree level by level); how a draft is called, what the verify call must also return for it, and
+how the verified positions reach it again is the draft's business. Two drafters cover every
+draft, so each scheme is written once:
 
-- `TokenDrafter`: any `seam.Decodable` (a model, the n-gram tables, prompt lookup). It reads
-  tokens; its state is its cache. When a whole block was accepted it has not seen the last
-  drafted token, which its next first call feeds (`draft_pending_B`, the chain's docstring), and
-  that call's first output is its q at the bonus position (alpha counts it).
-- `FeatureDrafter`: a feature-level draft (EAGLE style, `models.feature_draft.FeatureDraft`). It
-  reads the target's states: the verify call returns them (`extend_with_hidden`), and the
-  positions the target verified become the draft's *pending entries* (a `FeatureCarry`, per row,
-  in `DecodeState.draft_carry`), fed with those states in the next first call. So it is never
-  left pending and scores no bonus position. Its options are decoding choices, not new schemes:
-  `parallel` (the whole block from one call, mask entries after the pending ones; chains only),
-  and, in `decoding.lookup_feature`, prompt lookup where the history matches.
+- `TokenDrafter`: any `seam.Decodable` (a model, the n-gram tables, prompt lookup); its state is
+  its cache. After a fully accepted block it has not seen the last drafted token, which its next
+  first call feeds (`token_first_call`); that call's first output is its q at the bonus position.
+- `FeatureDrafter`: a feature-level draft (EAGLE style, `models.feature_draft.FeatureDraft`)
+  reading the target's states: the verify call returns them (`extend_with_hidden`) and the
+  verified positions become the draft's *pending entries* (`FeatureCarry`, in
+  `DecodeState.draft_carry`), fed in the next first call; so it is never left pending and scores
+  no bonus position. Its options are decoding choices, not schemes: `parallel` (a chain's block
+  from one call) and, in `decoding.lookup_feature`, prompt lookup where the history matches.
 
 The protocol (all traceable; `decoder` is the `Decoder`, `dparams` the draft's params):
 - `check(decoder)`: what this drafter needs of the pair and the scheme (named errors).
@@ -33,6 +30,7 @@ The protocol (all traceable; `decoder` is the `Decoder`, `dparams` the draft's p
   or None, cache): the one target call.
 - `observe(decoder, dparams, before, new, hidden, carry)`: the state after `commit` with the
   newly written positions' target states turned into pending entries.
+- `summary(carry)`: the result's `draft_stats` (None but for `LookupFeatureDrafter`).
 """
 from __future__ import annotations
 
@@ -131,13 +129,9 @@ def greedy_chain_draft(drafter, decoder, dparams, state: st.DecodeState, gamma: 
 # ---- token drafts ------------------------------------------------------------------------------
 def token_first_call(draft, dparams, state: st.DecodeState):
   """A token draft's first call of an iteration: (logits for x_1 [B, V], logits at the previous
-  bonus position [B, V] (meaningful where pending), the cache after it).
-
-  It feeds [x_gamma, next] where the draft has not seen x_gamma yet (all were accepted last
-  time: `draft_pending_B`), else [next, pad]; one static shape either way, then rolls back past
-  the pad. Fed x_gamma, the draft's first output is its q for `next`, the bonus token: kept for
-  alpha.
-  """
+  bonus position [B, V] (meaningful where pending), the cache after it). It feeds [x_gamma, next]
+  where the draft has not seen x_gamma (`draft_pending_B`), else [next, pad]: one static shape,
+  then a rollback past the pad; no extra draft call."""
   pending_B = state.draft_pending_B
   last_B = st.last_tokens(state)
   prev_B = jnp.take_along_axis(state.tokens_BxL, jnp.maximum(state.num_B - 2, 0)[:, None],
@@ -163,7 +157,7 @@ def token_call(model, params, cache, tokens_BxT, offsets=None, visible=None):
 class TokenDrafter:
   """Drafts with a token draft (`seam.Decodable`): see the module docstring. No options."""
 
-  feeds_verified = False  # the draft is fed its own tokens; a fully accepted block leaves it pending
+  feeds_verified = False  # fed its own tokens: a fully accepted block leaves it pending
   greedy_ids = True       # temperature 0 with an exact rule: draft and verify as token ids
 
   def check(self, decoder) -> None:
@@ -232,11 +226,11 @@ def parallel_draft(draft, dparams, state: st.DecodeState, carry: FeatureCarry, k
 
 @dataclasses.dataclass(frozen=True)
 class FeatureDrafter:
-  """Drafts with a feature-level draft from the target's states: see the module docstring.
+  """Drafts with a feature-level draft from the target's states (the module docstring).
 
   parallel: a chain's whole block from one draft call (mask entries of token `mask_id`; None:
-    the draft's own, `FeatureDraft.mask_id`, the token its block training used); chains only.
-  Hashable: a static part of the `Decoder`.
+  the draft's own `FeatureDraft.mask_id`, the token its block training used); chains only.
+  Hashable.
   """
 
   parallel: bool = False
@@ -291,8 +285,7 @@ class FeatureDrafter:
 
   def observe(self, decoder, dparams, before, new, hidden_BxKxnxD, carry):
     """The newly written positions' fused target states become the pending entries; the draft's
-    cache is parked at the last slot verified before this iteration (the next first call feeds
-    from there)."""
+    cache is parked at the last slot verified before (the next first call feeds from there)."""
     g_BxKxD = decoder.draft.fuse(dparams, hidden_BxKxnxD).astype(jnp.float32)
     return new.replace(draft_carry=next_carry(before, new, g_BxKxD, carry),
                        draft_cache=new.draft_cache.rollback(before.base_B + before.num_B - 1))
@@ -303,8 +296,7 @@ class FeatureDrafter:
 
 
 def drafter_for(draft, drafter=None):
-  """The drafter a decode uses: `drafter` as given, else the draft's kind's default (None without
-  a draft)."""
+  """The drafter a decode uses: `drafter` if given, else the draft kind's default (None: none)."""
   if drafter is not None or draft is None:
     return drafter
   return FeatureDrafter() if is_feature_draft(draft) else TokenDrafter()

@@ -1,12 +1,10 @@
 """How a feature-level draft's entries are laid out and fed (the `FeatureDrafter`'s pieces).
 
 Why a module of its own: a feature draft (EAGLE style) is fed *entries*, (the target's fused
-state at a position, the token after it), not tokens. Which entries are pending after a verify
-call (`FeatureCarry`, `next_carry`), how the prompt's are fed from the target's prefill
-(`prime_carry`), how an iteration's first call feeds the pending ones (`feature_first_call`),
-and how the parallel block lays mask entries after them (`block_entries`, `block_logits`) are
-one idea: the entry layout, the same one training builds (`training.feature_trainer`,
-`training.feature_blocks`). `decoding.drafter.FeatureDrafter` composes them into the seam.
+state at a position, the token after it), not tokens. The pending entries after a verify call
+(`FeatureCarry`, `next_carry`), the prompt's (`prime_carry`), an iteration's first call
+(`feature_first_call`) and the parallel block's masks (`block_entries`) are one idea: the entry
+layout, the same one training builds (`training.feature_trainer`, `training.feature_blocks`).
 """
 from __future__ import annotations
 
@@ -41,16 +39,13 @@ class FeatureCarry:
 def prime_carry(draft, dparams, cache, inputs_BxP: jax.Array, hidden_BxTxnxD: jax.Array,
                 carry: FeatureCarry):
   """Decoder-only: the prompt's entries in the draft's cache, its last one pending: (cache,
-  carry).
-
-  `cache`: the draft's `prefill` (index = the start token's slot, len - 1); `hidden_BxTxnxD`:
-  the target's states at the prompt's first P - 1 slots (its prefill, `prefill_with_hidden`).
-  Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it; entries 0..len - 3 are
-  fed here in one call, entry len - 2 becomes the one pending entry (its output is q for the
-  first drafted token), so the first iteration drafts from the whole prompt, as training saw it
-  (`training.feature_trainer`: every entry from position 0). A one-token prompt keeps the start
-  entry (count 0). Rows are right-padded: the entries past a shorter row's prompt sit at or past
-  its index, where nothing reads them before they are overwritten."""
+  carry). `cache`: the draft's `prefill` (index = the start token's slot, len - 1);
+  `hidden_BxTxnxD`: the target's states at the prompt's first P - 1 slots (`prefill_with_hidden`).
+  Entry s = (fuse(h_s), t_{s+1}) at slot s, as the target verified it; entries 0..len - 3 are fed
+  here in one call and entry len - 2 stays pending (its output is q for the first drafted token),
+  so the first iteration drafts from the whole prompt, as training saw it. A one-token prompt
+  keeps the start entry (count 0). Entries past a shorter (right-padded) row's prompt sit at or
+  past its index, where nothing reads them before they are overwritten."""
   plen = inputs_BxP.shape[1]
   if plen < 2:
     return cache, carry
@@ -121,14 +116,12 @@ def block_entries(state: st.DecodeState, carry: FeatureCarry, gamma: int, mask_i
 def block_logits(draft, dparams, state: st.DecodeState, carry: FeatureCarry, gamma: int,
                  mask_id: int):
   """The parallel draft's one call: (raw logits of q_1..q_G [B, G, V], the draft cache rolled
-  back to the last verified slot). Its own function so a test can hold the training-time block
-  loss (`training/feature_blocks.py`) to exactly these logits.
-
-  Layout per row (c = count pending entries): entries 0..c-1 the pending (feature, token)
-  pairs, c..c+G-2 the masks, the rest padding (causal: nothing reads them); q_1 is the output at
-  entry c - 1, q_k at entry c + k - 2. Each x_i is drawn from its q_i alone: a distribution
-  that ignores x_<i is still one of x_i given x_<i, so the rules stay exact. It writes up to 2G
-  draft-cache slots past the rollback point; slots past the cache's end are dropped."""
+  back to the last verified slot); its own function so a test can hold the training-time block
+  loss (`training/feature_blocks.py`) to exactly these logits. Per row (c pending entries):
+  entries 0..c-1 pending, c..c+G-2 masks, the rest padding (causal: nothing reads it); q_k is the
+  output at entry c + k - 2. Each x_i is drawn from its q_i alone: a distribution that ignores
+  x_<i is still one of x_i given x_<i, so the rules stay exact. It writes up to 2G draft-cache
+  slots past the rollback point; slots past the cache's end are dropped."""
   tokens_BxN, g_BxNxD, first_B = block_entries(state, carry, gamma, mask_id)
   start_B = state.base_B + state.num_B - 1
   cache = state.draft_cache.rollback(start_B - carry.count_B)
@@ -140,10 +133,9 @@ def block_logits(draft, dparams, state: st.DecodeState, carry: FeatureCarry, gam
 @dataclasses.dataclass(frozen=True)
 class LoneStep(seam.Delegate):
   """A feature-level draft whose `extend` is one `extend_features` call with zero features.
-
-  Why: the lone-extend timer (`timing.measure_costs_many`, the record's `c`) times a draft's
-  T = 1 step through `extend`, which a feature draft refuses. The step costs the same whatever
-  the features hold (the fusion is part of the verify side), so zeros time it exactly."""
+  Why: the lone-extend timer (`timing.measure_costs_many`) times a draft's step through `extend`,
+  which a feature draft refuses; the step costs the same whatever the features hold (the fusion
+  is part of the verify side), so zeros time it exactly."""
 
   def extend(self, params, cache, tokens_BxT):
     g_BxTxD = jnp.zeros(tokens_BxT.shape + (self.base.width,), jnp.float32)

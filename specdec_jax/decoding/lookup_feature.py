@@ -3,39 +3,26 @@
 `Decoder(target, feature_draft, Chain(lookup_gamma), drafter=LookupFeatureDrafter(draft_gamma=2))`:
 a value of the drafter seam (`decoding.drafter`), not a scheme of its own.
 
-Why (issue 28's code row): on code the feature draft and prompt lookup propose about as many
-tokens per target call (2.7 / 3.9 at gamma 2 / 4 on HumanEval) but a lookup step costs almost
-nothing (c 0.03) and a feature-draft step a third of a target step (c 0.31), so each wins where
-the other is weak: the lookup where the output copies a long n-gram of the prompt or of itself,
-the draft where nothing matches. Each iteration's first tokens come from one of them, chosen
-before drafting from the history alone: prompt lookup when the n-gram ending at the last token
-matches at least `lookup_ngram` tokens (`drafters.best_match`) for every active row, else the
-feature draft's `draft_gamma` tokens, which the lookup then continues on the history they
-extend, up to the chain's gamma (`lookup_gamma`) tokens either way. The choice depends on the tokens written so far,
-not on this iteration's random draws, so any acceptance rule stays exact (a proposal chosen by
-the history is still a proposal; the lookup's q is its one-hot, uniform past a miss, as
-`PromptLookupDraft`'s, and a drafted token's q is the draft's).
+Why: on code the feature draft and prompt lookup propose about as many tokens per target call,
+but a lookup step costs almost nothing and a feature-draft step a good part of a target step, so
+each wins where the other is weak: the lookup where the output copies a long n-gram of the prompt
+or of itself, the draft where nothing matches. Each iteration's first tokens come from one of
+them, chosen before drafting from the history alone (`LookupFeatureDrafter.choice`; at batch > 1
+the lookup only when every active row matches), and the lookup continues them up to the chain's
+gamma either way. The choice depends on the tokens written so far, not on this iteration's
+draws, so any acceptance rule stays exact (the lookup's q is its one-hot, uniform past a miss,
+as `PromptLookupDraft`'s; a drafted token's q is the draft's).
 
-One verify width for both (lookup_gamma + 1 tokens): only the draft's side is a `lax.cond` (its
-calls, or nothing), so the target's cache never passes through a conditional (on this CPU a
-cond over the whole iteration copied the state each time: 13 % of a lookup iteration).
+One verify width for both (lookup_gamma + 1 tokens); only the draft's side is a `lax.cond`, so
+the target's cache never passes through a conditional (on CPU a cond over the whole state copies
+it every iteration).
 
-The draft's bookkeeping. Every verify call returns the target's states (`extend_with_hidden`),
-whichever drafted; their fused features go into a log per buffer slot (`LookupFeatureCarry`:
-slot i holds the feature of the entry whose token is buffer token i, the target's state one slot
-before it, as `FeatureDrafter` lays entries out). The draft is not called in a lookup iteration:
-its pending entries (the last `count_B` buffer slots) grow instead. The next feature iteration
-first catches up, in calls of `catchup_width` entries (a `while_loop`, zero calls when nothing
-is behind), then makes the feature drafter's own first call over the last <= draft_gamma + 1
-entries and drafts on (`drafter.chain_draft`). So a lookup iteration costs one target call
-and the lookups (no draft call), and the draft still sees every verified position with the
-target's own features, as training showed it.
-
-The history the lookup searches is the stream in the target's cache coordinates: a decoder-only
-target's prompt, then the output (so an n-gram may span both, as `PromptLookupDraft`'s history);
-a T5 target's source (the context) and its output. The prompt rides in the carry
-(`LookupFeatureDrafter.init_carry`, called by `start.init_state`). At batch > 1 the batch drafts with
-the lookup alone only when every active row matches (one cond per batch).
+The draft is not called in a lookup iteration. Every verify call returns the target's states,
+whichever drafted, and their fused features go into a log per buffer slot (`LookupFeatureCarry`,
+laid out as `FeatureDrafter`'s entries); a lookup iteration's verified positions stay pending
+there, and the next feature iteration first catches up (`catch_up`). So a lookup iteration costs
+one target call, and the draft still sees every verified position with the target's own
+features, as in training.
 """
 from __future__ import annotations
 
@@ -50,13 +37,13 @@ from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.drafter import FeatureDrafter, Proposal, chain_draft, check_feature_pair
 from specdec_jax.decoding.feature_entries import FeatureCarry, last_output, prime_carry
-from specdec_jax.decoding.drafters import NEG, best_match
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
+from specdec_jax.models.model_free import NEG, best_match
 
 
 @flax.struct.dataclass
 class LookupFeatureCarry:
-  """The scheme's per-example state (every leaf [B, ...]).
+  """The drafter's per-example state (every leaf [B, ...]).
 
   g_BxLxD: fused target features per buffer slot (zeros where not verified yet).
   count_B: pending entries, the buffer slots num - count .. num - 1 (0 at a T5 start).
@@ -72,7 +59,7 @@ class LookupFeatureCarry:
 
 # ---- the lookup side -------------------------------------------------------------------------
 class History(NamedTuple):
-  """What the lookup searches, in `drafters.match_scores`' coordinates: the context (T5's
+  """What the lookup searches, in `model_free.match_scores`' coordinates: the context (T5's
   source, pads -1; [B, 0] for a decoder-only target), the stream (`tokens_BxS`) and the slot of
   its last token (`pos_B`)."""
 
@@ -82,9 +69,9 @@ class History(NamedTuple):
 
 
 def history(target, state: st.DecodeState, prompt_BxP: jax.Array) -> History:
-  """The lookup's history: T5, the source and the output; decoder-only, the prompt before the
-  output (slot s < base: the prompt's; s >= base: buffer slot s - base), so an n-gram may span
-  both, as in `PromptLookupDraft`'s history."""
+  """The lookup's history in the target's cache coordinates: T5, the source and the output;
+  decoder-only, the prompt then the output (slot s < base: the prompt's; s >= base: buffer slot
+  s - base), so an n-gram may span both, as in `PromptLookupDraft`'s history."""
   if seam.is_encoder_decoder(target):
     context = jnp.where(prompt_BxP != target.pad_id, prompt_BxP, -1)
     return History(context, state.tokens_BxL, state.num_B - 1)
@@ -146,8 +133,7 @@ def _entries(state: st.DecodeState, g_BxLxD: jax.Array, first_B: jax.Array, widt
 def catch_up(draft, draft_params, state: st.DecodeState, carry: LookupFeatureCarry, keep: int,
              width: int):
   """Feeds the oldest pending entries in calls of `width` until each active row has at most
-  `keep` pending: (draft cache at the first still pending slot, count). No call when none is
-  behind (the usual case after a feature iteration)."""
+  `keep` pending (no call when none is behind): (draft cache at the first pending slot, count)."""
   start_B = state.base_B + state.num_B - 1
   active_B = ~state.done_B
 
@@ -182,10 +168,9 @@ def first_call(draft, draft_params, state: st.DecodeState, carry: LookupFeatureC
 
 
 def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> jax.Array:
-  """The log with a verify call's fused features written at buffer slots num..num + G: the
-  state at the block's position j is the feature of the entry whose token is buffer slot
-  num + j. Entries past the kept ones are overwritten by the next call's before anything reads
-  them; slots past the buffer are dropped."""
+  """The log with a verify call's fused features written at buffer slots num..num + G (the state
+  at block position j is the feature of the entry whose token is buffer slot num + j). Entries
+  past the kept ones are overwritten before anything reads them; slots past the buffer drop."""
   pos_BxG1 = num_B[:, None] + jnp.arange(g_BxG1xD.shape[1])[None, :]
   b_Bx1 = jnp.arange(g_BxLxD.shape[0])[:, None]
   return g_BxLxD.at[b_Bx1, pos_BxG1].set(g_BxG1xD, mode="drop")
@@ -193,12 +178,10 @@ def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> j
 
 @dataclasses.dataclass(frozen=True)
 class LookupFeatureDrafter(FeatureDrafter):
-  """A feature-level drafter that lets prompt lookup draft first: the lookup's tokens (a chain's
-  gamma, the verify width) where its match is at least `lookup_ngram` tokens long for every
-  active row, else the feature draft's `draft_gamma` tokens continued by the lookup. Decodes
-  with `Chain(lookup_gamma)`. `max_ngram` / `min_ngram` are the lookup's (`PromptLookupDraft`'s
-  defaults); `catchup_width` the entries per catch-up call. Hashable: a static part of the
-  `Decoder`."""
+  """A feature-level drafter that lets prompt lookup draft first (the module docstring); decodes
+  with `Chain(lookup_gamma)`. draft_gamma: the feature draft's tokens where the lookup does not
+  match; lookup_ngram: the match length at which it does; max_ngram / min_ngram: the lookup's
+  (`PromptLookupDraft`'s defaults); catchup_width: entries per catch-up call. Hashable."""
 
   draft_gamma: int = 2
   lookup_ngram: int = 2
@@ -279,8 +262,7 @@ class LookupFeatureDrafter(FeatureDrafter):
       return (jnp.zeros((batch, self.draft_gamma), jnp.int32),
               jnp.zeros((batch, self.draft_gamma, vocab), jnp.float32), state.draft_cache)
 
-    # Only the draft's side is conditional: the target's cache never passes through a cond
-    # (on CPU a cond over the whole state copied it every iteration: 13 % of a lookup one).
+    # Only the draft's side is conditional (the module docstring).
     x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
     proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma,
                            (self.max_ngram, self.min_ngram), vocab, sampling, first=first,
@@ -291,9 +273,8 @@ class LookupFeatureDrafter(FeatureDrafter):
     return proposal, draft_cache, carry
 
   def observe(self, decoder, dparams, before, new, hidden_BxG1xnxD, carry):
-    """The verified features logged at the written slots, the pending count moved; the draft's
-    cache parked at the last slot verified before this call (its index is never read: every
-    feed rolls back to the first pending slot first)."""
+    """The verified features logged, the pending count moved; the draft's cache parked at the
+    last slot verified before (never read: every feed first rolls back to the first pending)."""
     g_BxG1xD = decoder.draft.fuse(dparams, hidden_BxG1xnxD).astype(jnp.float32)
     active_B = ~before.done_B
     length = carry.g_BxLxD.shape[1]

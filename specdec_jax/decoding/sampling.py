@@ -14,6 +14,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.reductions import argmax  # noqa: F401  (re-exported: the loop's argmax)
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -51,27 +53,12 @@ def process_logits(logits_NxV: jax.Array, cfg: SamplingConfig) -> jax.Array:
   return jax.nn.softmax(logits, axis=-1)
 
 
-def argmax(x_NxV: jax.Array) -> jax.Array:
-  """`jnp.argmax(x, axis=-1)` as int32, bit for bit (the first maximal entry; the first NaN where
-  a row has one), in two plain reductions. Why: XLA:CPU lowers argmax to one variadic
-  (value, index) reduction that it does not vectorise: 25 us per 8,192-entry row on the 2-core
-  CPU against 3 us for max-then-first-index, and a greedy iteration takes one per drafted token,
-  one per verified position and one per sampled residual (about a sixth of a gamma-2 iteration
-  of the zoo pair went to them)."""
-  v = x_NxV.shape[-1]
-  max_Nx1 = jnp.max(x_NxV, axis=-1, keepdims=True)
-  iota_NxV = jax.lax.broadcasted_iota(jnp.int32, x_NxV.shape, x_NxV.ndim - 1)
-  hit_NxV = (x_NxV == max_Nx1) | jnp.isnan(x_NxV)
-  return jnp.min(jnp.where(hit_NxV, iota_NxV, v), axis=-1).astype(jnp.int32)
-
-
 def _top_p_mask(logits: jax.Array, top_p: float) -> jax.Array:
   """Keeps the smallest set of most likely tokens whose mass reaches top_p (nucleus sampling),
   ties at the edge kept: every token with p >= tau, tau the largest value with mass(p >= tau) >=
   top_p. Found by bisection over the float32 bit patterns of p (non-negative floats order as
-  their int32 bits), 31 masked sums, not a sort. Why: XLA:CPU sorts a 49,152-entry row in ~10 ms,
-  so a speculative iteration of SmolLM2 at T > 0 (top-p at every drafted and verified position)
-  cost more than a target step (53 ms for 5 rows against 1.2 ms by bisection, 2-core CPU); the
+  their int32 bits), 31 masked sums, not a sort. Why: XLA:CPU sorts a large-vocabulary row so
+  slowly that top-p at every drafted and verified position cost more than a target step; the
   kept set is the sort's (tests/decoding/test_sampling.py holds them equal)."""
   probs = jax.nn.softmax(logits, axis=-1)
   bits = jax.lax.bitcast_convert_type(probs, jnp.int32)
@@ -91,25 +78,19 @@ def _top_p_mask(logits: jax.Array, top_p: float) -> jax.Array:
 def sample(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
   """One token per row from a (possibly one-hot, possibly unnormalised) distribution; int32.
 
-  When every row has a single nonzero entry (every distribution drawn from at temperature 0:
-  `process_logits`' one-hot, the acceptance rules' residuals of one-hot p and q) the argmax is
-  taken and no random bits are drawn. Otherwise `inverse_cdf`: two uniforms per row against
-  running sums of the row. Why not Gumbel-max (`jax.random.categorical`, what this was until
-  2026-11-28): its threefry draw of V uniforms, a log and a log-log over V took 0.54 ms to draw
-  from a processed 8,192-entry row inside a jitted loop on the 2-core CPU (`inverse_cdf`: 0.03 ms,
-  the softmax included), and at temperature 1 a gamma-1 iteration of the zoo pair makes two
-  draws (the drafted token, the residual or bonus) and an autoregressive step one
-  (docs/results.md, "Sampling by inverse CDF"). Both are exact up to float32 spacing (see
-  `inverse_cdf`); the tokens a seed gives at temperature > 0 changed with the switch.
+  When every row has a single nonzero entry (every distribution drawn from at temperature 0) the
+  argmax is taken and no random bits are drawn. Otherwise `inverse_cdf`: two uniforms per row
+  against running sums of the row. Why not Gumbel-max (`jax.random.categorical`): drawing V
+  uniforms and taking a log and a log-log over V costs many times more inside the loop on CPU,
+  and every step at temperature > 0 draws at least once. Both are exact up to float32 spacing.
   """
   single_B = jnp.sum(probs_NxV > 0, axis=-1) == 1
   return jax.lax.cond(jnp.all(single_B), lambda: argmax(probs_NxV),
                       lambda: inverse_cdf(key, probs_NxV))
 
 
-# `inverse_cdf` inverts in two levels above this many entries: blocks of INVERSION_BLOCK entries,
-# then one block. A cumulative sum over 8,192 entries (XLA's reduce-window) cost 42 us on the
-# 2-core CPU and its running maximum 91; over 64 block masses and 128 entries, a few.
+# `inverse_cdf` inverts in two levels above this many entries (blocks, then one block): XLA:CPU's
+# cumulative sum and running maximum over a whole large row are slow, over short rows cheap.
 INVERSION_BLOCK = 128
 
 
@@ -120,9 +101,8 @@ def inverse_cdf(key: jax.Array, probs_NxV: jax.Array) -> jax.Array:
 
   Exactness: each `_invert` draws an entry with probability its weight over the total up to
   float32 rounding of the running sum (a few spacings of the total: ~2^-23 relative), and u's own
-  grid is 2^-23; Gumbel-max over float32 was exact to the same order (it never drew a token about
-  19 nats below the top one). A token of probability 0 is never drawn (nor a block without
-  mass). A row of all zeros gives some token (callers never draw from one)."""
+  grid is 2^-23. A token of probability 0 is never drawn (nor a block without mass). A row of all
+  zeros gives some token (callers never draw from one)."""
   probs_NxV = probs_NxV.astype(jnp.float32)
   *lead, v = probs_NxV.shape
   u_Nx2 = jax.random.uniform(key, (*lead, 2), jnp.float32)

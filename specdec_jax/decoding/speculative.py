@@ -1,27 +1,16 @@
 """The chain scheme: gamma drafted tokens per iteration, draft -> verify -> accept -> commit.
 
-A `Decoder` (decoding/decoder.py) with `scheme=Chain(gamma)` runs `Chain.iteration` inside its one
-`lax.while_loop`. Each stage is a small pure function:
-- `draft_step`: the decoder's drafter (`decoding.drafter`) proposes gamma tokens x_i ~ q_i
-  (processed like p) -> a `Proposal`;
-- the drafter's verify: one target call over [last, x_1..x_gamma] -> p_1..p_{gamma+1} (and the
-  target's states where a feature-level draft reads them; `verify_step` is the plain call);
-- an acceptance rule (`acceptance.tokenwise` by default) -> accepted count and the next token;
-- `commit`: write the accepted tokens and the next token, roll both caches back, count.
-The adaptive scheme (decoding/adaptive.py) composes the same `commit` with its own draft and
-verify steps; the trees do the same. What a draft is (tokens or the target's states) is the
-drafter's business, so every scheme is written once for every draft.
+A `Decoder` with `scheme=Chain(gamma)` runs `Chain.iteration` in its one `lax.while_loop`: the
+drafter (`decoding.drafter`) proposes gamma tokens x_i ~ q_i (a `Proposal`); one target call
+verifies [last, x_1..x_gamma] -> p_1..p_{gamma+1}; an acceptance rule gives the accepted count
+and the next token; `commit` writes them, rolls both caches back and counts. The adaptive scheme
+and the trees compose the same `commit` with their own draft and verify steps.
 
-At temperature 0 with an exact rule (token-wise or block: at T = 0 both keep exactly the
-leading drafts that equal the target's argmax, then emit the target's argmax) the iteration
-carries token ids instead of one-hot distributions (`drafter.greedy_chain_draft`, `greedy_accept`,
-`greedy_beta`): the same tokens, counters and state, bit for bit, without the vocabulary-wide
-one-hot q rows, uniform draws, residuals and min(p, q) sums, which cost about half a zoo draft
-call per drafted token inside the loop (experiments/loop_anatomy.py, DESIGN.md).
-
-When all gamma tokens are accepted a token draft never saw x_gamma. Instead of an extra draft call,
-the next draft step's first call feeds two tokens [x_gamma, next] (else [next, pad], the pad's slot
-invalidated right after), so the draft costs exactly gamma calls per iteration with static shapes.
+At temperature 0 with an exact rule (`GREEDY_RULES`: both keep exactly the leading drafts equal to
+the target's argmax, then emit the target's argmax) the iteration carries token ids
+(`drafter.greedy_chain_draft`, `greedy_accept`, `greedy_beta`): the same tokens, counters and
+state, bit for bit, without the vocabulary-wide one-hot q rows, uniform draws, residuals and
+min(p, q) sums, which inside the loop cost a large fraction of a draft call per drafted token.
 """
 from __future__ import annotations
 
@@ -42,9 +31,7 @@ __all__ = ["Chain", "Proposal", "commit", "commit_with", "count", "draft_step", 
 
 def draft_step(decoder, draft_params, state: st.DecodeState, key: jax.Array
                ) -> tuple[Proposal, Cache]:
-  """The chain's draft side: the decoder's drafter proposes `decoder.scheme.gamma` tokens per
-  example (`drafter.chain_draft`, or a feature drafter's parallel block): (Proposal, draft
-  cache)."""
+  """The chain's draft side, the drafter's `propose`: (Proposal, draft cache)."""
   proposal, cache, _ = decoder.drafter.propose(decoder, draft_params, state, key)
   return proposal, cache
 
@@ -99,11 +86,8 @@ def verify_step(target, target_params, cache: Cache, last_B: jax.Array,
 def commit(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_B: jax.Array,
            p_BxG1xV: jax.Array, eos_id: int, max_decode_len: int) -> st.DecodeState:
   """Writes x_1..x_n, next for active examples; rolls both caches back; counts what was written.
-
-  `state` holds the caches after this iteration's draft and verify calls. n_B comes from the
-  acceptance rule (n <= proposed_B). Tokens past EOS or the length limit are not written, and the
-  counters only count written tokens (`kept_B` = accepted and written).
-  """
+  `state` holds the caches after this iteration's draft and verify calls; n_B comes from the rule
+  (n <= proposed_B). Tokens past EOS or the length limit are neither written nor counted."""
   gamma = proposal.tokens_BxG.shape[1]
   # beta = sum_x min(p, q) at the previous call's bonus position (its p kept in the state, its q
   # from this call's first draft call), then at each drafted position.
@@ -135,7 +119,7 @@ def commit_with(state: st.DecodeState, proposal: Proposal, n_B: jax.Array, next_
 
 def write_back(state: st.DecodeState, num_B, done_B, counters: st.Counters, pending_B,
                new_BxK: jax.Array, count_B, p_last_BxV: jax.Array) -> st.DecodeState:
-  """The loop state after a verified block, chain or tree (`tree.scheme.commit_tree`): the new
+  """The loop state after a verified block, chain or tree (`tree.commit.commit_tree`): the new
   tokens written, both caches rolled back to the slot after the last kept token (the draft's one
   further while its last token is pending), the bonus distribution kept for a pending draft."""
   last_slot_B = state.base_B + num_B - 1
@@ -150,19 +134,17 @@ def write_back(state: st.DecodeState, num_B, done_B, counters: st.Counters, pend
 def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
           proposal, kept_B: jax.Array, count_B: jax.Array, beta_BxG1: jax.Array
           ) -> st.Counters:
-  """The counters after one target call, chain or tree, over the tokens of the request only: in
-  the call that ends an example (EOS or the length limit), proposals past its end are neither
-  drafted nor accepted (a draft identical to the target accepts every token it drafted).
+  """The counters after one target call, chain or tree, over the request's tokens only: in the
+  call that ends an example (EOS or the length limit), proposals past its end are neither drafted
+  nor accepted (so a draft identical to the target accepts every token it drafted).
 
-  proposal: the iteration's `Proposal`, or anything with its `proposed_B` and `fed_B` (a tree
-    passes its depth D for both: one path offers D tokens, so accepted / drafted is a per-path
-    rate, `tree.scheme.commit_tree`). accepts per position and the length histogram use the
-    counters' own widths (a tree's are N - 1 and N wide, of which the first D and D + 1 fill).
+  proposal: the `Proposal`, or anything with its `proposed_B` and `fed_B` (a tree passes its
+    depth D for both: a per-path rate, `tree.commit.commit_tree`). accepts per position and the
+    length histogram use the counters' own widths (a tree's N - 1 and N, of which D and D + 1 fill).
   beta_BxG1: sum_x min(p, q) at the previous call's bonus position (column 0, counted where the
-    row was pending: all its drafts were accepted) and at the drafted positions (columns 1..G, a
-    tree's path nodes by depth, counted where written and where the draft computed q: below
-    fed_B, or for a scheme that never leaves its draft pending, below proposed_B). So alpha
-    covers every generated position a draft scored.
+    row was pending) and at the drafted positions (columns 1..G, a tree's path nodes by depth,
+    counted where written and where the draft computed q: below fed_B, or below proposed_B for a
+    scheme that never leaves its draft pending). So alpha covers every position a draft scored.
   """
   gamma = beta_BxG1.shape[1] - 1
   g_G1 = jnp.arange(gamma + 1, dtype=jnp.int32)
@@ -202,11 +184,8 @@ GREEDY_RULES = ("tokenwise", "block")
 class Chain:
   """Draft a chain of `gamma` tokens per iteration, verify them in one target call.
 
-  A decoding scheme (`decoder.Decoder.scheme`): `gamma` sizes the buffer slack and the
-  per-position counters, `init_stats` the scheme's own statistics (none), `iteration` is one
-  draft -> verify -> accept -> commit step with any drafter (`decoding.drafter`: a token draft,
-  a feature-level draft, its parallel block, prompt lookup before it). Hashable: part of the
-  Decoder, a static jit argument.
+  A decoding scheme (`decoder.Scheme`) with any drafter (`decoding.drafter`); `gamma` sizes the
+  buffer slack and the per-position counters. Hashable: a static part of the Decoder.
   """
 
   gamma: int = 4

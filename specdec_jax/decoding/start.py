@@ -1,13 +1,11 @@
-"""Starting a decode: the checks of the front door and the one initial-state builder.
+"""Starting a decode: the front door's checks and the one initial-state builder.
 
-Every `Decoder` (every scheme, sharded or not), every calibration and benchmark goes through these
-functions, so a prompt, a pair of models or a cache length is judged the same way everywhere and
-the state a loop starts from is built once.
+Every `Decoder`, calibration and benchmark goes through these functions, so prompts, models and
+cache lengths are judged the same way everywhere and the initial state is built once.
 
-Why the slack: a verify call writes gamma + 1 tokens past the last kept one (into the cache and,
-through `write_tokens`, possibly up to gamma + 1 buffer slots past `max_decode_len`), and the
-draft's first call of an iteration may feed two tokens. `slack(gamma)` = gamma + 2 slots cover
-both; the autoregressive loop is gamma = 0.
+Why the slack: a verify call writes gamma + 1 tokens past the last kept one (into the cache, and
+into the buffer possibly past `max_decode_len`), and the draft's first call of an iteration may
+feed two tokens; `slack(gamma)` = gamma + 2 slots cover both (autoregressive: gamma = 0).
 """
 from __future__ import annotations
 
@@ -36,10 +34,9 @@ def cache_len_needed(model: seam.Decodable, prompt_len: int, max_decode_len: int
 
 # ---- the front door ------------------------------------------------------------------------------
 def check_prompts(inputs_BxP, pad_id: int = 0) -> None:
-  """Refuses a pad id inside a prompt: rows are right-padded, so a pad followed by a real token
-  would be read as the end of the prompt (decoder-only: the tokens after it silently dropped; T5:
-  masked out of the encoder). Skipped for traced or not fully addressable arrays (their rows were
-  checked where they were made)."""
+  """Refuses a pad id inside a prompt: rows are right-padded, so a pad before a real token would
+  end the prompt (decoder-only: the rest silently dropped; T5: masked out of the encoder). Skipped
+  for traced or not fully addressable arrays (checked where they were made)."""
   if isinstance(inputs_BxP, jax.core.Tracer) or (
       isinstance(inputs_BxP, jax.Array) and not inputs_BxP.is_fully_addressable):
     return
@@ -118,11 +115,8 @@ def primes_draft(decoder) -> bool:
 
 
 def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.DecodeState:
-  """Prefills the target (and the draft) and lays out the buffer: slot 0 = the start token.
-
-  Traceable (called inside the jitted programs). The scheme's `gamma` sizes the slack and the
-  per-position counters (0: autoregressive; the adaptive scheme's gamma_max).
-  """
+  """Prefills the target (and the draft) and lays out the buffer, slot 0 the start token
+  (traceable). The scheme's `gamma` sizes the slack and the per-position counters."""
   target, draft, gamma = decoder.target, decoder.draft, decoder.scheme.gamma
   batch, plen = inputs_BxP.shape
 

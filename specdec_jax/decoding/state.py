@@ -1,4 +1,4 @@
-"""Loop state shared by the autoregressive and speculative loops, and the checks before decoding.
+"""The loop state every scheme shares, the buffer and counter updates, and the loop itself.
 
 The token buffer holds each example's decoder stream from its start token (slot 0: BOS for T5, the
 last prompt token for a decoder-only LM) followed by what has been generated. `num_B` counts valid
@@ -51,11 +51,9 @@ class DecodeState:
   num_B: valid slots per example. done_B: EOS emitted or length reached; done rows never write.
   base_B: cache slot of buffer slot 0. target_cache / draft_cache: the models' caches.
   draft_pending_B: the draft has not yet seen buffer slot num_B - 2 (all gamma accepted last time).
-  bonus_p_BxV: where draft_pending_B, the target's processed p at the bonus position (the token
-    after the fully accepted block); the draft's q there comes with its next first call, and the
-    pair is that position's beta (alpha counts every generated position).
-  stats: the decoding scheme's own on-device statistics (None, or the adaptive loop's
-    `AdaptiveStats`), returned with the result.
+  bonus_p_BxV: where draft_pending_B, the target's processed p at the bonus position; with the
+    draft's q there (its next first call) it gives that position's beta.
+  stats: the scheme's own on-device statistics (`Scheme.init_stats`), returned with the result.
   draft_carry: the drafter's own per-row state (`decoding.drafter`: None for a token draft; a
     feature-level draft's pending entries), batch-sharded on a mesh.
   """
@@ -108,11 +106,8 @@ def write_tokens(tokens_BxL: jax.Array, num_B: jax.Array, new_BxT: jax.Array,
 
 def emit_count(new_BxT: jax.Array, offered_B: jax.Array, num_B: jax.Array, done_B: jax.Array,
                eos_id: int, max_decode_len: int) -> tuple[jax.Array, jax.Array]:
-  """How many of the offered tokens each example keeps, and whether it is done afterwards.
-
-  Keeps tokens up to and including the first EOS, never more than the length limit allows, and
-  nothing for examples that were already done.
-  """
+  """How many of the offered tokens each example keeps (up to and including the first EOS,
+  within the length limit, none once done), and whether it is done afterwards."""
   t = new_BxT.shape[1]
   j_T = jnp.arange(t, dtype=jnp.int32)
   is_eos_BxT = (new_BxT == eos_id) & (j_T[None, :] < offered_B[:, None])
@@ -133,12 +128,10 @@ def last_tokens(state: DecodeState) -> jax.Array:
 def run_loop(state: DecodeState, step, constrain=lambda s: s,
              max_iterations: jax.Array | None = None) -> DecodeState:
   """The one `lax.while_loop` every decode runs: `step(state) -> state` until every example is
-  done. Each iteration writes >= 1 token per active example and an example is done at EOS or at
-  max_decode_len, so the loop ends. `constrain` re-applies a sharded program's layout to the carry
-  (the identity on one device). `max_iterations` (a traced int, so one compile serves every cap)
-  stops the loop after that many iterations by marking every row done: the calibration times a
-  decode with no iteration (cap 0) against the full one; it adds one counter and one `or` over
-  the batch per iteration, and None adds nothing."""
+  done (each iteration writes >= 1 token per active example, so it ends). `constrain` re-applies
+  a sharded program's layout to the carry. `max_iterations` (traced, so one compile serves every
+  cap; None costs nothing) stops the loop after that many iterations by marking every row done:
+  the calibration times a decode with no iteration (cap 0) against the full one."""
   if max_iterations is None:
     return jax.lax.while_loop(lambda s: jnp.any(~s.done_B), lambda s: constrain(step(s)), state)
   left = jnp.asarray(max_iterations, jnp.int32)

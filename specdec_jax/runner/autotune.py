@@ -71,7 +71,7 @@ def resolve_points(cfg: RunConfig, measure: Measure, store: ResultStore, log: Ca
                or p.draft.kind not in (MODEL_DRAFT, FEATURE_DRAFT)
                else functools.partial(tree_acceptance_of, p))
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, functools.partial(acceptance_of, p),
-                                   gamma_max=cfg.gamma_max, min_speedup=cfg.auto_min_speedup,
+                                   gamma_max=cfg.gamma_max, min_speedup=cfg.auto.min_speedup,
                                    rule=cfg.rule, trees=trees, tree_acceptance_fn=tree_fn)
     if plans[p].memo is None:
       log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
@@ -92,7 +92,7 @@ def _resolve(cfg: RunConfig, p: Point, plan, costs, loops, acceptance_of, store,
   if plan is None:
     return calibrate.resolved(p, adaptive=cfg.adaptive_config(), tree=cfg.tree_scheme(),
                               loop=loop, calibration=cal)
-  memo = calibrate.choose(plan, costs[p.draft], loop, store, min_speedup=cfg.auto_min_speedup,
+  memo = calibrate.choose(plan, costs[p.draft], loop, store, min_speedup=cfg.auto.min_speedup,
                           rule=cfg.rule)
   r = calibrate.resolved(p, memo=memo, loop=loop, calibration=cal, tree=cfg.tree_scheme(),
                          trees=cfg.tree_candidate_schemes())
@@ -112,7 +112,7 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore) -> Callab
   calibration prompts at the calibration gamma, made once and remembered in the store (a resumed
   run recalls it)."""
   fixed = [int(g) for g in as_list(cfg.gamma) if g not in GAMMA_WORDS]
-  gamma = calibrate.calibration_gamma(cfg.auto_calibration_gamma, cfg.gamma_max, fixed)
+  gamma = calibrate.calibration_gamma(cfg.auto.calibration_gamma, cfg.gamma_max, fixed)
 
   def acceptance_of(p: Point) -> dict:
     key = keys.calibration(p.draft.name, p.temperature)

@@ -73,13 +73,13 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
   extra = {"mode": cfg.mode, "run": point.key, "gamma_auto": point.auto}
   if point.draft.kind == FEATURE_DRAFT:  # a FeatureDrafter: alpha over drafted positions
     extra["draft_kind"] = FEATURE_DRAFT
-    if cfg.feature_parallel:  # FeatureDrafter(parallel=True): one call per block
+    if cfg.feature.parallel:  # FeatureDrafter(parallel=True): one call per block
       extra["feature_scheme"] = "parallel"
-    if cfg.feature_lookup_gamma:  # LookupFeatureDrafter: prompt lookup where it matches
+    if cfg.feature.lookup_gamma:  # LookupFeatureDrafter: prompt lookup where it matches
       calls = sum(r.counters.get("target_calls", 0) for r in spec_records)
       extra["feature_scheme"] = "lookup"
       extra["lookup"] = {
-          "gamma": cfg.feature_lookup_gamma, "ngram": cfg.feature_lookup_ngram,
+          "gamma": cfg.feature.lookup_gamma, "ngram": cfg.feature.lookup_ngram,
           "share_of_target_calls": (sum(r.counters.get("lookup_iterations", 0)
                                         for r in spec_records) / calls) if calls else None}
   if point.auto:
@@ -91,7 +91,7 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     if point.tree is not None:  # chosen from the timed tree loop and the calibration tree decode
       extra["speedup_predicted"] = dict(point.tree_curve)[loop_key(point.tree)]
       extra["speedup_predicted_from"] = "loop"
-    extra["auto_gate"] = {"min_speedup": cfg.auto_min_speedup, "best_gamma": best[0],
+    extra["auto_gate"] = {"min_speedup": cfg.auto.min_speedup, "best_gamma": best[0],
                           "best_predicted": best[1], "passed": point.gamma > 0}
     if point.lead_se:  # the choice: the smallest gamma within one standard error of the best
       extra["auto_gate"]["lead_se"] = {str(g): x for g, x in point.lead_se}

@@ -20,7 +20,7 @@ from specdec_jax import seam
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
 from specdec_jax.data import tasks
-from specdec_jax.decoding import drafters
+from specdec_jax.models import model_free
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import schedule
@@ -56,14 +56,14 @@ class DraftSettings:
     """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
                head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples),
-               feature_parallel=cfg.feature_parallel)
+               feature_parallel=cfg.feature.parallel)
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
                tables_fn=None, target_name: str = "the target"):
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
-  Model-free drafts (decoding/drafters.py) take their tables as params: `tables_fn()` supplies
+  Model-free drafts (decoding/model_free.py) take their tables as params: `tables_fn()` supplies
   them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
   needs none (its fallback is uniform). A random-preset shared-encoder draft belongs to no target
   and is only checked for the encoder's width.
@@ -72,7 +72,7 @@ def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSet
     return _model_draft(spec.checkpoint, target, target_params, settings, target_name)
   if spec.kind == FEATURE_DRAFT:
     return feature_draft(spec.checkpoint, target, target_params, settings, target_name)
-  draft = drafters.make_draft(spec.kind, target)
+  draft = model_free.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":
     return draft, {}
   if tables_fn is None:
@@ -167,19 +167,18 @@ def _check_feature_shapes(target, draft) -> None:
 def chain_options(cfg: RunConfig) -> dict:
   """How the run builds a feature-level draft's chain: `draft_schemes.plan`'s options
   (the parallel chain, prompt lookup where it matches), the same at every program it builds."""
-  return {"parallel": cfg.feature_parallel, "lookup_gamma": cfg.feature_lookup_gamma,
-          "lookup_ngram": cfg.feature_lookup_ngram}
+  return dataclasses.asdict(cfg.feature)
 
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
   """The run's question to `schedule.check`, before anything is loaded: its feature-level
-  draft's chain options (`feature_parallel`, `feature_lookup_gamma`) against its GAMMAs and the
+  draft's chain options (`RunConfig.feature`) against its GAMMAs and the
   trees it decodes ('tree') or weighs ('auto')."""
   gammas = as_list(cfg.gamma)
   trees = ([cfg.tree_scheme()] if TREE in gammas else []) + list(
       cfg.tree_candidate_schemes() if AUTO in gammas else [])
   schedule.check(gammas, feature=next((s.name for s in specs if s.kind == FEATURE_DRAFT), None),
-                 parallel=cfg.feature_parallel, lookup_gamma=cfg.feature_lookup_gamma,
+                 parallel=cfg.feature.parallel, lookup_gamma=cfg.feature.lookup_gamma,
                  trees=trees)
 
 

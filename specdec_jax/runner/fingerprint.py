@@ -24,7 +24,7 @@ def of(cfg) -> dict[str, Any]:
           "ngram_train_examples", "calibration")
   fingerprint = {k: getattr(cfg, k) for k in keep}
   if cfg.calibration == "held_out":  # which prompts are measured depends on them
-    fingerprint["auto_calibration_examples"] = cfg.auto_calibration_examples
+    fingerprint["auto_calibration_examples"] = cfg.auto.calibration_examples
   if cfg.sample_examples:
     fingerprint["sample_examples"] = True
   # Later knobs enter only when set, so run directories written before them still resume.
@@ -32,22 +32,21 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["adaptive"] = cfg.adaptive
   if cfg.tree is not None:
     fingerprint["tree"] = cfg.tree
-  if cfg.tree_candidates:
-    c = cfg.tree_candidates  # one candidate bound bare or in a list: one run
-    fingerprint["tree_candidates"] = list(c) if isinstance(c, (list, tuple)) else [c]
+  if cfg.auto.trees:  # the key names its old shorthand, so earlier runs still resume
+    fingerprint["tree_candidates"] = list(cfg.auto.trees)
   if cfg.matmul != "auto":
     fingerprint["matmul"] = cfg.matmul
   if cfg.draft_panels != "auto":
     fingerprint["draft_panels"] = cfg.draft_panels
   if cfg.draft_head_vocab:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
-  if cfg.feature_parallel:
+  if cfg.feature.parallel:
     fingerprint["feature_parallel"] = True
   if cfg.prompt_format != "plain":
     fingerprint["prompt_format"] = cfg.prompt_format
     fingerprint["chat_revision"] = chat.REVISION  # the turns' wording (`data.chat.REVISION`)
-  if cfg.feature_lookup_gamma:
-    fingerprint["feature_lookup"] = [cfg.feature_lookup_gamma, cfg.feature_lookup_ngram]
+  if cfg.feature.lookup_gamma:
+    fingerprint["feature_lookup"] = [cfg.feature.lookup_gamma, cfg.feature.lookup_ngram]
   fingerprint["contents"] = _contents(cfg)
   task_digest = tasks.content_digest(cfg.task, cfg.split)
   if task_digest is not None:

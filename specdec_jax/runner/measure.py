@@ -66,12 +66,12 @@ class Calibration:
                      rows=self.prompts)
 
   def batches(self) -> list:
-    """The first max(batch_size, auto_timing_examples) calibration prompts in the run's batch
+    """The first max(batch_size, auto.timing_examples) calibration prompts in the run's batch
     shape: in full batches of batch_size (or one short batch of them all when there are fewer
     than batch_size)."""
     if self._batches is None:  # on the device once, every temperature's loops time them
       cfg, cal = self.cfg, self.loaded.calibration
-      n = min(len(cal.ids), max(cfg.batch_size, cfg.auto_timing_examples))
+      n = min(len(cal.ids), max(cfg.batch_size, cfg.auto.timing_examples))
       chunks = [list(range(i, min(i + cfg.batch_size, n))) for i in range(0, n, cfg.batch_size)]
       full = [c for c in chunks if len(c) == cfg.batch_size] or chunks[:1]
       self._batches = [jax.device_put(cal.batch(c)) for c in full]

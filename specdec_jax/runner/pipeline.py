@@ -73,7 +73,7 @@ def load(cfg: RunConfig, mesh=None) -> Loaded:
                     max_input_length=cfg.max_input_length, tfds_data_dir=cfg.tfds_data_dir,
                     prompt_format=cfg.prompt_format)
   sets = prompt_sets.choose(len(data.examples), num_examples=cfg.num_examples,
-                            calibration_examples=cfg.auto_calibration_examples,
+                            calibration_examples=cfg.auto.calibration_examples,
                             calibration=cfg.calibration, sample=cfg.sample_examples, seed=cfg.seed)
   chosen = list(dict.fromkeys(sets.measured + sets.calibration))  # tokenized together: one width
   data = dataclasses.replace(data, examples=[data.examples[i] for i in chosen])

@@ -18,7 +18,7 @@ from typing import Any
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import fingerprint as fingerprint_lib
-from specdec_jax.runner import keys, prompt_sets, schedule
+from specdec_jax.runner import keys, prompt_sets, schedule, settings
 
 MODES = ("speculative", "autoregressive", "benchmark", "sweep")
 MODEL_DRAFT = "model"
@@ -48,15 +48,15 @@ class RunConfig:
     call; gin: `gin/decoding/tree.gin`, `RunConfig.tree = @TreeScheme()`), or a
     `decoding.tree.DynamicTreeScheme` (an EAGLE-2-style dynamic tree; gin:
     `gin/decoding/dynamic_tree.gin`); None: the (3, 2, 1) tree with the 'auto' verifier.
-  tree_candidates: trees GAMMA='auto' weighs beside the chains (`gin/decoding/auto_tree.gin`):
-    each a branching per depth such as (3, 2, 1), a `decoding.tree.Tree`, a TreeScheme or a
-    DynamicTreeScheme (`gin/decoding/auto_dynamic_tree.gin`); the cost model picks a chain's
-    gamma, a tree or 0 (runner/calibrate.py). Model drafts only (a feature-level draft drafts
-    them from the target's states, `decoding.drafter`).
+  auto.trees (shorthand `tree_candidates`): trees GAMMA='auto' weighs beside the chains
+    (`gin/decoding/auto_tree.gin`): each a branching per depth such as (3, 2, 1), a
+    `decoding.tree.Tree`, a TreeScheme or a DynamicTreeScheme
+    (`gin/decoding/auto_dynamic_tree.gin`); the cost model picks a chain's gamma, a tree or 0
+    (runner/calibrate.py).
   draft: 'model' (weights at draft_checkpoint) or a non-model drafter, or a list of them. A
     draft_checkpoint that is a feature-level draft's export (`feature_draft_config.json` beside
     its weights) is one (DraftSpec kind 'feature', decoded with `FeatureDrafter`, its
-    parallel block where `feature_parallel`).
+    parallel block where `feature.parallel`).
   repeats: timed repetitions per batch and program (the median counts; the compile is excluded).
   """
 
@@ -89,29 +89,22 @@ class RunConfig:
   rule: str = "tokenwise"
   repeats: int = 3
   gamma_max: int = 8
-  auto_calibration_examples: int = 4
+  # GAMMA='auto''s settings, a `schedule.Auto` (its fields say what each does; gin: `RunConfig.auto
+  # = @Auto()` or the shorthand keywords below), settled when the config is made (`_settle`).
+  auto: Any = None
   # Which prompts calibrate ('auto', c, v, the loops' costs, speedup_predicted): 'held_out' draws
   # auto_calibration_examples prompts of the split by SEED and never reports them; 'in_sample'
   # calibrates on the first measured prompts (runner/prompt_sets.py says why held out).
   calibration: str = "held_out"
-  # Of the calibration prompts, how many the loops are timed on (each is decoded by every timed
-  # program, LOOP_REPEATS times); the untimed acceptance decode uses all of them (alpha and the
-  # acceptance profile are the noisy part of a prediction, the per-iteration costs are not).
-  auto_timing_examples: int = 16
   # True: the NUM_EXAMPLES measured prompts are a seeded uniform draw from the split (standing for
   # the split); False: the split's first ones.
   sample_examples: bool = False
-  # The calibration decode runs at max(this, gamma_max): its profile P(at least i drafts kept)
-  # must cover every candidate gamma (runner/calibrate.py).
-  auto_calibration_gamma: int = 4
-  auto_min_speedup: float = 1.0
   resume: bool = True
   plots: bool = True
   # A specdec_jax.sharding.MeshConfig (gin/mesh/*.gin binds it); None: one device, unsharded.
   mesh: Any = None
   adaptive: Any = None
   tree: Any = None
-  tree_candidates: Any = ()
   # Dense layers' matmul while decoding (models/packed.py): 'auto' (the packed CPU kernel on one
   # CPU device, XLA's dot elsewhere), 'xla', 'kernel', 'hybrid' (kernel from 2 rows).
   matmul: str = "auto"
@@ -126,26 +119,27 @@ class RunConfig:
   # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
   # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
   draft_panels: str = "auto"
-  # A feature-level draft's chain (`drafts.chain_options` -> `draft_schemes.plan`; token
-  # drafts ignore both): feature_parallel, `FeatureDrafter(parallel=True)` (a call per block,
-  # block-trained draft); feature_lookup_gamma > 0, lookup (that many tokens) where the last
-  # n-gram matches >= feature_lookup_ngram tokens, the draft elsewhere (int GAMMAs only).
-  feature_parallel: bool = False
-  feature_lookup_gamma: int = 0
-  feature_lookup_ngram: int = 2
+  # A feature-level draft's chain options, a `schedule.FeatureOptions` (`@FeatureOptions()`,
+  # GAMMA = @FeatureChain() or the shorthand keywords below), settled likewise.
+  feature: Any = None
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0
+  # Shorthand keywords (gin files and records spell them so): each sets one field of `auto` or
+  # `feature`; none is stored (`settings.SHORTHANDS`).
+  tree_candidates: dataclasses.InitVar[Any] = None
+  auto_calibration_examples: dataclasses.InitVar[Any] = None
+  auto_timing_examples: dataclasses.InitVar[Any] = None
+  auto_calibration_gamma: dataclasses.InitVar[Any] = None
+  auto_min_speedup: dataclasses.InitVar[Any] = None
+  feature_parallel: dataclasses.InitVar[Any] = None
+  feature_lookup_gamma: dataclasses.InitVar[Any] = None
+  feature_lookup_ngram: dataclasses.InitVar[Any] = None
 
-  def __post_init__(self):
+  def __post_init__(self, *shorthands):
     if self.mode not in MODES:
       raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
-    bound = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name in schedule.LOWERED_FIELDS and getattr(self, f.name) not in (
-                 f.default, None, (), [])}
-    gamma, fields = schedule.lower(self.gamma, bound)
-    for name, value in dict(fields, gamma=gamma).items():  # frozen: set once, here
-      object.__setattr__(self, name, value)
+    self._settle(dict(zip(settings.SHORTHANDS_ORDER, shorthands)))
     for g in as_list(self.gamma):
       schedule.check_value(g)
     for t in as_list(self.temperature):
@@ -175,12 +169,17 @@ class RunConfig:
       raise ValueError(f"TOP_K must be an integer >= 0 (0 = off), got {self.top_k!r}")
     if not 0.0 < float(self.top_p) <= 1.0:
       raise ValueError(f"TOP_P must be in (0, 1] (1 = off), got {self.top_p!r}")
-    if not (math.isfinite(float(self.auto_min_speedup)) and self.auto_min_speedup > 0):
-      raise ValueError(f"RunConfig.auto_min_speedup must be a finite number > 0, got "
-                       f"{self.auto_min_speedup!r}")
-    for name in ("auto_timing_examples", "auto_calibration_examples"):
-      if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-        raise ValueError(f"RunConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+
+  def _settle(self, shorthands: dict) -> None:
+    """GAMMA in shorthand, and `auto` / `feature` settled, from every place that may set them
+    (`runner.settings`): the same setting given two values is refused."""
+    defaults = {f.name: f.default for f in dataclasses.fields(self)}
+    given = settings.bound(self.auto, self.feature, shorthands,
+                           {k: getattr(self, k) for k in settings.FIELDS
+                            if getattr(self, k) not in (defaults[k], None)})
+    gamma, fields = schedule.lower(self.gamma, given)
+    for name, value in dict(settings.settled({**given, **fields}), gamma=gamma).items():
+      object.__setattr__(self, name, value)  # frozen: set once, here
 
   def adaptive_config(self):
     """The AdaptiveConfig of GAMMA='adaptive' (`adaptive`, or the default up to gamma_max)."""
@@ -195,7 +194,7 @@ class RunConfig:
   def tree_candidate_schemes(self) -> tuple:
     """`tree_candidates` as schemes (`schedule.candidate_schemes`: a branching or a Tree gets
     `tree_scheme()`'s verifier), without repeats, in the order given."""
-    return schedule.candidate_schemes(as_list(self.tree_candidates), self.tree_scheme().verifier)
+    return schedule.candidate_schemes(as_list(self.auto.trees), self.tree_scheme().verifier)
 
   @property
   def is_sweep(self) -> bool:

@@ -8,30 +8,32 @@ refuse combinations itself (two near-identical lists of refusals). Here GAMMA is
   a scheme object, bound by gin (gin/decoding/*.gin):
     GAMMA = @Chain()             # Chain.gamma = 3: a chain of 3 drafts per target call
     GAMMA = @FeatureChain()      # a feature-level draft's chain with its options (parallel
-                                 # block, prompt lookup first): the RunConfig.feature_* fields
+                                 # block, prompt lookup first): RunConfig.feature
     GAMMA = @TreeScheme()        # a static draft tree; @DynamicTreeScheme(), @LookupTreeScheme()
     GAMMA = @AdaptiveConfig()    # a per-example draft length inside the loop
     GAMMA = @Auto()              # the autotuner (runner/autotune.py): a chain's gamma, a tree or
                                  # plain decoding, chosen on held-out prompts
   or its shorthand: an int (a chain; 0: the target alone), 'tree' (`RunConfig.tree`),
-  'adaptive' (`RunConfig.adaptive`), 'auto' (the `RunConfig.auto_*` fields and
-  `tree_candidates`), or a list of these (a sweep).
+  'adaptive' (`RunConfig.adaptive`), 'auto' (`RunConfig.auto`), or a list of these (a sweep).
 
-`lower` turns the objects into the shorthand and the fields it stands for, once, when the
+The settings GAMMA's words read are nested objects, `RunConfig.auto` (an `Auto`) and
+`RunConfig.feature` (a `FeatureOptions`), settled when the config is made (runner/settings.py,
+which also reads their flat shorthand keywords such as `RunConfig.auto_min_speedup`).
+
+`lower` turns the objects into the shorthand and the settings it stands for, once, when the
 RunConfig is made: `GAMMA = @TreeScheme()` is the run `GAMMA = 'tree'` with `RunConfig.tree =
-@TreeScheme()` is (gin/decoding/tree.gin's spelling), `GAMMA = @AdaptiveConfig()` the run of
+@TreeScheme()` (gin/decoding/tree.gin's spelling), `GAMMA = @AdaptiveConfig()` the run of
 gin/decoding/adaptive.gin, `GAMMA = @Auto(trees=...)` the run of `GAMMA = 'auto'` with those
-`RunConfig.tree_candidates` (and each other field of Auto that is set, its RunConfig field): the
-same fields, so the same fingerprint and point keys ('auto', 'tree', 'adaptive', 3: metrics.json's
-keys), and either spelling resumes the other's run. A field bound both ways to different values is
-refused, never overridden (`configurables.run_config` also catches a RunConfig binding equal to
-the field's default). A run has one tree and one adaptive schedule (as it has one
-`RunConfig.tree`); several trees are weighed by `@Auto(trees=...)`.
+`RunConfig.tree_candidates` (and each other field of Auto that is set, the same field of
+`RunConfig.auto`): the same settings, so the same fingerprint and point keys ('auto', 'tree',
+'adaptive', 3: metrics.json's keys), and either spelling resumes the other's run. A setting
+bound both ways to different values is refused, never overridden (`configurables.run_config`
+also catches a RunConfig binding equal to the field's default). A run has one tree and one
+adaptive schedule (as it has one `RunConfig.tree`); several trees are weighed by
+`@Auto(trees=...)`.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,78 +46,12 @@ from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
 from specdec_jax.decoding.tree.scheme import TreeScheme
 from specdec_jax.decoding.tree.shape import Tree
+from specdec_jax.runner.settings import (  # noqa: F401  (schedule.Auto etc.: GAMMA's objects)
+    Auto, FeatureChain, FeatureOptions, as_list, same)
 
 AUTO, ADAPTIVE, TREE = "auto", "adaptive", "tree"
 WORDS = (AUTO, ADAPTIVE, TREE)
 TREE_SCHEMES = (TreeScheme, DynamicTreeScheme, LookupTreeScheme)
-
-
-@dataclasses.dataclass(frozen=True)
-class Auto:
-  """GAMMA = @Auto(): choose per draft and temperature among chains up to `gamma_max`, the
-  `trees` and plain decoding, from held-out calibration prompts (runner/autotune.py).
-
-  Each field left None keeps the RunConfig's own (`gamma_max`, `auto_min_speedup`,
-  `auto_calibration_gamma`, `auto_calibration_examples`, `auto_timing_examples`,
-  `tree_candidates`), so `GAMMA = 'auto'` with those fields and `GAMMA = @Auto(...)` with these
-  are one run.
-
-  Attributes:
-    trees: tree candidates weighed beside the chains (a branching per depth, a Tree, a
-      TreeScheme or a DynamicTreeScheme; `RunConfig.tree_candidates`).
-    gamma_max: the longest chain considered (it is `RunConfig.gamma_max`, so it also sizes the
-      verify blocks timed and, in a run that also decodes 'adaptive' without its own
-      AdaptiveConfig, that schedule's longest block).
-    min_speedup: the gate: plain decoding unless a candidate is predicted above it.
-    calibration_gamma: the calibration decode's gamma (at least gamma_max is used).
-    calibration_examples: held-out prompts the calibration decode reads.
-    timing_examples: of those, how many the candidate loops are timed on.
-  """
-  trees: Sequence[Any] | None = None
-  gamma_max: int | None = None
-  min_speedup: float | None = None
-  calibration_gamma: int | None = None
-  calibration_examples: int | None = None
-  timing_examples: int | None = None
-
-  FIELDS = {"trees": "tree_candidates", "gamma_max": "gamma_max",
-            "min_speedup": "auto_min_speedup", "calibration_gamma": "auto_calibration_gamma",
-            "calibration_examples": "auto_calibration_examples",
-            "timing_examples": "auto_timing_examples"}
-
-
-def same(a, b) -> bool:
-  """Whether two bindings are one value (a gin list and a tuple of the same entries are)."""
-  as_json = lambda x: json.dumps(x, default=str, sort_keys=True)  # noqa: E731
-  return as_json(a) == as_json(b)
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureChain:
-  """GAMMA = @FeatureChain(): a feature-level draft's chain of `gamma` with its options, the
-  `RunConfig.feature_*` fields in one object (`decoding.draft_schemes.plan` builds the drafter).
-
-  Attributes:
-    gamma: the feature draft's tokens per target call.
-    parallel: the whole block in one draft call (`FeatureDrafter(parallel=True)`).
-    lookup_gamma: > 0: prompt lookup drafts this many tokens where the last n-gram matches at
-      least `lookup_ngram` tokens, the feature draft `gamma` elsewhere.
-  """
-  gamma: int = 2
-  parallel: bool = False
-  lookup_gamma: int = 0
-  lookup_ngram: int = 2
-
-  FIELDS = {"parallel": "feature_parallel", "lookup_gamma": "feature_lookup_gamma",
-            "lookup_ngram": "feature_lookup_ngram"}
-
-
-# The RunConfig fields GAMMA's objects fill (`lower`).
-LOWERED_FIELDS = ("tree", "adaptive", *Auto.FIELDS.values(), *FeatureChain.FIELDS.values())
-
-
-def as_list(x) -> list:
-  return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def lower(gamma, bound: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:

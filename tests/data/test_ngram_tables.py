@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specdec_jax.data import local_tasks, ngram_tables as nt
-from specdec_jax.decoding import ngram
+from specdec_jax.models import ngram
 
 DECODER = types.SimpleNamespace(kind="decoder", vocab_size=16, pad_id=0, eos_id=1)
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from specdec_jax.decoding import adaptive as ad
-from specdec_jax.decoding import drafters as dr
-from specdec_jax.decoding import ngram
+from specdec_jax.models import model_free as dr
+from specdec_jax.models import ngram
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.testing import chi_square_gof, tiny_pair

@@ -203,8 +203,8 @@ PROMPT = np.array([3, 5, 2], np.int32)
 def bigram_pair(v=V, seed=0):
   """A context-dependent target and draft through the same seam at almost no cost: dense bigram
   tables (random sharp rows), so the exact law of any continuation is a product of table rows."""
-  from specdec_jax.decoding import drafters as dr
-  from specdec_jax.decoding import ngram
+  from specdec_jax.models import model_free as dr
+  from specdec_jax.models import ngram
   rng = np.random.default_rng(seed)
   cfg = dict(kind="decoder", vocab_size=v, eos_id=-1)
   mats = [rng.dirichlet(np.full(v, 0.4), size=v) for _ in range(2)]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from specdec_jax.data.ngram_tables import build_ngram_tables
-from specdec_jax.decoding import drafters as dr
-from specdec_jax.decoding import ngram
+from specdec_jax.models import model_free as dr
+from specdec_jax.models import ngram
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import drafters
+from specdec_jax.models import model_free
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.tree.lookup import find_branches, lookup_tree, node_arrays
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
@@ -72,7 +72,7 @@ def _decoy(kind):
 
 def _run(target, tp, inputs, scheme, max_len=MAX_LEN):
   ar = Decoder(target, max_decode_len=max_len).generate(Params(tp), inputs)
-  draft = drafters.make_draft("prompt_lookup", target)
+  draft = model_free.make_draft("prompt_lookup", target)
   out = Decoder(target, draft, scheme, max_decode_len=max_len).generate(Params(tp, {}), inputs)
   np.testing.assert_array_equal(np.asarray(out.tokens_BxN), np.asarray(ar.tokens_BxN))
   np.testing.assert_array_equal(np.asarray(out.lengths_B), np.asarray(ar.lengths_B))
@@ -115,7 +115,7 @@ def test_decoy_rows_keep_rank_one_branches(pair):
   # Row 0's first lookup (after the forced 2 on T5): the latest match is the decoy (rank 0), the
   # earlier one continues the cycle (rank 1), kept at depth 1 and below it.
   calls = 1 if kind == "decoder" else 2
-  draft = drafters.make_draft("prompt_lookup", target)
+  draft = model_free.make_draft("prompt_lookup", target)
   first = Decoder(Follow(target), draft, scheme, max_decode_len=MAX_LEN).generate(
       Params(tp, {}), _decoy(kind), max_iterations=calls)
   assert int(np.asarray(first.counters.accepted_B)[0]) >= 3
@@ -133,7 +133,7 @@ def test_history_holds_the_committed_stream(pair):
   """After the loop, the history's slots base .. base + num - 2 are the buffer's committed tokens
   and its index is the last token's slot, as the chain's draft cache (what the lookups read)."""
   kind, target, tp = pair
-  draft = drafters.make_draft("prompt_lookup", target)
+  draft = model_free.make_draft("prompt_lookup", target)
   dec = Decoder(target, draft, LookupTreeScheme(branches=3, length=4), max_decode_len=MAX_LEN)
   params = Params(tp, {})
   state = jax.jit(lambda x: dec.run(params, dec.init(params, x, jax.random.key(0))))(
@@ -157,7 +157,7 @@ def test_loop_is_one_while_without_host_ops():
   host_ops = re.compile(r"custom_call_target=\"[^\"]*(callback|host)[^\"]*\"|\b(outfeed|infeed|"
                         r"send|recv)\b|xla_python_cpu_callback|xla_ffi_python", re.IGNORECASE)
   target, tp, _, _ = tiny_pair("decoder")
-  draft = drafters.make_draft("prompt_lookup", target)
+  draft = model_free.make_draft("prompt_lookup", target)
   decoder = Decoder(target, draft, LookupTreeScheme(2, 3), SamplingConfig(temperature=1.0),
                     max_decode_len=8)
   inputs = jnp.asarray(np.array([[5, 6, 5, 6], [7, 8, 9, 3]]), jnp.int32)
@@ -171,7 +171,7 @@ def test_loop_is_one_while_without_host_ops():
 def _history(tokens, context=None):
   t = jnp.asarray([tokens], jnp.int32)
   c = jnp.zeros((1, 0), jnp.int32) if context is None else jnp.asarray([context], jnp.int32)
-  return drafters.HistoryCache(t, jnp.zeros((1,), jnp.int32), c)
+  return model_free.HistoryCache(t, jnp.zeros((1,), jnp.int32), c)
 
 
 def test_branches_are_best_first_and_distinct_at_depth_one():

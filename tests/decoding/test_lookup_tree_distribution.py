@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import drafters
+from specdec_jax.models import model_free
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig, sample
 from specdec_jax.decoding.tree import lookup_verify as lv
@@ -48,7 +48,7 @@ def target():
 def _pvalue(target, sampling, scheme, seed=0):
   model, tp = target
   inputs = jnp.asarray(np.broadcast_to(PROMPT, (NUM_SAMPLES, len(PROMPT))))
-  draft = drafters.make_draft("prompt_lookup", model)
+  draft = model_free.make_draft("prompt_lookup", model)
   out = Decoder(model, draft, scheme, sampling, max_decode_len=NUM_TOKENS).generate(
       Params(tp, {}), inputs, jax.random.key(seed))
   assert np.all(np.asarray(out.lengths_B) == NUM_TOKENS)

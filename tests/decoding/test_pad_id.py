@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax.decoding import drafters
+from specdec_jax.models import model_free
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
@@ -59,7 +59,7 @@ def test_a_padded_batch_decodes_each_prompt_whole(pair):
 def test_greedy_speculative_equals_autoregressive(pair, draft_kind):
   target, tp, draft, dp = pair
   if draft_kind == "prompt_lookup":
-    draft, dp = drafters.make_draft("prompt_lookup", target), {}
+    draft, dp = model_free.make_draft("prompt_lookup", target), {}
   inputs = _padded(ROWS, PAD)
   spec = Decoder(target, draft, Chain(3), GREEDY, max_decode_len=10).generate(
       Params(tp, dp), inputs)
@@ -72,7 +72,7 @@ def test_start_tokens_and_history_read_the_pad_id(pair):
   target, _, _, _ = pair
   inputs = _padded(ROWS, PAD)
   np.testing.assert_array_equal(np.asarray(target.start_tokens(inputs)), [9, 3, 0])
-  lookup = drafters.make_draft("prompt_lookup", target)
+  lookup = model_free.make_draft("prompt_lookup", target)
   np.testing.assert_array_equal(np.asarray(lookup.start_tokens(inputs)), [9, 3, 0])
   cache = lookup.prefill({}, inputs, 16)
   np.testing.assert_array_equal(np.asarray(cache.index_B), [4, 2, 1])

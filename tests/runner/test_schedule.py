@@ -46,7 +46,7 @@ def test_gin_objects_are_the_runs_their_shorthands_are():
   ]
   for objects, words in pairs:
     a, b = _cfg(*objects), _cfg(*words)
-    assert a == dataclasses.replace(b, tree_candidates=tuple(b.tree_candidates)), objects
+    assert a == b, objects
     assert a.fingerprint() == b.fingerprint(), objects
     assert [p.key for p in rc.points(a)] == [p.key for p in rc.points(b)], objects
 
@@ -118,3 +118,40 @@ def test_the_api_takes_the_scheme_objects_a_run_takes():
   with pytest.raises(ValueError, match="has none"):  # a feature chain needs a feature draft
     pair.decoder(schedule.FeatureChain(2, lookup_gamma=4))
   assert schedule.decoding_scheme(0, None) == (Autoregressive(), None)
+
+
+def test_settings_are_nested_objects_and_the_flat_names_set_them():
+  """`RunConfig.auto` / `RunConfig.feature` hold the settings, every field filled; the flat
+  names gin files and records use are keywords that set one field each (not attributes), and
+  the nested spelling is the same run."""
+  nested = _cfg("GAMMA = 'auto'", "RunConfig.auto = @Auto()", "Auto.min_speedup = 1.2",
+                "Auto.trees = [(2, 1)]", "RunConfig.feature = @FeatureOptions()",
+                "FeatureOptions.lookup_ngram = 3")
+  flat = _cfg("GAMMA = 'auto'", "RunConfig.auto_min_speedup = 1.2",
+              "RunConfig.tree_candidates = [(2, 1)]", "RunConfig.feature_lookup_ngram = 3")
+  assert nested == flat and nested.fingerprint() == flat.fingerprint()
+  assert flat.auto == schedule.Auto(trees=((2, 1),), min_speedup=1.2, calibration_gamma=4,
+                                    calibration_examples=4, timing_examples=16)
+  assert flat.feature == schedule.FeatureOptions(parallel=False, lookup_gamma=0, lookup_ngram=3)
+  stored = {f.name for f in dataclasses.fields(flat)}
+  assert not stored & {"auto_min_speedup", "feature_lookup_ngram", "tree_candidates"}
+  assert dataclasses.replace(flat, seed=1).auto == flat.auto  # survives replace (resume)
+  with pytest.raises(ValueError, match="RunConfig.auto gives auto_min_speedup 1.2 but a "
+                                       "RunConfig keyword gives it 1.1"):
+    rc.RunConfig(auto=schedule.Auto(min_speedup=1.2), auto_min_speedup=1.1)
+  with pytest.raises(ValueError, match="feature_parallel"):
+    rc.RunConfig(gamma=schedule.FeatureChain(2), feature=schedule.FeatureOptions(parallel=True))
+  with pytest.raises(ValueError, match=r"auto_timing_examples must be an integer >= 1 \(Auto.timing_examples\)"):
+    rc.RunConfig(auto_timing_examples=0)
+  with pytest.raises(TypeError, match="expected an Auto or FeatureOptions"):
+    rc.RunConfig(auto={"min_speedup": 1.2})
+
+
+def test_the_shorthand_keywords_are_the_settings_declared():
+  """RunConfig.__post_init__ receives its shorthand keywords by position: their declared order
+  must be `settings.SHORTHANDS_ORDER`, and they must be exactly the shorthands."""
+  import inspect  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner import settings  # pylint: disable=import-outside-toplevel
+  params = list(inspect.signature(rc.RunConfig).parameters)
+  assert tuple(params[-len(settings.SHORTHANDS_ORDER):]) == settings.SHORTHANDS_ORDER
+  assert set(settings.SHORTHANDS) == set(settings.SHORTHANDS_ORDER)

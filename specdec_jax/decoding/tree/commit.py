@@ -1,11 +1,10 @@
 """Committing a verified tree path: its cache entries into consecutive slots, its tokens and
 counters into the state, and the drafter's view of it.
 
-Why: the verify call writes node n of the tree to slot root + n (`Model.extend_with_mask` keeps
-the write slots consecutive, positions by depth), so the kept path's entries sit at scattered
-slots. Gathered to root + 1 .. root + n, the cache is the one a chain over the path would have
-built (entries were computed at their depth's position, which is their new slot), and everything
-after is the chain's commit again: a rollback, an index move.
+Why: the verify call writes node n to slot root + n (positions by depth), so the kept path's
+entries sit at scattered slots. Gathered to root + 1 .. root + n, the cache is the one a chain
+over the path would have built (entries were computed at their depth's position, which is their
+new slot), and the rest is the chain's commit again: a rollback, an index move.
 """
 from __future__ import annotations
 
@@ -24,14 +23,10 @@ from specdec_jax.seam import Cache
 
 def commit_path(cache: Cache, root_slot_B: jax.Array, path_BxD: jax.Array,
                 num_accepted_B: jax.Array) -> Cache:
-  """The cache after a tree verify call, reduced to the kept path.
-
-  root_slot_B: the root's slot (the cache index before the verify call). path_BxD: the kept node
-  at depth d + 1 (`TreeVerdict.path_BxD`, -1 past the path). Returns the cache with node
-  path[d]'s entries at slot root + d + 1 and the index at root + n + 1, the slot of the token
-  emitted after the path (not fed yet), as the chain's commit leaves it. The cache must have
-  `copy_slots` (`models.kv_cache.DecodeCache`).
-  """
+  """The cache after a tree verify call, reduced to the kept path. root_slot_B: the cache index
+  before the verify call. path_BxD: `TreeVerdict.path_BxD`. Returns the cache with node path[d]'s
+  entries at slot root + d + 1 and the index at root + n + 1, the slot of the token emitted after
+  the path (not fed yet), as the chain's commit leaves it. Needs `copy_slots` (`DecodeCache`)."""
   depth = path_BxD.shape[1]
   dst_BxD = root_slot_B[:, None] + jnp.arange(1, depth + 1, dtype=jnp.int32)[None, :]
   # Past the path a slot is copied onto itself: destinations stay distinct, nothing kept moves.
@@ -83,13 +78,11 @@ def commit_tree(state: st.DecodeState, verdict: verify.TreeVerdict, p_BxNxV: jax
                 q_BxNxV: jax.Array, bonus_q_BxV: jax.Array, eos_id: int, max_decode_len: int,
                 pending_B: jax.Array | None = None) -> st.DecodeState:
   """Writes the kept path and the next token for active rows, rolls both caches back to them
-  (their path entries already gathered by `commit_path`), counts what was written
-  (`speculative.count`; drafted = D per call, the drafts one path offers; a kept pruned child of
-  a dynamic tree, `verdict.pruned_B`, is an accepted draft written as the next token).
-  pending_B: the draft has not seen the last kept node (it is fed next iteration by
-  first call, as in the chain). A static tree's draft fed every node above depth D, so
-  None means: the path reached depth D. Where pending, the draft computed no q after that node,
-  so alpha's columns stop at it (the next token's q comes as next iteration's bonus q)."""
+  (path entries already gathered by `commit_path`), counts what was written (`speculative.count`:
+  drafted = D per call, one path's offer; a kept pruned child, `verdict.pruned_B`, is an accepted
+  draft written as the next token). pending_B: the draft has not seen the last kept node (its
+  next first call feeds it); None: the static tree's rule, pending exactly when the path reached
+  depth D (its draft fed every node above). Where pending, alpha's columns stop at that node."""
   beta_BxD1, p_last_BxV = row_beta(state, verdict, p_BxNxV, q_BxNxV, bonus_q_BxV)
   return commit_tree_with(state, verdict, beta_BxD1, p_last_BxV, eos_id, max_decode_len,
                           pending_B)

@@ -1,46 +1,38 @@
 """Dynamic draft trees (EAGLE-2 style): the tree's shape is chosen per row from the draft's scores.
 
-A `Decoder` with `scheme=DynamicTreeScheme(depth=4, width=4, branch=4, nodes=32)` (gin:
-gin/decoding/dynamic_tree.gin) runs `dynamic_iteration`, static shapes throughout:
-1. Expansion (D draft calls, as the static tree): the draft's first call
-   (the drafter's, `decoding.drafter`) gives q at the root, which draws k children (T = 0: the top k
-   of the raw logits; T > 0: sequential draws without replacement from the processed q, rank = draw
-   order). A candidate's score is the cumulative log q along its path (T = 0: log_softmax of the
-   raw logits, so scores are not all 0 under a one-hot q). For depth d = 1..D-1 the beam is the
-   top W candidates of depth d by score; its W tokens are fed in ONE windowed `extend_with_mask`
-   call (each sees its ancestors among the earlier beam levels, positions by depth) and each
-   draws k children. k + (D - 1) W k candidates in all.
-2. Rerank: the N - 1 best candidates by (score desc, depth asc, id asc) are the nodes. A child's
-   score is its parent's plus a log q <= 0 and ids grow with depth, so every ancestor precedes its
-   descendants: the kept set is ancestor-closed and node ids are topological.
-3. One target `extend_with_mask` over the N nodes (positions by depth, ancestor mask per row).
-4. The verifiers of `verify` (`greedy`, `recursive_rejection`, any with their contract) walk
-   per-row `verify.Walk` tables in which every expanded (beam) node lists ALL k drawn children,
-   pruned ones included.
-5. `commit_path` on the target (node ids) and the draft (beam nodes' own draft slots), then the
-   static scheme's `commit_tree` and `tree_stats`.
+A `Decoder` with `scheme=DynamicTreeScheme(depth=4, width=4, branch=4, nodes=32)` runs
+`dynamic_iteration`, static shapes throughout:
+1. Expansion (`expand_beam`, D draft calls): the root's q draws k children; a candidate's score
+   is the cumulative log q along its path (`expand`). For depth d = 1..D-1 the beam, the W best
+   candidates of depth d, is fed in ONE windowed draft call and each beam node draws k children:
+   k + (D - 1) W k candidates in all.
+2. Rerank (`layout`): the N - 1 best candidates by (score desc, depth asc, id asc) are the nodes.
+   A child's score is its parent's plus a log q <= 0 and ids grow with depth, so the kept set is
+   ancestor-closed and node ids are topological.
+3. One target call over the N nodes (positions by depth, ancestor mask per row); the verifiers
+   of `verify` walk per-row `verify.Walk` tables in which every expanded (beam) node lists ALL k
+   drawn children, pruned ones included.
+4. `commit_path` on the target (node ids) and the draft (beam nodes' own slots), then
+   `commit_tree` and `tree_stats`.
 
 Why it is exact at every temperature. EAGLE-2 prunes candidates by their own values; a verifier
 that skipped a pruned sibling (or tried only the verified ones) would decide whether to try a
-child from that child's value, and recursive rejection would be biased (tests/decoding/
-test_tree_dynamic_verify.py shows it). Here, at every node the walk visits, all k drawn children
+child from that child's value, which biases recursive rejection
+(tests/decoding/test_tree_dynamic_verify.py). Here, at every visited node, all k drawn children
 are tried in rank order by `verify.rejection_sibling` against the running residual; accepting a
-child needs only p at its parent, which the target computed. If the kept child is a node, the walk
-moves to it; if it was pruned, the walk stops and its token is the next token (no bonus this
-iteration: the target did not score it); if none is kept, the next token is a sample of the
-residual; at a node that drew no children, a bonus sample of p there. Whether a node is expanded
-depends only on the scores of its depth's candidates, never on its own children, and its children
-are drawn afterwards with fresh randomness: at every visited node its children are an honest
-without-replacement sample of q there, so the node emits p (the static tree's argument), and what
-follows an emitted token (the walk going on, a bonus, or the next iteration) again emits p after
-it. Temperature 0: greedy compares with the target's argmax; a pruned child equal to it is the
-token the greedy correction would emit.
+child needs only p at its parent, which the target computed. A kept child that is a node moves
+the walk on; a kept pruned child ends it as the next token (no bonus: the target did not score
+it); if none is kept, the next token is a sample of the residual; at a node that drew no
+children, a bonus sample of p. Whether a node is expanded depends only on the scores of its
+depth's candidates, never on its own children, which are drawn afterwards with fresh randomness:
+so at every visited node the children are an honest without-replacement sample of q, the node
+emits p (the static tree's argument), and what follows an emitted token again emits p after it.
+At temperature 0 a pruned child equal to the target's argmax is what greedy would emit anyway.
 
-The draft holds beam node j of depth d at slot root + e, e = 1 + (d - 1) W + j (its expander id),
-not at its node id: every kept node but the last had a kept child, so was expanded and has a slot.
-The draft is pending (has not seen the last kept token) exactly when the last kept node was not
-expanded; a walk that ended on a pruned child emits it as the next token, unseen by both models,
-as a correction.
+The draft holds beam node j of depth d at slot root + e, e = 1 + (d - 1) W + j (its expander id):
+every kept node but the last had a kept child, so was expanded and has a slot. The draft is
+pending exactly when the last kept node was not expanded; a walk ending on a pruned child emits
+it as the next token, unseen by both models, as a correction.
 """
 from __future__ import annotations
 
@@ -98,14 +90,11 @@ def beam_visible(prev_BxWxU: jax.Array | None, parent_BxW: jax.Array, width: int
 
 def expand_beam(first_logits_BxV: jax.Array, carry, level_call, key: jax.Array,
                 spec: DynamicTree, sampling: SamplingConfig) -> tuple[Drafted, Any]:
-  """The expansion every dynamic tree shares (the draft's calls left to `level_call`): the
-  root's k children from `first_logits_BxV`, then for depth d = 1..D-1 the beam (the W best
-  candidates of depth d by cumulative log q) fed in one call, each beam node drawing k children.
-
-  level_call(carry, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU) -> (logits_BxWxV, carry):
-  one draft call over the beam's W tokens in the window layout (offsets: depth - 1 of the U
-  window entries, the beam levels so far; visible: each node's ancestors among them and itself);
-  parent_BxW is each node's expander's place in the previous level (0 at depth 1: the root).
+  """The expansion (module docstring, step 1) from the root's `first_logits_BxV`, the draft's
+  calls left to `level_call(carry, tokens_BxW, parent_BxW, offsets_U, visible_BxWxU) ->
+  (logits_BxWxV, carry)`: one draft call over the beam's W tokens in the window layout (offsets:
+  depth - 1 of the U window entries, the beam levels so far; visible: each node's ancestors among
+  them and itself); parent_BxW: each node's expander's place in the previous level (0 at depth 1).
   Returns the candidates and the final carry (a token draft's cache; a feature draft's cache and
   its beam's output features)."""
   k, width = spec.branch, spec.width
@@ -223,12 +212,9 @@ def layout(spec: DynamicTree, drafted: Drafted, root_B: jax.Array) -> Layout:
 class DynamicTreeScheme(ModelTree):
   """Draft a dynamic tree per iteration (EAGLE-2 style), verify its N nodes in one target call.
 
-  A decoding scheme (`decoder.Decoder.scheme`), hashable, the static `TreeScheme`'s sibling:
-  gin binds it where TreeScheme is bound (`RunConfig.tree = @DynamicTreeScheme()`, GAMMA =
-  'tree'; gin/decoding/dynamic_tree.gin), or among GAMMA='auto''s `RunConfig.tree_candidates`
-  (gin/decoding/auto_dynamic_tree.gin). depth, width, branch, nodes: `shape.DynamicTree`.
-  verifier: as `TreeScheme.verifier` ('auto', a name, or a function with the tree verifiers'
-  contract, which then receives a `verify.Walk` as its tree).
+  A hashable decoding scheme, the static `TreeScheme`'s sibling (gin:
+  gin/decoding/dynamic_tree.gin, gin/decoding/auto_dynamic_tree.gin). depth, width, branch,
+  nodes: `shape.DynamicTree`. verifier: as `TreeScheme`'s (a function receives a `verify.Walk`).
   """
 
   depth: int = 4

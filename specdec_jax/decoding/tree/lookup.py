@@ -1,25 +1,20 @@
 """Prompt-lookup branches: several continuations of the decoded stream, copied from its history,
 laid out as a static tree of K chains of length L for one target call.
 
-Why: prompt lookup (`drafters.PromptLookupDraft`) costs nothing but bets on ONE earlier occurrence
+Why: prompt lookup (`model_free.PromptLookupDraft`) costs nothing but bets on ONE earlier occurrence
 of the last n tokens; in code and summaries the same n-gram often recurs with different
-continuations (`self.` -> `x`, `y`, `name`), and the latest occurrence is right only some of the
-time. Offering the K best occurrences whose continuations start differently, all verified in one
-target call, keeps the chain's cost (no draft model, one call) and raises the tokens per call
-where the target's next token is among them (DRAFTING_2026.md, "trees" and "prompt lookup").
+continuations (`self.` -> `x`, `y`, `name`). Offering the K best occurrences whose continuations
+start differently, verified in one target call, keeps the chain's cost (no draft model, one
+call) and raises the tokens per call where the target's next token is among them.
 
-Static shapes: the tree is always `lookup_tree(K, L)` (node 1 + k * L + d is the depth-(d + 1)
-token of branch k, chains laid out one after the other, so every path's indices increase as
-`commit.commit_path` needs). A row with fewer matches, or a continuation that runs into the end of
-a source, marks the missing nodes invalid: they are fed to the target (static width) but never
-offered to the verifier. A history continuation that reaches the last committed token repeats
-the period it copied (`_continuation`), as the chain's lookup does in a loop. Branches are distinct at depth 1 (deduplicated by first token);
-branches that share a first token are not merged into a trie (per-row parents would need a walk
-over per-row children): only the best of them is kept.
+Static shapes: the tree is always `lookup_tree(K, L)`. A row with fewer matches, or a
+continuation that runs into the end of a source, marks the missing nodes invalid: fed to the
+target (static width), never offered to the verifier. Branches are distinct at depth 1; branches
+sharing a first token are not merged into a trie (per-row parents would need a walk over per-row
+children): only the best is kept.
 
-The history is the model-free draft's `drafters.HistoryCache` (decoded stream in cache slots, and
-an encoder-decoder target's source), so any DRAFT of `drafters.DRAFT_KINDS` supplies it; nothing
-of the draft but its prefill is used.
+The history is the model-free draft's `model_free.HistoryCache` (the decoded stream, and a T5
+target's source), so any draft of `model_free.DRAFT_KINDS` supplies it; only its prefill is used.
 """
 from __future__ import annotations
 
@@ -28,14 +23,15 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.drafters import HistoryCache, lookup, match_scores
 from specdec_jax.decoding.sampling import argmax
 from specdec_jax.decoding.tree.shape import Tree
+from specdec_jax.models.model_free import HistoryCache, lookup, match_scores
 
 
 @functools.lru_cache(maxsize=None)
 def lookup_tree(branches: int, length: int) -> Tree:
-  """K chains of L drafted tokens under one root, chain by chain (node 1 + k * L + d)."""
+  """K chains of L drafted tokens under one root, chain by chain (node 1 + k * L + d is branch
+  k's depth-(d + 1) token), so every path's indices increase as `commit.commit_path` needs."""
   if branches < 1 or length < 1:
     raise ValueError(f"a lookup tree needs branches >= 1 and length >= 1, got {branches}, "
                      f"{length}")
@@ -47,10 +43,8 @@ def lookup_tree(branches: int, length: int) -> Tree:
 
 def write_history(cache: HistoryCache, start_B: jax.Array, tokens_BxT: jax.Array
                   ) -> HistoryCache:
-  """Tokens written at slots start_B ... (past the cache: dropped); the index is left alone.
-
-  Why not `extend`: the lookup tree reads the history directly, so committing a kept path is
-  writing its tokens (a HistoryCache has no K/V to gather, `commit.commit_path`'s counterpart)."""
+  """Tokens written at slots start_B ... (past the cache: dropped); the index is left alone: a
+  HistoryCache has no K/V to gather, so committing a kept path is writing its tokens."""
   t = tokens_BxT.shape[1]
   pos_BxT = start_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
   b_Bx1 = jnp.arange(tokens_BxT.shape[0])[:, None]
@@ -98,7 +92,7 @@ def find_branches(cache: HistoryCache, pos_B: jax.Array, branches: int, length: 
 def chain_proposal(cache: HistoryCache, pos_B: jax.Array, length: int, max_ngram: int,
                    min_ngram: int) -> tuple[jax.Array, jax.Array]:
   """(tokens_BxL, valid_BxL): what the prompt-lookup chain proposes at slot pos (L lookups, each
-  on the history extended by the proposals before it: `drafters.lookup`), valid up to the first
+  on the history extended by the proposals before it: `model_free.lookup`), valid up to the first
   position with no match. Branch 0: its first token is the best match's, as `find_branches`
   ranks them, and later tokens may switch to a longer match, which a fixed copy cannot; so the
   tree offers a superset of the chain's proposal (greedy: never fewer tokens kept per call)."""
@@ -123,7 +117,7 @@ def _continuation(end_BxK: jax.Array, in_history_BxK: jax.Array, period_BxK: jax
   committed token) after `period` tokens; the slots after it are stale. Past it the copy repeats
   its last `period` tokens: in a loop of that period this is what the chain's prompt lookup
   proposes, re-run on its own proposals (without it a loop shorter than L caps every branch at
-  the period: measured on HumanEval, 3.2 against the chain's 5.7 tokens per call)."""
+  the period, far below what the chain proposes)."""
   i_L = jnp.arange(length, dtype=jnp.int32)
   wrapped_BxKxL = i_L[None, None, :] % jnp.maximum(period_BxK, 1)[:, :, None]
   offset_BxKxL = jnp.where(in_history_BxK[:, :, None], wrapped_BxKxL, i_L[None, None, :])

@@ -2,20 +2,14 @@
 history) verified in one target call; one path kept; no draft model.
 
 A `Decoder` with `scheme=LookupTreeScheme(branches=4, length=8)` and a model-free draft
-(`drafters.make_draft('prompt_lookup', target)`: only its `HistoryCache` is used) runs
-`lookup_tree_iteration` inside its one `lax.while_loop`:
-1. the last committed token is written at its history slot (the root), and `lookup.find_branches`
-   picks up to K continuations of the n-gram ending there, distinct at depth 1;
-2. `tree.scheme.tree_logits`: one target `extend_with_mask` over the N = 1 + K * L nodes of
-   `lookup.lookup_tree(K, L)` (offsets = depths, visible = ancestors);
-3. `lookup_verify.greedy` at T = 0, `lookup_verify.point_mass` above (exact for deterministic
-   siblings: see that module);
-4. `commit.commit_path` on the target cache; the kept tokens written into the history
-   (`lookup.write_history`); `tree.scheme.commit_tree` writes, counts and rolls back.
-The draft is never "pending": it has no state but the history, which holds every committed token
-but the last, as after the chain's commit. Counters are the tree's (`speculative.count` through
-`commit_tree`: drafted = L per call, one path's offer; beta at a node = p's mass on the offered
-tokens, its acceptance probability); stats are `tree.scheme.TreeStats` (kept rank by depth).
+(`model_free.make_draft('prompt_lookup', target)`: only its `HistoryCache` is used) runs
+`lookup_tree_iteration`: `propose` (the root written to the history, `lookup.find_branches`),
+one target call over `lookup.lookup_tree(K, L)` (`tree.scheme.tree_logits`), a `lookup_verify`
+rule (exact for deterministic siblings), `commit.commit_path` on the target, the kept tokens
+written into the history, then `commit.commit_tree`. The draft is never "pending": it has no
+state but the history, which holds every committed token but the last, as after the chain's
+commit. Counters are the tree's (drafted = L per call, one path's offer; beta at a node = p's
+mass on the offered tokens, its acceptance probability); stats are `commit.TreeStats`.
 """
 from __future__ import annotations
 
@@ -26,7 +20,6 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax import seam
-from specdec_jax.decoding import drafters
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits
 from specdec_jax.decoding.tree import lookup, lookup_verify
@@ -34,6 +27,7 @@ from specdec_jax.decoding.tree.commit import commit_path
 from specdec_jax.decoding.tree.commit import TreeStats, commit_tree, tree_stats
 from specdec_jax.decoding.tree.scheme import tree_logits
 from specdec_jax.decoding.tree.shape import Tree
+from specdec_jax.models import model_free
 
 LOOKUP_VERIFIERS = ("auto",) + tuple(lookup_verify.LOOKUP_VERIFIERS)
 
@@ -47,14 +41,12 @@ def _positive_int(name: str, value) -> None:
 class LookupTreeScheme:
   """K prompt-lookup branches of L tokens per iteration, verified in one target call.
 
-  A decoding scheme (`decoder.Decoder.scheme`), hashable; duck-typed like `TreeScheme` (`tree`,
-  `verifier`, `gamma`, `TreeStats`), so the runner's GAMMA='tree' path runs it
-  (`gin/decoding/lookup_tree.gin`: `RunConfig.tree = @LookupTreeScheme()`).
+  A hashable decoding scheme, duck-typed like `TreeScheme` (`tree`, `verifier`, `gamma`,
+  `TreeStats`) so the runner's GAMMA='tree' path runs it (`gin/decoding/lookup_tree.gin`).
   branches: K, continuations per iteration (distinct first tokens). length: L, tokens each.
   max_ngram / min_ngram: the n-gram lengths matched, longest first (`PromptLookupDraft`'s).
   verifier: 'auto' (greedy at T = 0, point_mass above), 'greedy', 'point_mass', or a function
-  with the tree verifiers' contract. The draft must be a model-free draft (`drafters`), the
-  target must score a masked block (`seam.check_masked`).
+  with the tree verifiers' contract.
   """
 
   branches: int = 4
@@ -80,7 +72,7 @@ class LookupTreeScheme:
 
   @property
   def gamma(self) -> int:
-    """Every node but the root: the verify call writes N slots (`tree.scheme`'s docstring)."""
+    """Every node but the root: the verify call writes N slots (as `TreeScheme.gamma`)."""
     return self.branches * self.length
 
   def init_stats(self, batch: int) -> TreeStats:
@@ -90,9 +82,9 @@ class LookupTreeScheme:
   def check(self, decoder) -> None:
     """The target must score a masked block; the draft must keep a `HistoryCache`."""
     seam.check_masked(decoder.target, "target")
-    if not isinstance(decoder.draft, tuple(drafters.DRAFT_KINDS.values())):
+    if not isinstance(decoder.draft, tuple(model_free.DRAFT_KINDS.values())):
       raise TypeError(f"LookupTreeScheme reads a model-free draft's history; got a "
-                      f"{type(decoder.draft).__name__} draft (use drafters.make_draft("
+                      f"{type(decoder.draft).__name__} draft (use model_free.make_draft("
                       f"'prompt_lookup', target), DRAFT='prompt_lookup')")
 
   def verify_fn(self, sampling: SamplingConfig) -> Callable:
@@ -109,8 +101,8 @@ class LookupTreeScheme:
     return lookup_tree_iteration(decoder, params, state, self)
 
 
-def propose(scheme: LookupTreeScheme, cache: drafters.HistoryCache, last_B: jax.Array,
-            vocab: int) -> tuple[jax.Array, jax.Array, drafters.HistoryCache]:
+def propose(scheme: LookupTreeScheme, cache: model_free.HistoryCache, last_B: jax.Array,
+            vocab: int) -> tuple[jax.Array, jax.Array, model_free.HistoryCache]:
   """(tokens_BxN, offered_BxNxV, the history with the root written at its slot): the branches of
   this iteration as the lookup tree's nodes (`lookup.node_arrays`)."""
   cache = lookup.write_history(cache, cache.index_B, last_B[:, None])

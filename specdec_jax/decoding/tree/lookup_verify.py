@@ -2,28 +2,24 @@
 `verify.descend`.
 
 Why not `verify.recursive_rejection`: it assumes a node's children were drawn from the draft's q
-without replacement, and tests each against q_i. Lookup branches are not draws: they are fixed
-tokens chosen from the history. Each is a draft with a point-mass q = delta(x), and recursive
-rejection with q_i = delta(x_i) is the point-mass rule:
-
-  at a node, with p_1 = p, try the offered children x_1..x_m in rank order: keep x_i with
-  probability p_i(x_i); on rejection p_{i+1} = p_i with x_i zeroed, renormalised
-  (= norm(max(0, p_i - delta(x_i)))); if none is kept, the next token is a sample of p_{m+1};
-  past the last kept node at a leaf, a bonus sample of its p.
+without replacement. Lookup branches are fixed tokens chosen from the history: each is a draft
+with a point-mass q = delta(x), and recursive rejection with q_i = delta(x_i) is the point-mass
+rule: at a node, with p_1 = p, try the offered children x_1..x_m in rank order; keep x_i with
+probability p_i(x_i); on rejection p_{i+1} = p_i with x_i zeroed, renormalised
+(= norm(max(0, p_i - delta(x_i)))); if none is kept, the next token is a sample of p_{m+1}; at a
+leaf, a bonus sample of its p.
 
 Exact (by induction from the last sibling): step i emits x_i with probability p_i(x_i) and
-otherwise (probability 1 - p_i(x_i)) whatever the later steps emit, which by induction follows
-p_{i+1} = p_i off x_i renormalised; so step i emits p_i(x_i) delta(x_i) + (1 - p_i(x_i)) p_{i+1}
-= p_i, and the node emits p_1 = p. A kept x_i continues at its own node, whose p is the target's
-law of the next token given x_i: every emitted token follows the target's law given the tokens
-before it. The candidates may depend on anything decoded before the node (the history) but not
-on this verification's draws; duplicates are harmless (a rejected x_i has p_{i+1}(x_i) = 0).
+otherwise whatever the later steps emit, which by induction follows p_{i+1}; so step i emits
+p_i(x_i) delta(x_i) + (1 - p_i(x_i)) p_{i+1} = p_i, and the node emits p_1 = p. A kept x_i
+continues at its own node, whose p is the target's law given x_i. The candidates may depend on
+anything decoded before the node (the history) but not on this verification's draws; duplicates
+are harmless (a rejected x_i has p_{i+1}(x_i) = 0).
 
 Contract (`verify`'s, with `draft_probs_BxNxV` = `offered_BxNxV` of `lookup.node_arrays`): row n
-is 1 at the tokens of node n's VALID children, 0 elsewhere. A child whose token is not offered
-(an invalid branch node, or a token already tried at this node) is skipped, state unchanged.
-The sum of p over the offered tokens is the node's acceptance probability, which is what the
-counters' beta (sum_x min(p, q)) reads from these rows.
+is 1 at the tokens of node n's VALID children, 0 elsewhere; a child whose token is not offered
+(an invalid node, or a token already tried there) is skipped. The sum of p over the offered
+tokens is the node's acceptance probability, which the counters' beta (sum_x min(p, q)) reads.
 """
 from __future__ import annotations
 

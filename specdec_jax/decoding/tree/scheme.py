@@ -1,28 +1,20 @@
 """The tree scheme: draft a static tree, verify every node in one target call, keep one path.
 
-A `Decoder` (decoding/decoder.py) with `scheme=TreeScheme(Tree.from_branching((3, 2, 1)))` runs
-`tree_iteration` inside its one `lax.while_loop`, as `speculative.Chain` runs its chain:
-1. `draft_tree`: the draft expands the tree level by level. Its first call is the chain's
-   (the drafter's, `decoding.drafter`: the root, and the token it had not seen when a whole path was
-   kept last time); each deeper level is one `extend_with_mask` call over that level's nodes
-   alone (node n to slot root + n), whose window reaches back to the slot after the root: it
-   sees its ancestors among the levels cached before and not their cousins, positions by depth
-   (`transformer.masked_block`'s window). D draft calls in all, as the chain's gamma. Each
-   expanded node's children are the draft's top-k: ranked by the raw logits at temperature 0,
-   drawn without replacement from the processed q at T > 0
-   (`verify.sample_without_replacement`), q kept for the verifier.
-2. `tree_logits`: one target call over all N nodes (the drafter's verify: `extend_with_mask`,
-   or `extend_with_hidden` with the same layout for a feature-level draft): node n at slot
-   root + n.
-3. a tree verifier (`verify.greedy` at T = 0, `verify.recursive_rejection` at T > 0): the kept
-   path and the next token.
-4. `commit.commit_path` on both caches (the kept path into consecutive slots, so rollback stays an
-   index move), then `commit_tree`: write the path and the next token, count, roll back.
-Static shapes throughout; every row keeps its own path (batch > 1, ragged acceptance).
+A `Decoder` with `scheme=TreeScheme((3, 2, 1))` runs `tree_iteration`, as `speculative.Chain`
+runs its chain:
+1. `draft_tree`: the drafter's first call (the chain's), then one windowed draft call per deeper
+   level over that level's nodes alone (node n to slot root + n), which sees its ancestors among
+   the levels cached before and not their cousins (`transformer.masked_block`'s window): D draft
+   calls, as the chain's gamma. Children: the draft's top-k (`draw_children`), q kept.
+2. `tree_logits`: one target call over all N nodes, node n at slot root + n; a tree verifier
+   (`tree_verifier`) keeps a path and gives the next token.
+3. `commit.commit_path` on both caches (the kept path into consecutive slots, so rollback stays
+   an index move), then `commit_tree`: write the path and the next token, count, roll back.
+Static shapes throughout; every row keeps its own path (ragged acceptance).
 
-Why the scheme's `gamma` is N - 1 (every drafted node): the verify call writes N cache slots past
-the last kept token, and `start.slack(gamma)` sizes the cache and buffer from it; the per-position
-counters then have a column per drafted node, of which the first D (one per depth) are used.
+Why `gamma` is N - 1 (every drafted node): the verify call writes N cache slots past the last
+kept token and `start.slack(gamma)` sizes cache and buffer from it; the per-position counters get
+a column per drafted node, of which the first D (one per depth) are used.
 """
 from __future__ import annotations
 
@@ -176,13 +168,9 @@ class ModelTree:
 class TreeScheme(ModelTree):
   """Draft a static tree per iteration, verify all its nodes in one target call.
 
-  A decoding scheme (`decoder.Decoder.scheme`), hashable. tree: a level-ordered `Tree` (nodes
-  laid out depth by depth, as `Tree.from_branching` makes them), or a branching per depth such
-  as (3, 2, 1) (what gin binds: `TreeScheme.tree = (3, 2, 1)`; the default, GAMMA='tree''s
-  own default tree). verifier: 'auto' (`greedy` at
-  temperature 0, `recursive_rejection` above), a name of `verify.TREE_VERIFIERS`, or a function
-  with the tree verifiers' contract (the tests' faulty verifiers). Both models need
-  `extend_with_mask` (`seam.check_masked`).
+  A hashable decoding scheme. tree: a level-ordered `Tree` (as `Tree.from_branching` lays it
+  out), or a branching per depth such as (3, 2, 1) (what gin binds; the default). verifier: as
+  `tree_verifier` takes it. A token drafter's models need `extend_with_mask` (`ModelTree.check`).
   """
 
   tree: Any = (3, 2, 1)

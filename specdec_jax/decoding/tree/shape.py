@@ -1,19 +1,17 @@
 """A draft tree as static data: parents, depths, sibling ranks, the ancestor mask, paths.
 
 Why static: a tree verified in one target call must have a shape XLA knows at compile time (a
-fixed node budget, DESIGN.md "Trees and static shapes"), and the verifiers walk it with loops
-unrolled over depth and sibling rank. So a `Tree` is a frozen, hashable dataclass (a static jit
-argument, part of a scheme) whose derived arrays are NumPy constants, computed once.
+fixed node budget), and the verifiers walk it with loops unrolled over depth and sibling rank.
+So a `Tree` is a frozen, hashable dataclass (a static jit argument, part of a scheme) whose
+derived arrays are NumPy constants, computed once.
 
 Conventions every tree user relies on:
-- node 0 is the root: the last committed token, which the verify call feeds first (as the chain
-  feeds [last, x_1..x_G]); it is not drafted. Nodes 1..N-1 are drafted tokens.
-- topological order: every node's parent has a smaller index (`parents[i] < i`), so along any
-  root-to-leaf path the indices increase and a path's cache entries can be gathered into
-  consecutive slots in one pass.
-- siblings appear in rank order: the first child of a node is rank 0 (the draft's first draw
-  without replacement), the next rank 1, and so on.
-  The recursive rejection verifier tries siblings in this order.
+- node 0 is the root: the last committed token, fed first by the verify call (as the chain feeds
+  [last, x_1..x_G]); it is not drafted. Nodes 1..N-1 are drafted tokens.
+- topological order: `parents[i] < i`, so along any root-to-leaf path the indices increase and a
+  path's cache entries can be gathered into consecutive slots in one pass.
+- siblings appear in rank order (rank 0: the draft's first draw without replacement), the order
+  in which the recursive rejection verifier tries them.
 """
 from __future__ import annotations
 

@@ -1,20 +1,17 @@
 """Trees at temperature 0 as token ids: the general tree path's paths, tokens, counters and state,
 bit for bit, without its vocabulary-wide rows.
 
-Why: at temperature 0 every row the general path carries is one-hot. q at an expanded node is
-the draft's argmax, p at a node the target's argmax, so the greedy verifier (`verify.greedy`:
-`descend` with `argmax_sibling`) compares each child's token with the target's argmax at its
-parent, beta = sum_x min(p, q) at a path node is 1 where the two argmaxes agree and 0 elsewhere,
-and the row kept for a pending draft (`DecodeState.bonus_p_BxV`) is one-hot at the next token.
-Carrying [B, N] argmax tables instead of [B, N, V] rows removes N one-hot rows per model, the
-walk's row gathers and selects, and the min(p, q) sums: the chain's token-id path
-(`speculative.Chain._greedy_iteration`) measured that glue at half a zoo draft call per drafted
-token, and a tree drafts many more nodes than a chain per target call.
+Why: at temperature 0 every row the general path carries is one-hot (q at an expanded node is
+the draft's argmax, p the target's), so the greedy verifier compares each child's token with the
+target's argmax at its parent, beta = sum_x min(p, q) at a path node is 1 where the argmaxes
+agree and 0 elsewhere, and the row kept for a pending draft is one-hot at the next token. [B, N]
+argmax tables instead of [B, N, V] rows drop the one-hot rows, the walk's row gathers and the
+min(p, q) sums: the glue the chain's token-id path removes (`speculative`), larger here as a
+tree drafts more nodes per target call than a chain.
 
-Taken by the static tree (`scheme.TreeScheme`, with any drafter) when
-`uses_token_path`: temperature 0 and the verifier named ('auto' or 'greedy'). A verifier passed
-as a function keeps the general path (the tests' faulty verifiers, and `verify.greedy` itself,
-which is how tests/decoding/test_tree_token_path.py compares the two paths).
+Taken by `scheme.TreeScheme` (any drafter) when `uses_token_path`: temperature 0 and a named
+verifier ('auto' or 'greedy'). A verifier passed as a function keeps the general path (the
+tests compare the two paths that way, with `verify.greedy` itself).
 """
 from __future__ import annotations
 
@@ -53,14 +50,11 @@ def _at_node(table_BxNxK: jax.Array, node_B: jax.Array) -> jax.Array:
 
 def argmax_walk(tree: Tree | Walk, node_tokens_BxN: jax.Array, target_BxN: jax.Array
                 ) -> TreeVerdict:
-  """`verify.greedy`'s verdict from the target's argmax at each node (int32 [B, N]).
-
-  At each depth the current node's drawn children are tried in rank order and the first whose
-  token is the target's argmax there is kept (a kept pruned child of a dynamic tree ends the
-  walk with its token next); `tried` counts the drawn children tested up to the kept one. The
-  next token is the target's argmax at the last kept node in every case: where the walk stopped
-  at a rejection, where it reached a leaf, and where it kept a pruned child (whose token is that
-  argmax)."""
+  """`verify.greedy`'s verdict from the target's argmax at each node (int32 [B, N]): at each
+  depth the first drawn child (rank order) whose token is the target's argmax there is kept (a
+  kept pruned child ends the walk); `tried` counts the drawn children tested up to it. The next
+  token is the target's argmax at the last kept node in every case (also after a kept pruned
+  child, whose token is that argmax)."""
   walk = tree if isinstance(tree, Walk) else Walk.of_tree(tree, node_tokens_BxN)
   node_B = jnp.zeros(node_tokens_BxN.shape[:1], jnp.int32)
   alive_B = jnp.ones(node_B.shape, jnp.bool_)
@@ -92,11 +86,10 @@ def argmax_walk(tree: Tree | Walk, node_tokens_BxN: jax.Array, target_BxN: jax.A
 
 def path_beta(state: st.DecodeState, verdict: TreeVerdict, target_BxN: jax.Array,
               draft_BxN: jax.Array, bonus_draft_B: jax.Array | None) -> jax.Array:
-  """`scheme.commit_tree`'s beta_BxD1 from argmax tables: column 0 at the previous call's bonus
-  position (the state's one-hot row read at the draft's argmax there; 0 for a scheme without a
-  bonus q, `bonus_draft_B` None), column d + 1 at the root and the path's nodes by depth d (past
-  the path the root, as there): 1 where the draft's argmax (`draft_BxN`, -1 at nodes it did not
-  expand, whose q rows are zero) is the target's."""
+  """`commit.row_beta`'s beta_BxD1 from argmax tables: column 0 at the previous call's bonus
+  position (`speculative.greedy_bonus_beta`), column d + 1 at the root and the path's nodes by
+  depth d (past the path the root): 1 where the draft's argmax (`draft_BxN`, -1 at nodes it did
+  not expand, whose q rows are zero) is the target's."""
   depth = verdict.path_BxD.shape[1]
   nodes_BxD = jnp.concatenate([jnp.zeros_like(verdict.path_BxD[:, :1]),
                                jnp.maximum(verdict.path_BxD[:, :depth - 1], 0)], axis=1)

@@ -1,22 +1,16 @@
 """Tree verifiers: given a drafted tree and both models' processed distributions at every node,
 which root-to-node path to keep and which token to emit after it.
 
-Contract (the style of `acceptance.tokenwise` / `.block`, batched, jittable with `tree` static):
+Contract (as `acceptance.tokenwise` / `.block`, batched, jittable with `tree` static):
   verifier(key, tree, node_tokens_BxN, draft_probs_BxNxV, target_probs_BxNxV) -> TreeVerdict
-- tree: a static `shape.Tree`, or a `Walk`: per-row children tables (a dynamic tree,
-  `tree.dynamic`, whose shape differs by row and whose nodes may have pruned children). Every
-  verifier passes it on to `descend`, so each one serves both.
-- node_tokens_BxN int32: the token of each node (`shape.Tree` order); column 0 is the root, the
-  last committed token, which the verify call feeds first; verifiers never read it.
-- draft_probs_BxNxV float: at node n, the draft's processed q from which n's children were
-  drawn WITHOUT replacement, in rank order (`sample_without_replacement`). Rows of
-  leaves are never read.
-- target_probs_BxNxV float: at node n, the target's processed p of the token after the path to n.
-All arithmetic is float32 whatever the models ran in; p and q are processed identically
-(temperature, top-k, top-p: `sampling.process_logits`) before they come here.
-
-`recursive_rejection` is exact at any temperature: the emitted tokens follow the target's law.
-`greedy` keeps the longest path whose every token is the target's argmax (temperature 0).
+- tree: a static `shape.Tree`, or a `Walk` (per-row children tables: a dynamic tree); every
+  verifier passes it on to `descend`, so each serves both.
+- node_tokens_BxN int32: each node's token; column 0 is the root (the last committed token,
+  fed first by the verify call), never read.
+- draft_probs_BxNxV: at node n, the draft's processed q from which n's children were drawn
+  WITHOUT replacement, in rank order (`sample_without_replacement`); leaves' rows are not read.
+- target_probs_BxNxV: at node n, the target's processed p of the token after the path to n.
+Float32 arithmetic whatever the models ran in; p and q are processed identically beforehand.
 """
 from __future__ import annotations
 
@@ -69,9 +63,9 @@ class Walk:
   drawn_BxNxK: node n drew a rank-r child (a static tree: exactly the children it has; a dynamic
     tree: all k children of a node the draft expanded, none of any other node).
   max_depth: D, static: the walk's steps.
-  Why a table rather than a `Tree`: a dynamic tree's shape is chosen on device, per row, and its
-  expanded nodes keep drawn children that the node budget pruned; the verifier must still try
-  them (`tree.dynamic`: exactness), so a pruned child must be visible to the walk.
+  Why a table rather than a `Tree`: a dynamic tree's shape is chosen on device per row, and its
+  expanded nodes keep drawn children the node budget pruned, which the verifier must still try
+  (`tree.dynamic`: exactness).
   """
 
   children_BxNxK: jax.Array
@@ -113,10 +107,9 @@ def rejection_sibling(u_B, x_B, p_node_BxV, p_cur_BxV, q_left_BxV):
   sibling): x_i is emitted with probability min(p_i, q_i)(x_i), a rejection has probability
   sum max(0, p_i - q_i), and the rest emits p_{i+1} whatever q_{i+1} is; so the node emits p_i.
   p_{i+1}(x_i) = 0 (a rejected x_i had p_i < q_i), so removing x_i from q loses nothing.
-  A sibling whose token has no q mass left (the draft's support, after top-k / top-p, is
-  smaller than the node's branching: the draws then fill with q = 0 tokens) was never
-  drawn: invalid, skipped, state unchanged. `p_node` (the node's own p) is unused here: it is
-  the hook of the checker's `sibling_residual_from_p` fault.
+  A sibling whose token has no q mass left (the draft's support, after top-k / top-p, is smaller
+  than the node's branching: the draws fill with q = 0 tokens) was never drawn: invalid, skipped,
+  state unchanged. `p_node` (the node's own p) is unused: the exactness checker's faults use it.
   """
   del p_node_BxV
   mass_B = jnp.sum(q_left_BxV, axis=-1)
@@ -168,15 +161,13 @@ def _at_node(table_BxNxK: jax.Array, node_B: jax.Array) -> jax.Array:
 def descend(key: jax.Array | None, tree: Tree | Walk, node_tokens_BxN: jax.Array,
             draft_probs_BxNxV: jax.Array, target_probs_BxNxV: jax.Array, sibling: SiblingRule
             ) -> tuple[TreeVerdict, jax.Array]:
-  """The walk every tree verifier shares: from the root, depth by depth, test the current
-  node's drawn children with `sibling` (one rule for a whole tree) and move to the kept one; stop
-  at the first node where none is kept, at a node that drew none, or at a kept child that is not
-  a node (pruned from a dynamic tree). `tree`: a static `Tree` (its broadcast `Walk.of_tree`) or
-  per-row `Walk` tables. Returns the verdict with next_token_B unset (-1) and the distribution
-  the next token is drawn from: the running residual where the walk stopped at a rejection, p
-  at the last node where it drew no children (the bonus), one-hot at a kept pruned child's
-  token (so every verifier's `sample` / `argmax` of it emits that token). `key` draws the
-  uniforms of the sibling tests; None gives zeros (a rule that ignores them: greedy)."""
+  """The walk every tree verifier shares: from the root, depth by depth, test the current node's
+  drawn children with `sibling` and move to the kept one; stop where none is kept, at a node that
+  drew none, or at a kept child that is not a node (pruned). Returns the verdict with
+  next_token_B unset (-1) and the distribution the next token is drawn from: the running
+  residual after a rejection, p at a node that drew no children (the bonus), one-hot at a kept
+  pruned child's token (so `sample` / `argmax` of it emits that token). `key` draws the sibling
+  tests' uniforms; None gives zeros (a rule that ignores them: greedy)."""
   walk = tree if isinstance(tree, Walk) else Walk.of_tree(tree, node_tokens_BxN)
   p = target_probs_BxNxV.astype(jnp.float32)
   q = draft_probs_BxNxV.astype(jnp.float32)
@@ -216,15 +207,10 @@ def descend(key: jax.Array | None, tree: Tree | Walk, node_tokens_BxN: jax.Array
 def recursive_rejection(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array,
                         draft_probs_BxNxV: jax.Array, target_probs_BxNxV: jax.Array
                         ) -> TreeVerdict:
-  """Exact tree verification at any temperature (multi-draft speculative sampling).
-
-  At each node on the way down, its children (drawn from q without replacement, in rank order)
-  are tried in turn by `rejection_sibling` against the running residual; the first kept child
-  continues to its own children. Where none is kept, the next token is a sample of the last
-  residual; at a leaf, a bonus sample of p. On a chain (`Tree.chain`) this is exactly token-wise
-  verification (`acceptance.tokenwise`) in law. Greedy p and q (one-hot) are handled, but a
-  greedy draft proposes its top-k, not draws from a one-hot q: use `greedy` at temperature 0.
-  """
+  """Exact tree verification at any temperature (multi-draft speculative sampling): `descend`
+  with `rejection_sibling`; the next token is a sample of the last residual, or at a leaf a bonus
+  sample of p. On a chain it is token-wise verification in law. A greedy draft proposes its
+  top-k, not draws from a one-hot q: use `greedy` at temperature 0."""
   k_walk, k_next = jax.random.split(key)
   verdict, final_BxV = descend(k_walk, tree, node_tokens_BxN, draft_probs_BxNxV,
                                target_probs_BxNxV, rejection_sibling)
@@ -233,10 +219,9 @@ def recursive_rejection(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array,
 
 def greedy(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array, draft_probs_BxNxV,
            target_probs_BxNxV: jax.Array) -> TreeVerdict:
-  """Temperature 0: the longest root-to-node path whose every token is the target's argmax
-  after its parent, then the target's argmax after that path. `key` and `draft_probs_BxNxV`
-  are unused (may be None): the signature is the tree verifiers' contract, so a scheme picks a
-  verifier by name. Siblings are compared in rank order; the first match is kept."""
+  """Temperature 0: the longest root-to-node path whose every token is the target's argmax after
+  its parent (siblings in rank order, the first match kept), then the target's argmax after it.
+  `key` and `draft_probs_BxNxV` are unused (may be None): the contract's signature."""
   del key, draft_probs_BxNxV
   p = target_probs_BxNxV.astype(jnp.float32)
   verdict, final_BxV = descend(None, tree, node_tokens_BxN, p, p, argmax_sibling)
@@ -244,13 +229,10 @@ def greedy(key: jax.Array, tree: Tree, node_tokens_BxN: jax.Array, draft_probs_B
 
 
 def sample_without_replacement(key: jax.Array, probs_BxV: jax.Array, k: int) -> jax.Array:
-  """k distinct tokens per row, int32 [B, k]: k sequential draws, each from probs with the
-  tokens already drawn removed (`sampling.inverse_cdf`, two uniforms per row and draw): how a
-  node's children are drafted for `recursive_rejection`. The law of Gumbel-top-k (what this was
-  until 2026-11-28) from 2k uniforms per row instead of V Gumbel draws (two children of a
-  processed 8,192-token row: 0.07 ms against 0.19 ms on the 2-core CPU). Where fewer than k
-  tokens have mass, the rest are the first tokens not yet drawn (probability 0: the verifier
-  skips them)."""
+  """k distinct tokens per row, int32 [B, k]: k sequential draws, each from probs with the tokens
+  already drawn removed (`sampling.inverse_cdf`: 2k uniforms per row rather than Gumbel-top-k's
+  V), how a node's children are drafted for `recursive_rejection`. Where fewer than k tokens have
+  mass, the rest are the first tokens not yet drawn (probability 0: the verifier skips them)."""
   probs_BxV = probs_BxV.astype(jnp.float32)
   v = probs_BxV.shape[-1]
   keys = jax.random.split(key, k)

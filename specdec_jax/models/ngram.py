@@ -1,13 +1,11 @@
 """Table math of the model-free drafts: n-gram tables as the dense matrices they stand for.
 
-Why here and so little: the drafts (`drafters.py`) take their tables as params and read them with
-`drafters.table_logits`; estimating, caching, saving and loading tables is data work and lives in
-`specdec_jax.data.ngram_tables` (decoding never reads a file or a task). What stays is the math
-on a table that tests and distribution checks of the decode loop need: the dense bigram a table
-means, and tables that mean a given dense bigram exactly.
+Estimating, caching and loading tables is data work (`specdec_jax.data.ngram_tables`; decoding
+never reads a file) and the drafts read them as params (`model_free.table_logits`). What stays is
+the math tests of the loop need: the dense bigram a table means, and tables meaning a given one.
 
 The tables (float32 / int32): log_unigram [V], next_ids [V, K], next_counts [V, K], backoff [V],
-total [V]: the params of `drafters.UnigramDraft`, `BigramDraft` and `PromptLookupDraft`.
+total [V]: the params of `model_free.UnigramDraft`, `BigramDraft` and `PromptLookupDraft`.
 """
 from __future__ import annotations
 
@@ -24,11 +22,8 @@ def bigram_matrix(tables: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def dense_bigram_params(matrix_VxV: np.ndarray) -> dict[str, np.ndarray]:
-  """Tables whose bigram is exactly the row-stochastic `matrix_VxV` (K = V, no smoothing left).
-
-  For small vocabularies: a `BigramDraft` over these params is a context-dependent model whose
-  exact law is known, e.g. a cheap target for distribution tests of the whole loop.
-  """
+  """Tables whose bigram is exactly the row-stochastic `matrix_VxV` (K = V, no smoothing left):
+  a `BigramDraft` over them is a context-dependent model of known law (distribution tests)."""
   m = np.asarray(matrix_VxV, np.float64)
   v = m.shape[0]
   if m.shape != (v, v) or np.any(m < 0) or not np.allclose(m.sum(1), 1.0, atol=1e-6):

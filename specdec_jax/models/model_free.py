@@ -1,26 +1,20 @@
 """Model-free drafts behind the decoding seam: unigram, bigram and prompt lookup.
 
 Why: Leviathan et al. (Table 3) report alpha for unigram and bigram drafts, and prompt lookup (copy
-the continuation of an earlier occurrence of the last few tokens) costs almost nothing (c ~ 0) and
-is strong when the output repeats the input (summaries, code, translation of names and numbers).
-They implement the same `prefill` / `extend` / `start_tokens` seam as `models.model.Model`, so the
-unchanged on-device speculative loop drives them; their "cache" is the token history.
+the continuation of an earlier occurrence of the last few tokens) costs almost nothing and is
+strong when the output repeats the input (summaries, code, names and numbers). They implement the
+model seam (`prefill` / `extend` / `start_tokens`), so the unchanged loop drives them. Their
+"cache" is the token history in the target's cache coordinates (after `prefill`, `index_B` is the
+start token's slot; rolling back sets it), and their tables are "params", so one compiled loop
+serves any table of the same shape.
 
-Coordinates match the target's cache: after `prefill`, `index_B` is the slot of the start token
-(0 for an encoder-decoder target, prompt length - 1 for a decoder-only one), and rolling back is
-setting `index_B` (slots at or past it are stale and get overwritten). The tables are the draft's
-"params" (arrays), so one compiled loop serves any table of the same shape.
+Deterministic proposals are logits 0 at the proposed token and NEG elsewhere: after any
+temperature, top-k or top-p the others get probability exactly 0 in float32 and greedy picks the
+proposed token. Exactness never depends on that: the loop samples x ~ q from the same processed q
+it hands to the acceptance rule, whatever q is.
 
-Deterministic proposals are logits 0 at the proposed token and -1e9 elsewhere: after any
-temperature > 0, top-k or top-p in `process_logits` the others get probability exactly 0 in float32
-(exp(-1e9 / T) underflows), and greedy picks the proposed token, so q is the one-hot the loop
-samples from. Exactness never depends on that: the loop samples x ~ q from the same processed q it
-hands to the acceptance rule, whatever q is.
-
-Building one: `make_draft(name, target)` gives the draft; its params are n-gram tables, or `{}`
-for prompt lookup. The tables are data work done before decoding (`specdec_jax.data.ngram_tables`:
-estimated on the token streams the target decodes, cached under $SPECDEC_CACHE_DIR; the run
-through `tables_for_run`, the scripts through `draft_params`); nothing here reads a file.
+`make_draft(name, target)` builds one; its params are n-gram tables (data work done before
+decoding: `specdec_jax.data.ngram_tables`), or `{}` for prompt lookup; nothing here reads a file.
 """
 from __future__ import annotations
 
@@ -31,7 +25,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.decoding.sampling import argmax
+from specdec_jax.reductions import argmax
 
 NEG = -1e9  # "impossible" logit; finite so that an all-impossible row cannot produce NaN
 
@@ -60,10 +54,7 @@ class HistoryCache:
 @dataclasses.dataclass(frozen=True)
 class _HistoryDraft:
   """Prefill / extend bookkeeping shared by all model-free drafts; subclasses define `_logits`.
-
-  The fields are the seam's (`decoding.seam.Decodable`): the target's kind and ids, so the draft
-  speaks the target's coordinates (`make_draft` copies them from the target).
-  """
+  The fields are the target's kind and ids (`seam.Decodable`'s; `make_draft` copies them)."""
 
   kind: Literal["t5", "decoder"] = "decoder"
   vocab_size: int = 32128
@@ -112,7 +103,7 @@ def _lengths(inputs_BxP: jax.Array, pad_id: int) -> jax.Array:
 def table_logits(params, prev_BxT: jax.Array) -> jax.Array:
   """log q(. | prev) of the bigram table in params -> [B, T, V].
 
-  The bigram row of `prev` is stored sparsely (a full V x V table is 268 MB at V = 8192):
+  The bigram row of `prev` is stored sparsely (a dense V x V table is too large at real V):
   q(x | prev) = (count_K(prev, x) + backoff(prev) * u(x)) / total(prev), where count_K keeps the
   K most frequent continuations and backoff = prior + the dropped counts, so each row sums to 1.
   """
@@ -146,12 +137,10 @@ class BigramDraft(_HistoryDraft):
 # ---- prompt lookup -------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class PromptLookupDraft(_HistoryDraft):
-  """Proposes the token after the longest recent match of the last n tokens (n = max..min).
-
-  The search runs over the source (encoder-decoder targets) and over the prompt and output so
-  far; among matches of the longest length the latest wins (output before source). With no match
-  of length >= min_ngram it falls back to `fallback`: 'uniform', or the 'unigram' / 'bigram'
-  table in params (one-hot proposals otherwise).
+  """Proposes the token after the longest recent match of the last n tokens (n = max..min), over
+  the source (encoder-decoder targets) and the prompt and output so far; among the longest matches
+  the latest wins (output before source). With no match of length >= min_ngram it falls back to
+  `fallback`: 'uniform', or the 'unigram' / 'bigram' table in params.
   """
 
   max_ngram: int = 3
