@@ -62,7 +62,7 @@ class Cache(Protocol):
   index_B: [B] int32, the slot the next token of each example is written to; slots at or past it
     are invalid (masked by attention, overwritten by the next write).
   rollback(index_B): the same cache with each example's valid prefix cut to `index_B` slots. An
-    index move only: safe because every write REPLACES slot contents (DESIGN.md, "The seam").
+    index move only: safe because every write REPLACES slot contents (DESIGN.md, "The decoding seam").
   Implemented by `models.kv_cache.DecodeCache` and `models.model_free.HistoryCache`.
   """
 

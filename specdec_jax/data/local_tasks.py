@@ -1,7 +1,8 @@
 """Local JSONL tasks: the shipped EN->DE, summarisation and code sets, or any JSONL file.
 
 Why: runs on a laptop have no TFDS and no seqio; a `TASK` is a name of a shipped task or a path,
-and each line is turned into model inputs by the contract in DESIGN.md ("Input JSONL"):
+and each line is turned into model inputs by the contract in DESIGN.md ("Public contract", its
+"Input JSONL" item):
 
 - the input text comes from the first field present among `en` (prefixed with
   "translate English to German: "), `document` (prefixed with "summarize: "), `inputs` (as is)
