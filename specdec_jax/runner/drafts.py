@@ -63,7 +63,7 @@ def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSet
                tables_fn=None, target_name: str = "the target"):
   """(draft, params) for a model draft, or a model-free drafter over the target's ids.
 
-  Model-free drafts (decoding/model_free.py) take their tables as params: `tables_fn()` supplies
+  Model-free drafts (models/model_free.py) take their tables as params: `tables_fn()` supplies
   them (a saved .npz, or estimated on the task's train split; see `ngram_tables`). Prompt lookup
   needs none (its fallback is uniform). A random-preset shared-encoder draft belongs to no target
   and is only checked for the encoder's width.

@@ -89,7 +89,7 @@ class RunConfig:
   rule: str = "tokenwise"
   repeats: int = 3
   gamma_max: int = 8
-  # GAMMA='auto''s settings, a `schedule.Auto` (its fields say what each does; gin: `RunConfig.auto
+  # GAMMA='auto''s settings, a `settings.Auto` (its fields say what each does; gin: `RunConfig.auto
   # = @Auto()` or the shorthand keywords below), settled when the config is made (`_settle`).
   auto: Any = None
   # Which prompts calibrate ('auto', c, v, the loops' costs, speedup_predicted): 'held_out' draws
@@ -119,14 +119,14 @@ class RunConfig:
   # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
   # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
   draft_panels: str = "auto"
-  # A feature-level draft's chain options, a `schedule.FeatureOptions` (`@FeatureOptions()`,
+  # A feature-level draft's chain options, a `settings.FeatureOptions` (`@FeatureOptions()`,
   # GAMMA = @FeatureChain() or the shorthand keywords below), settled likewise.
   feature: Any = None
   # seqio tasks: where TFDS finds prepared data (None: TFDS_DATA_DIR / its default).
   tfds_data_dir: str | None = None
   progress_every_s: float = 10.0
   # Shorthand keywords (gin files and records spell them so): each sets one field of `auto` or
-  # `feature`; none is stored (`settings.SHORTHANDS`).
+  # `feature`; none is stored (`settings.SHORTHANDS`, in this order).
   tree_candidates: dataclasses.InitVar[Any] = None
   auto_calibration_examples: dataclasses.InitVar[Any] = None
   auto_timing_examples: dataclasses.InitVar[Any] = None
@@ -139,7 +139,7 @@ class RunConfig:
   def __post_init__(self, *shorthands):
     if self.mode not in MODES:
       raise ValueError(f"MODE must be one of {MODES}, got {self.mode!r}")
-    self._settle(dict(zip(settings.SHORTHANDS_ORDER, shorthands)))
+    self._settle(dict(zip(settings.SHORTHANDS, shorthands)))
     for g in as_list(self.gamma):
       schedule.check_value(g)
     for t in as_list(self.temperature):

@@ -6,8 +6,8 @@ Why a module: a setting may be given four ways (GAMMA's scheme object, the neste
 `RunConfig.auto` / `RunConfig.feature`, a flat shorthand keyword such as
 `RunConfig.auto_min_speedup` that gin files and records use, or a RunConfig field such as
 `gamma_max`), and every way must mean one run: the same value twice is one binding, two values
-are refused by name, never one silently overriding the other. `settle_run` does that once, when
-the RunConfig is made; afterwards the run reads `cfg.auto.min_speedup`, every field filled.
+are refused by name, never one silently overriding the other. `bound` and `settled` do that
+once, when the RunConfig is made; afterwards the run reads `cfg.auto.min_speedup`, every field filled.
 """
 from __future__ import annotations
 
@@ -107,13 +107,13 @@ class FeatureOptions:
   DEFAULTS = {"parallel": False, "lookup_gamma": 0, "lookup_ngram": 2}
 
 
-# RunConfig's shorthand keywords of the nested settings (not stored: `settle` folds them in).
-SHORTHANDS = tuple(f for f in {**Auto.FIELDS, **FeatureOptions.FIELDS}.values()
-                   if f != "gamma_max")
-# The order RunConfig declares the shorthands in (its __post_init__ receives them so).
-SHORTHANDS_ORDER = ("tree_candidates", "auto_calibration_examples", "auto_timing_examples",
-                    "auto_calibration_gamma", "auto_min_speedup", "feature_parallel",
-                    "feature_lookup_gamma", "feature_lookup_ngram")
+# RunConfig's shorthand keywords of the nested settings, in the order RunConfig declares them
+# (its __post_init__ receives them so); not stored: `settle` folds them in.
+SHORTHANDS = ("tree_candidates", "auto_calibration_examples", "auto_timing_examples",
+              "auto_calibration_gamma", "auto_min_speedup", "feature_parallel",
+              "feature_lookup_gamma", "feature_lookup_ngram")
+assert set(SHORTHANDS) == {f for f in {**Auto.FIELDS, **FeatureOptions.FIELDS}.values()
+                           if f != "gamma_max"}
 
 
 def flatten(settings) -> dict[str, Any]:
