@@ -5,6 +5,7 @@ r"""Where the time of one decode goes: memory bandwidth, the verify-cost curve, 
   python scripts/bench_loop.py --xla_variants           # v(T) under several XLA:CPU settings
   python scripts/bench_loop.py --matmul=xla,auto            # before / after the CPU kernel
   python scripts/bench_loop.py --target=smollm2_135m --draft=smollm2_draft   # the fetched target's shape
+  python scripts/bench_loop.py --target=smollm2_135m --draft=smollm2_draft --prompt_len=1000
 
 --matmul (comma list of RunConfig.matmul values, default 'xla,auto') decodes with each weight
 layout (models/packed.py: 'auto' is the packed kernel from two rows on one CPU device), every
@@ -139,15 +140,28 @@ def autoregressive_ms_per_token(target, tp, inputs, tokens: int, repeats: int) -
 
 
 def autoregressive_ms_per_tokens(variants: dict, inputs, tokens: int, repeats: int) -> dict:
-  """{layout: ms per token} of a greedy autoregressive decode of `tokens` tokens, interleaved."""
+  """{layout: ms per token} of a greedy autoregressive decode of `tokens` tokens, interleaved
+  (prefill included)."""
+  return {k: v["ms_per_token"] for k, v in autoregressive_costs(variants, inputs, tokens,
+                                                                 repeats).items()}
+
+
+def autoregressive_costs(variants: dict, inputs, tokens: int, repeats: int) -> dict:
+  """{layout: {"ms_per_token", "step_ms"}}: a greedy decode of `tokens` tokens over its tokens
+  (prefill included), and one decode step, (time(tokens) - time(tokens / 2)) / (tokens / 2):
+  both decodes prefill the same prompt, so the difference is steps alone (with a long prompt
+  the prefill is most of a short decode's time). All programs interleaved."""
   import jax
   from specdec_jax import timing
   from specdec_jax.decoding.decoder import Decoder, Params, decode_program
-  programs = {k: (lambda m=m, p=p: decode_program(Decoder(m, max_decode_len=tokens), Params(p),
-                                                  inputs, jax.random.key(0), None))
-              for k, (m, p) in variants.items()}
+  half = tokens // 2
+  programs = {(k, n): (lambda m=m, p=p, n=n: decode_program(
+      Decoder(m, max_decode_len=n), Params(p), inputs, jax.random.key(0), None))
+              for k, (m, p) in variants.items() for n in (tokens, half)}
   med = timing.interleaved(programs, repeats)[1]
-  return {k: 1e3 * s / tokens for k, s in med.items()}
+  return {k: {"ms_per_token": 1e3 * med[(k, tokens)] / tokens,
+              "step_ms": 1e3 * (med[(k, tokens)] - med[(k, half)]) / (tokens - half)}
+          for k in variants}
 
 
 def main(argv=None) -> dict:
@@ -157,6 +171,9 @@ def main(argv=None) -> dict:
   ap.add_argument("--gamma", type=int, default=4)
   ap.add_argument("--max_t", type=int, default=16)
   ap.add_argument("--tokens", type=int, default=48, help="tokens per autoregressive decode")
+  ap.add_argument("--prompt_len", type=int, default=16,
+                  help="prompt tokens: the cache every figure runs at (attention reads every "
+                       "slot, and a long cache is what HumanEval's decodes reach)")
   ap.add_argument("--repeats", type=int, default=7)
   ap.add_argument("--matmul", default="xla,auto",
                   help="comma list of weight layouts (RunConfig.matmul values) to compare")
@@ -181,10 +198,11 @@ def main(argv=None) -> dict:
   for name in layouts:
     model, params = packed.for_backend(target, tp, matmul=name)
     variants[f"{name}->{packed.resolve_matmul(name)}"] = (model, params)
-  inputs = jnp.asarray(np.arange(3, 19, dtype=np.int32)[None] % target.vocab_size)
+  inputs = jnp.asarray(np.arange(3, 3 + args.prompt_len, dtype=np.int32)[None]
+                       % target.vocab_size)
   curves = verify_curves(variants, inputs, args.max_t, args.repeats)
   out = {"device": str(jax.devices()[0]), "xla_flags": os.environ.get("XLA_FLAGS", ""),
-         "target": args.target, "layouts": {}}
+         "target": args.target, "prompt_len": args.prompt_len, "layouts": {}}
   for k, curve in curves.items():
     out["layouts"][k] = {"extend_ms": {t: 1e3 * s for t, s in curve.items()},
                          "v": {t: curve[t] / curve[1] for t in curve}}
@@ -200,7 +218,8 @@ def main(argv=None) -> dict:
   total, path = decode_path_bytes(tp, target.config.kind, target.config.tie_embeddings)
   probes = measure_bandwidth()
   bandwidth = max(probes.values())  # the fastest read the machine showed
-  ar = autoregressive_ms_per_tokens(variants, inputs, args.tokens, args.repeats)
+  ar_costs = autoregressive_costs(variants, inputs, args.tokens, args.repeats)
+  ar = {k: v["ms_per_token"] for k, v in ar_costs.items()}
   floor = 1e3 * path / (bandwidth * 1e9)
   out.update(target_weight_mb=total / 2 ** 20, decode_path_mb=path / 2 ** 20,
              bandwidth_gb_s=bandwidth, bandwidth_probes_gb_s=probes,
@@ -215,16 +234,18 @@ def main(argv=None) -> dict:
     it = iteration_breakdown(model, params, dm, dparams, inputs, args.gamma, args.repeats)
     lay = out["layouts"][k]
     lay.update(ar_ms_per_token=ar[k], ar_over_floor=ar[k] / floor,
+               ar_step_ms=ar_costs[k]["step_ms"],
                iteration_ms={n: 1e3 * s for n, s in it.items()},
                c=it["draft_extend_T1"] / curves[k][1])
   ts = list(range(1, args.max_t + 1))
   print("\nlayout (matmul -> chosen) | " + " | ".join(f"v({t})" for t in ts)
-        + " | extend(1) ms | AR ms/token | AR / floor | iteration ms (gamma "
+        + " | extend(1) ms | AR ms/token | AR step ms | AR / floor | iteration ms (gamma "
         f"{args.gamma}) | draft_step + verify | loop overhead")
   for k, lay in out["layouts"].items():
     ms = lay["iteration_ms"]
     print(f"{k} | " + " | ".join(f"{lay['v'][t]:.2f}" for t in ts)
           + f" | {lay['extend_ms'][1]:.2f} | {lay['ar_ms_per_token']:.2f} | "
+          f"{lay['ar_step_ms']:.2f} | "
           f"{lay['ar_over_floor']:.2f}x | {ms['iteration']:.2f} | "
           f"{ms['draft_step_plus_verify']:.2f} | {ms['loop_overhead']:.2f}")
 

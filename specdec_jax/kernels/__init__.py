@@ -1,7 +1,10 @@
 """CPU kernels that XLA:CPU lacks, compiled at first use and called inside the jitted loops.
 
-One kernel so far, `matmul.packed_matmul`: y = x @ W for the few rows a decode step or a
-verification block has, with W packed once into panels [ceil(F / 16), D, 16]. Why: XLA:CPU's dot
+Two calls. `materialize.materialize`: an array as it is, through an in-place call the compiler
+cannot fuse into, so a decode step's cache update runs in place (without it XLA:CPU copied every
+layer's cache 2-4 times a step; see there). `matmul.packed_matmul`: y = x @ W for the few rows a
+decode step or a verification block has, with W packed once into panels [ceil(F / 16), D, 16].
+Why: XLA:CPU's dot
 takes a GEMM path from two rows on that reads the weights at half speed or worse, so on the zoo
 target verifying 9 tokens cost 3.35x one token (DESIGN.md, "Machine facts";
 shared/reference/CPU_VERIFY.md). The kernel reads each weight once for any row count, so the

@@ -307,3 +307,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulI8, PackedMatmulImpl<ffi::S8>,
                                   .Arg<ffi::Buffer<ffi::S8>>()   // w [P, D + 4, 16], int8 + scales
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
 );
+
+// y = x, in place: the program aliases y to x (`kernels.matmul.materialize`), so this does
+// nothing; a copy only if the compiler gave y a buffer of its own. Why: an update of the
+// decoding cache that attention reads AND the step returns had its dynamic-update-slice fused
+// into both consumers by XLA:CPU, which then copied the layer's whole cache to run each out of
+// place (2-4 copies per layer per step). Behind this call the update has one consumer it cannot
+// fuse into, so it runs in place, and both consumers read the one buffer. (XLA:CPU drops
+// optimization_barrier before fusion, so that cannot do it.)
+namespace {
+ffi::Error MaterializeImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
+  if (x.untyped_data() != y->untyped_data()) {
+    std::memcpy(y->untyped_data(), x.untyped_data(), x.size_bytes());
+  }
+  return ffi::Error::Success();
+}
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecMaterialize, MaterializeImpl,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());

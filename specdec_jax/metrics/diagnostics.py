@@ -109,3 +109,22 @@ def draft_alpha_table(records: Sequence[Mapping[str, Any]]) -> str:
                   ", ".join(f"{x:.2f}" for x in at_least) if at_least else "-",
                   f"{row['tokens_per_target_call']:.2f}", f"{row['target_calls']:,}"])
   return _table(head, out)
+
+
+def cache_update_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per experiments/cache_update_ab.py record (one process each) and cache size: the decode
+  step with the cache updated in place and with the old scatter write, compiled and timed
+  interleaved in that one process, and their ratio; the machine and load of the process."""
+  head = ["record", "cache slots", "in place ms/step", "scatter ms/step", "scatter / in place",
+          "rounds", "machine", "load", "commit"]
+  out = []
+  for rec in records:
+    m, mach = rec["metrics"], rec.get("machine", {})
+    for i, (slots, r) in enumerate(sorted(m["slots"].items(), key=lambda kv: int(kv[0]))):
+      out.append([rec["name"] if i == 0 else "", slots, f"{r['in_place_ms_per_step']:.2f}",
+                  f"{r['scatter_ms_per_step']:.2f}", f"{r['scatter_over_in_place']:.3f}x",
+                  str(m["rounds"]), f"{mach.get('cpu')}, {mach.get('cores')} cores, "
+                  f"{mach.get('memory_read_gb_s')} GB/s" if i == 0 else "",
+                  str(rec.get("load_average", "-")) if i == 0 else "",
+                  str(rec.get("commit", ""))[:7] if i == 0 else ""])
+  return _table(head, out)

@@ -292,6 +292,7 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "tree_bound": diagnostics.tree_bound_table,      # experiments/tree_bound.py
     "peer": diagnostics.peer_table,                  # scripts/compare_hf.py
     "draft_alpha": diagnostics.draft_alpha_table,    # experiments/feature_draft_alpha.py
+    "cache_update": diagnostics.cache_update_table,  # experiments/cache_update_ab.py
 }
 # Tables over every committed record: their marker names none (a claim counts all it can test).
 ALL_RECORDS = frozenset({"established"})

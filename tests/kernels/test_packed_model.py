@@ -279,3 +279,44 @@ def test_a_fused_products_columns_are_the_separate_products_bit_for_bit(dtype):
     want = jnp.concatenate([kmatmul.packed_matmul(x, kmatmul.pack_panels(w, dtype), w.shape[1])
                             for w in parts], axis=-1)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def _cache_copies(model, params, cache, tokens_BxT) -> int:
+  """Copies of whole cache arrays in a compiled, donated `extend` (kernels/materialize.py)."""
+  shapes = {tuple(x.shape) for x in jax.tree.leaves(cache.self_kv)}
+  text = jax.jit(model.extend, donate_argnums=1).lower(params, cache, tokens_BxT).compile(
+  ).as_text()
+  copies = 0
+  for line in text.splitlines():
+    if " copy(" in line and "= f32[" in line:
+      dims = line.split("= f32[", 1)[1].split("]", 1)[0]
+      copies += tuple(int(d) for d in dims.split(",") if d) in shapes
+  return copies
+
+
+def test_cache_update_is_not_copied_per_consumer_with_the_kernels():
+  """The kernels' path writes each layer's cache once in place, behind `materialize`; XLA:CPU
+  had fused the update into attention's read and into the returned cache, copying the layer's
+  whole cache for each (4 copies per array in a lone extend). At most one copy per array may
+  remain (a copy XLA adds around the aliased call); without `materialize` this counts 4."""
+  lm, lp, _, _ = tiny_pair("llama")
+  pm, pp = packed.pack(lm, lp, "kernel")
+  cache = jax.jit(pm.prefill, static_argnums=2)(pp, jnp.full((1, 5), 7, jnp.int32), 300)
+  arrays = len(jax.tree.leaves(cache.self_kv))
+  assert _cache_copies(pm, pp, cache, jnp.full((1, 1), 3, jnp.int32)) <= arrays
+
+
+def test_write_block_writes_what_write_writes():
+  """`LayerKV.write_block` (the kernels' in-place form) against the general scatter `write`, at
+  ragged starts, one and several tokens, up to the last slot."""
+  from specdec_jax.models.kv_cache import LayerKV  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  kv = LayerKV(jnp.asarray(rng.standard_normal((3, 2, 4, 12)), jnp.float32),
+               jnp.asarray(rng.standard_normal((3, 2, 12, 4)), jnp.float32))
+  for t, starts in ((1, [0, 5, 11]), (4, [0, 3, 8]), (12, [0, 0, 0])):
+    k = jnp.asarray(rng.standard_normal((3, t, 2, 4)), jnp.float32)
+    v = jnp.asarray(rng.standard_normal((3, t, 2, 4)), jnp.float32)
+    start_B = jnp.asarray(starts, jnp.int32)
+    want = kv.write(k, v, start_B[:, None] + jnp.arange(t)[None, :])
+    got = jax.jit(kv.write_block)(k, v, start_B)
+    _same_tree(want, got)
