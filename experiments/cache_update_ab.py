@@ -1,11 +1,12 @@
 r"""The decode step with the cache updated in place against the old scatter write, in one process.
 
 Why: XLA:CPU fused a decode step's cache update into attention's read and into the returned
-cache and copied every layer's whole cache for each (kernels/materialize.py). The fix
-(`LayerKV.write_block` behind `materialize`, on the kernels' path) is timed here against the old
-write (`LayerKV.write`'s scatter, no `materialize`), patched back into the model for the second
-program only: both compiled in this process, then timed interleaved (alternating order), so the
-machine's drift hits both alike. One program = `STEPS` target `extend` calls of one token in a
+cache and copied every layer's whole cache for each (kernels/cache_write.py). The fix
+(`LayerKV.write_in_place`, the kernels' `specdec_cache_write` call, on the kernels' path) is
+timed here against the old write (`LayerKV.write`'s scatter, what the layer does where the call
+is not available: `cache_write.available` patched to False while the second program is traced):
+both compiled in this process, then timed interleaved (alternating order), so the machine's
+drift hits both alike. One program = `STEPS` target `extend` calls of one token in a
 `fori_loop` over a donated cache, as the autoregressive loop runs them, at each cache size.
 
   python experiments/cache_update_ab.py --target=smollm2-135m-instruct --slots=300,1026 \
@@ -26,7 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.checkpoints import loader
-from specdec_jax.models import kv_cache, packed, transformer
+from specdec_jax.kernels import cache_write
+from specdec_jax.models import packed
 
 STEPS = 16
 
@@ -40,12 +42,6 @@ def step_program(model):
       return new, acc + logits[0, 0, 0]
     return jax.lax.fori_loop(0, STEPS, body, (cache, 0.0))
   return jax.jit(run, donate_argnums=1)
-
-
-def old_write(kv, k_BxTxHxK, v_BxTxHxK, start_B):
-  """The write before the fix: the general scatter (drops out-of-range slots)."""
-  return kv.write(k_BxTxHxK, v_BxTxHxK,
-                  start_B[:, None] + jnp.arange(k_BxTxHxK.shape[1], dtype=jnp.int32)[None, :])
 
 
 def main():
@@ -74,12 +70,12 @@ def main():
       caches[(name, s)] = cache.replace(index_B=cache.index_B - STEPS)
 
   compile_variant("in_place")
-  saved = (transformer.materialize, kv_cache.LayerKV.write_block)
-  transformer.materialize, kv_cache.LayerKV.write_block = (lambda kv: kv), old_write
+  saved = cache_write.available
+  cache_write.available = lambda: False  # the layer falls back to LayerKV.write
   try:
     compile_variant("scatter")
   finally:
-    transformer.materialize, kv_cache.LayerKV.write_block = saved
+    cache_write.available = saved
 
   times = {k: [] for k in caches}
   for r in range(args.rounds):

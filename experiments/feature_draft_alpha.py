@@ -33,7 +33,7 @@ import numpy as np
 
 from specdec_jax import configurables
 from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
-from specdec_jax.checkpoints import loader
+from specdec_jax.checkpoints import head_ranking, loader
 from specdec_jax.data import tasks
 from specdec_jax.decoding import draft_schemes
 from specdec_jax.decoding.decoder import Decoder, Params
@@ -111,6 +111,10 @@ def main():
   ap.add_argument("--schemes", default="chain",
                   help=f"comma list of a feature draft's chains: {', '.join(SCHEMES)}")
   ap.add_argument("--gin_file", default="configs/local/table3_ende.gin")
+  ap.add_argument("--head_vocab", type=int, default=0,
+                  help="restrict each feature draft's head to this many ids (0: the full head)")
+  ap.add_argument("--head_ranking", default="specdec_jax/assets/zoo/t5_shared_draft",
+                  help="the directory whose head_ranking.json ranks them (the run's task)")
   ap.add_argument("--gamma", type=int, default=4)
   ap.add_argument("--temperature", type=float, default=0.0)
   ap.add_argument("--batch_size", type=int, default=10)
@@ -130,6 +134,9 @@ def main():
   for name, path in drafts.items():
     fd, fp = fd_ckpt.load(path, tp)
     fd_ckpt.check_target(path, "t5_target", tp)
+    if args.head_vocab:
+      fd, fp, _ = head_ranking.restrict_to_ranking(fd, fp, args.head_ranking, args.head_vocab,
+                                                   cfg.task)
     for kind in schemes:
       row = name if kind == "chain" else f"{name}, {kind}"
       scheme, drafter = draft_schemes.plan(fd, args.gamma, parallel=kind == "parallel")
@@ -151,6 +158,8 @@ def main():
   record = {"prompts": int(len(inputs)), "gamma": args.gamma, "temperature": args.temperature,
             "max_decode_length": cfg.max_decode_length, "seed": cfg.seed,
             "gin_file": args.gin_file, "feature_drafts": drafts, "schemes": schemes,
+            "head_vocab": args.head_vocab or None,
+            "head_ranking": args.head_ranking if args.head_vocab else None,
             "shared_draft": args.shared_draft or None,
             # T = 0: every draft must give the target's greedy output (a check, not a result)
             "same_outputs": all(np.array_equal(first, o) for o in outs.values()),

@@ -1,8 +1,8 @@
 """CPU kernels that XLA:CPU lacks, compiled at first use and called inside the jitted loops.
 
-Two calls. `materialize.materialize`: an array as it is, through an in-place call the compiler
-cannot fuse into, so a decode step's cache update runs in place (without it XLA:CPU copied every
-layer's cache 2-4 times a step; see there). `matmul.packed_matmul`: y = x @ W for the few rows a
+Two calls. `cache_write.write_block`: a decode step's keys and values written into the cache's own
+buffer by a call the compiler cannot fuse into (XLA's own write was copied whole 2-4 times a
+step; see there). `matmul.packed_matmul`: y = x @ W for the few rows a
 decode step or a verification block has, with W packed once into panels [ceil(F / 16), D, 16].
 Why: XLA:CPU's dot
 takes a GEMM path from two rows on that reads the weights at half speed or worse, so on the zoo

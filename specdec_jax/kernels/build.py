@@ -32,8 +32,8 @@ TARGET_NAME_BF16 = "specdec_packed_matmul_bf16"  # the same product over bfloat1
 SYMBOL_BF16 = "SpecdecPackedMatmulBf16"
 TARGET_NAME_INT8 = "specdec_packed_matmul_int8"  # over int8 panels with their column scales
 SYMBOL_INT8 = "SpecdecPackedMatmulI8"
-TARGET_NAME_MATERIALIZE = "specdec_materialize"  # y = x in place (kernels.matmul.materialize)
-SYMBOL_MATERIALIZE = "SpecdecMaterialize"
+TARGET_NAME_CACHE_WRITE = "specdec_cache_write"  # a cache block written in place (cache_write)
+SYMBOL_CACHE_WRITE = "SpecdecCacheWrite"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 BUILD_TIMEOUT_S = 300
 
@@ -117,7 +117,7 @@ def load() -> bool:
     lib = ctypes.cdll.LoadLibrary(path)
     for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16),
                          (TARGET_NAME_INT8, SYMBOL_INT8),
-                         (TARGET_NAME_MATERIALIZE, SYMBOL_MATERIALIZE)):
+                         (TARGET_NAME_CACHE_WRITE, SYMBOL_CACHE_WRITE)):
       jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (RuntimeError, OSError, AttributeError) as e:
     logging.warning("specdec_jax kernels off: building or loading %s failed (%s); dense layers "

@@ -308,21 +308,58 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulI8, PackedMatmulImpl<ffi::S8>,
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
 );
 
-// y = x, in place: the program aliases y to x (`kernels.matmul.materialize`), so this does
-// nothing; a copy only if the compiler gave y a buffer of its own. Why: an update of the
-// decoding cache that attention reads AND the step returns had its dynamic-update-slice fused
-// into both consumers by XLA:CPU, which then copied the layer's whole cache to run each out of
-// place (2-4 copies per layer per step). Behind this call the update has one consumer it cannot
-// fuse into, so it runs in place, and both consumers read the one buffer. (XLA:CPU drops
-// optimization_barrier before fusion, so that cannot do it.)
+// cache[b, ..., start[b] + t, ...] = block[b, ..., t, ...] along axis `axis` (1 <= axis < rank;
+// the dimensions before it, after the batch, are M, those after it N: one contiguous run of
+// T x N per (example, M index)): a decode step's cache write, in place (the program aliases
+// the result to `cache`; a copy first only if it gave the result a buffer of its own). Why
+// (kernels/cache_write.py): XLA:CPU fused its own update of the cache into both attention's read
+// and the returned cache and copied every layer's whole cache for each; a custom call is fused
+// into nothing. A block must fit: one that does not is an error, never a clamped or dropped write.
 namespace {
-ffi::Error MaterializeImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
-  if (x.untyped_data() != y->untyped_data()) {
-    std::memcpy(y->untyped_data(), x.untyped_data(), x.size_bytes());
+ffi::Error WriteBlockImpl(ffi::AnyBuffer cache, ffi::AnyBuffer block, ffi::Buffer<ffi::S32> start_B,
+                          ffi::Result<ffi::AnyBuffer> out, int64_t axis) {
+  const auto cd = cache.dimensions();
+  const auto bd = block.dimensions();
+  const int64_t rank = static_cast<int64_t>(cd.size());
+  bool ok = rank >= 2 && axis >= 1 && axis < rank && static_cast<int64_t>(bd.size()) == rank &&
+            block.element_type() == cache.element_type() &&
+            start_B.dimensions().size() == 1 && start_B.dimensions()[0] == cd[0];
+  for (int64_t i = 0; ok && i < rank; ++i) ok = i == axis || bd[i] == cd[i];
+  if (!ok) {
+    return ffi::Error::InvalidArgument(
+        "specdec_cache_write: expected a block of the cache's dtype and shape but for the write "
+        "axis, start [B], 1 <= axis < rank");
+  }
+  int64_t m = 1, n = 1;
+  for (int64_t i = 1; i < axis; ++i) m *= cd[i];
+  for (int64_t i = axis + 1; i < rank; ++i) n *= cd[i];
+  const int64_t batch = cd[0], slots = cd[axis], t = bd[axis];
+  const size_t width = ffi::ByteWidth(cache.element_type());
+  char* dst = static_cast<char*>(out->untyped_data());
+  if (dst != cache.untyped_data()) std::memcpy(dst, cache.untyped_data(), cache.size_bytes());
+  const char* src = static_cast<const char*>(block.untyped_data());
+  const int32_t* start = start_B.typed_data();
+  const size_t run = static_cast<size_t>(t * n) * width;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (start[b] < 0 || start[b] + t > slots) {
+      return ffi::Error::InvalidArgument(
+          "specdec_cache_write: example " + std::to_string(b) + " writes slots " +
+          std::to_string(start[b]) + ".." + std::to_string(start[b] + t - 1) + " of a cache of " +
+          std::to_string(slots) + " (a decoder sizes its caches for its largest block)");
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(dst + ((b * m + i) * slots + start[b]) * n * width, src + (b * m + i) * run,
+                  run);
+    }
   }
   return ffi::Error::Success();
 }
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecMaterialize, MaterializeImpl,
-                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecCacheWrite, WriteBlockImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()         // cache [B, ..., S, ...]
+                                  .Arg<ffi::AnyBuffer>()         // block [B, ..., T, ...]
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // start [B]
+                                  .Ret<ffi::AnyBuffer>()         // the cache, aliased
+                                  .Attr<int64_t>("axis"));

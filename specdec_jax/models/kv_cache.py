@@ -20,6 +20,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.kernels import cache_write
+
 
 @flax.struct.dataclass
 class LayerKV:
@@ -44,27 +46,16 @@ class LayerKV:
         self.v_BxHxSxK.at[b_Bx1, :, pos_BxT].set(v_BxTxHxK.astype(self.v_BxHxSxK.dtype),
                                                  mode="drop"))
 
-  def write_block(self, k_BxTxHxK: jax.Array, v_BxTxHxK: jax.Array, start_B: jax.Array
-                  ) -> "LayerKV":
-    """`write` of a contiguous block that fits: slots start_B[b] + 0..T-1, all < S.
-
-    Why not `write`: its drop of out-of-range slots reads the old cache beside the update (a
-    select between the two), so the compiler cannot update the cache in place, and it copied
-    every layer's keys and values at every step (with `kernels.materialize`, see there: SmolLM2
-    at 1,026 slots 21.0 against 27.3 ms a decode step). One dynamic_update_slice per example
-    (B is static and small: the papers decode batch 1) reads nothing old. The block must fit:
-    the decoders size every cache for the largest block they write (`start.cache_len_needed`:
-    the chain's gamma + 2, a tree's every node), and `start` refuses a smaller one; a block past
-    the end would be clamped back over valid slots, where `write` drops it.
-    """
-    k_BxHxKxT = jnp.transpose(k_BxTxHxK.astype(self.k_BxHxKxS.dtype), (0, 2, 3, 1))
-    v_BxHxTxK = jnp.transpose(v_BxTxHxK.astype(self.v_BxHxSxK.dtype), (0, 2, 1, 3))
-    k_all, v_all = self.k_BxHxKxS, self.v_BxHxSxK
-    zero = jnp.zeros((), start_B.dtype)
-    for b in range(start_B.shape[0]):
-      k_all = jax.lax.dynamic_update_slice(k_all, k_BxHxKxT[b:b + 1], (b, zero, zero, start_B[b]))
-      v_all = jax.lax.dynamic_update_slice(v_all, v_BxHxTxK[b:b + 1], (b, zero, start_B[b], zero))
-    return LayerKV(k_all, v_all)
+  def write_in_place(self, k_BxTxHxK: jax.Array, v_BxTxHxK: jax.Array, start_B: jax.Array
+                     ) -> "LayerKV":
+    """`write` of a contiguous block (slots start_B[b] + 0..T-1) through the kernels' in-place
+    call (`kernels.cache_write`: XLA's own write was copied whole once per consumer). The block
+    must fit; one that does not fails at run time, naming it. The kernels' path only."""
+    k_new = cache_write.write_block(self.k_BxHxKxS, jnp.transpose(k_BxTxHxK, (0, 2, 3, 1)),
+                                    start_B, axis=3)
+    v_new = cache_write.write_block(self.v_BxHxSxK, jnp.transpose(v_BxTxHxK, (0, 2, 1, 3)),
+                                    start_B, axis=2)
+    return LayerKV(k_new, v_new)
 
   def copy_slots(self, src_BxT: jax.Array, dst_BxT: jax.Array) -> "LayerKV":
     """Slots dst_BxT[b, t] get the keys/values of slots src_BxT[b, t] (all read before any is

@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.kernels.materialize import materialize
+from specdec_jax.kernels import cache_write
 from specdec_jax.models.attention import MultiHeadAttention
 from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
@@ -108,10 +108,10 @@ class DecoderLayer(nn.Module):
     q, k, v = self.self_attention.project_qkv(h)
     if rope is not None:
       q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    if self.matmul == "xla":
+    if self.matmul != "xla" and cache_write.available():  # the kernels' single CPU device
+      kv = kv.write_in_place(k, v, slots_BxT[:, 0])  # slots: index + 0..T-1 (block_biases)
+    else:
       kv = kv.write(k, v, slots_BxT)
-    else:  # the kernels' single CPU device: a cache update in place (kernels/materialize.py)
-      kv = materialize(kv.write_block(k, v, slots_BxT[:, 0]))  # slots: index + 0..T-1
     x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias)
     if cross_kv is not None:
       h = self.pre_cross_attention_layer_norm(x_BxTxD)

@@ -282,7 +282,7 @@ def test_a_fused_products_columns_are_the_separate_products_bit_for_bit(dtype):
 
 
 def _cache_copies(model, params, cache, tokens_BxT) -> int:
-  """Copies of whole cache arrays in a compiled, donated `extend` (kernels/materialize.py)."""
+  """Copies of whole cache arrays in a compiled, donated `extend` (kernels/cache_write.py)."""
   shapes = {tuple(x.shape) for x in jax.tree.leaves(cache.self_kv)}
   text = jax.jit(model.extend, donate_argnums=1).lower(params, cache, tokens_BxT).compile(
   ).as_text()
@@ -294,21 +294,19 @@ def _cache_copies(model, params, cache, tokens_BxT) -> int:
   return copies
 
 
-def test_cache_update_is_not_copied_per_consumer_with_the_kernels():
-  """The kernels' path writes each layer's cache once in place, behind `materialize`; XLA:CPU
-  had fused the update into attention's read and into the returned cache, copying the layer's
-  whole cache for each (4 copies per array in a lone extend). At most one copy per array may
-  remain (a copy XLA adds around the aliased call); without `materialize` this counts 4."""
+def test_cache_update_is_not_copied_with_the_kernels():
+  """The kernels' path writes each layer's cache in place (`kernels.cache_write`): XLA:CPU had
+  fused its own update into attention's read and into the returned cache, copying the layer's
+  whole cache for each (4 copies per array in a lone extend, counted here before the fix)."""
   lm, lp, _, _ = tiny_pair("llama")
   pm, pp = packed.pack(lm, lp, "kernel")
   cache = jax.jit(pm.prefill, static_argnums=2)(pp, jnp.full((1, 5), 7, jnp.int32), 300)
-  arrays = len(jax.tree.leaves(cache.self_kv))
-  assert _cache_copies(pm, pp, cache, jnp.full((1, 1), 3, jnp.int32)) <= arrays
+  assert _cache_copies(pm, pp, cache, jnp.full((1, 1), 3, jnp.int32)) == 0
 
 
-def test_write_block_writes_what_write_writes():
-  """`LayerKV.write_block` (the kernels' in-place form) against the general scatter `write`, at
-  ragged starts, one and several tokens, up to the last slot."""
+def test_write_in_place_writes_what_write_writes_and_refuses_a_block_past_the_end():
+  """`LayerKV.write_in_place` (the kernels' call) against the general scatter `write`, at ragged
+  starts, one and several tokens, up to the last slot; a block past the end is an error."""
   from specdec_jax.models.kv_cache import LayerKV  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   kv = LayerKV(jnp.asarray(rng.standard_normal((3, 2, 4, 12)), jnp.float32),
@@ -318,5 +316,7 @@ def test_write_block_writes_what_write_writes():
     v = jnp.asarray(rng.standard_normal((3, t, 2, 4)), jnp.float32)
     start_B = jnp.asarray(starts, jnp.int32)
     want = kv.write(k, v, start_B[:, None] + jnp.arange(t)[None, :])
-    got = jax.jit(kv.write_block)(k, v, start_B)
-    _same_tree(want, got)
+    _same_tree(want, jax.jit(kv.write_in_place)(k, v, start_B))
+  k = v = jnp.ones((3, 2, 2, 4), jnp.float32)
+  with pytest.raises(Exception, match="example 2 writes slots 11..12 of a cache of 12"):
+    jax.block_until_ready(jax.jit(kv.write_in_place)(k, v, jnp.asarray([0, 3, 11], jnp.int32)))
