@@ -125,6 +125,6 @@ def cache_update_table(records: Sequence[Mapping[str, Any]]) -> str:
                   f"{r['scatter_ms_per_step']:.2f}", f"{r['scatter_over_in_place']:.3f}x",
                   str(m["rounds"]), f"{mach.get('cpu')}, {mach.get('cores')} cores, "
                   f"{mach.get('memory_read_gb_s')} GB/s" if i == 0 else "",
-                  str(rec.get("load_average", "-")) if i == 0 else "",
+                  f"{rec['load_average'][0]:.1f}" if i == 0 else "",
                   str(rec.get("commit", ""))[:7] if i == 0 else ""])
   return _table(head, out)
