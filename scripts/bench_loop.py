@@ -135,17 +135,6 @@ def iteration_breakdown(target, tp, draft, dp, inputs, gamma: int, repeats: int)
   return med
 
 
-def autoregressive_ms_per_token(target, tp, inputs, tokens: int, repeats: int) -> float:
-  return autoregressive_ms_per_tokens({"": (target, tp)}, inputs, tokens, repeats)[""]
-
-
-def autoregressive_ms_per_tokens(variants: dict, inputs, tokens: int, repeats: int) -> dict:
-  """{layout: ms per token} of a greedy autoregressive decode of `tokens` tokens, interleaved
-  (prefill included)."""
-  return {k: v["ms_per_token"] for k, v in autoregressive_costs(variants, inputs, tokens,
-                                                                 repeats).items()}
-
-
 def autoregressive_costs(variants: dict, inputs, tokens: int, repeats: int) -> dict:
   """{layout: {"ms_per_token", "step_ms"}}: a greedy decode of `tokens` tokens over its tokens
   (prefill included), and one decode step, (time(tokens) - time(tokens / 2)) / (tokens / 2):

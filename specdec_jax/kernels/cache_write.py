@@ -11,9 +11,10 @@ consumers read that buffer. (`jax.lax.optimization_barrier` cannot do it: XLA:CP
 barriers before fusion; an aliased no-op call behind XLA's own update still left one copy.)
 
 The call is the kernel library's `specdec_cache_write` (packed_matmul.cc): a memcpy per
-(example, index before the write axis) of the block's contiguous run. A block must fit the cache: one that does not is
-a runtime error naming the example and slots, never a clamped or dropped write (the decoders
-size every cache for their largest block: `start.cache_len_needed`). Only where the kernels run
+(example, index before the write axis) of the block's contiguous run. A block must fit the
+cache: one that does not is a runtime error naming the example and slots, never a clamped or
+dropped write (the decoders size every cache for their largest block:
+`start.cache_len_needed`). Only where the kernels run
 (a CPU run on one device, the packed layouts); the caller keeps XLA's write elsewhere.
 """
 from __future__ import annotations
