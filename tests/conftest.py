@@ -6,15 +6,42 @@ before jax is imported). tests/models and tests/decoding also run with strict ra
 """
 import os
 
-# LLVM optimisation level 0 cuts XLA:CPU compile time 2-4x for these tiny models; tests measure
-# behaviour, never speed.
+# LLVM optimisation level 0 cuts XLA:CPU compile time 2-4x for these tiny models, and XLA:CPU's
+# older elemental emitters compile a fusion faster than its MLIR fusion emitters (one decoding
+# test module: 47 s against 65 s): compiling is ~60 % of the suite's time. Tests measure
+# behaviour, never speed; the programs they compile compute the same functions (to rounding).
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8"
-                           " --xla_backend_optimization_level=0").strip()
+                           " --xla_backend_optimization_level=0"
+                           " --xla_cpu_use_fusion_emitters=false").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import tempfile  # noqa: E402
 
 import jax  # noqa: E402  (after XLA_FLAGS on purpose)
 import pytest  # noqa: E402
+
+# Many tests compile the same programs (the zoo models' decode loops at the same shapes, built
+# afresh per test, so jit's in-memory cache misses): XLA's persistent cache, keyed by the program,
+# the compiler's flags and the jax/jaxlib versions, hands a compiled program to every later test,
+# to the other xdist worker and to the next run. One directory per user, least recently used
+# entries dropped past 2 GiB (that needs `filelock`; without it, no cache); JAX_COMPILATION_CACHE_DIR
+# set by the caller wins, and an empty one turns the cache off.
+def _enable_compilation_cache():
+  path = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if path is None:
+    try:
+      import filelock  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+      return
+    path = os.path.join(tempfile.gettempdir(), f"specdec_jax_test_xla_cache_{os.getuid()}")
+    jax.config.update("jax_compilation_cache_max_size", 2 * 2 ** 30)
+  if path:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
+
+_enable_compilation_cache()
 
 
 def pytest_configure(config):
