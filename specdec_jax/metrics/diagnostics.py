@@ -128,3 +128,25 @@ def cache_update_table(records: Sequence[Mapping[str, Any]]) -> str:
                   f"{rec['load_average'][0]:.1f}" if i == 0 else "",
                   str(rec.get("commit", ""))[:7] if i == 0 else ""])
   return _table(head, out)
+
+
+def weight_floor_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per scripts/bench_loop.py record (one process, one weight layout): the autoregressive step
+  against the weight-streaming floor of the same process (bytes a step reads over the faster of
+  its two bandwidth probes). The step is (t(N) - t(N/2)) / (N/2) where the record has it (no
+  prefill); ms/token includes the prefill, as older records measured only that."""
+  head = ["record", "layout", "prompt tokens", "MB read / step", "probe GB/s (used)", "floor ms",
+          "AR step ms", "AR ms/token", "step / floor", "machine", "load", "commit"]
+  out = []
+  for rec in records:
+    m, mach = rec["metrics"], rec.get("machine", {})
+    floor, step = m["memory_bound_ms_per_token"], m.get("ar_step_ms")
+    probes = m.get("bandwidth_probes_gb_s") or {}
+    used = ", ".join(f"{k} {v:.1f}" for k, v in sorted(probes.items())) or f"{m['bandwidth_gb_s']:.1f}"
+    out.append([rec["name"], m.get("layout", "-"), str(m.get("prompt_len", 16)),
+                f"{m['decode_path_mb']:.0f}", f"{used} ({m['bandwidth_gb_s']:.1f})", f"{floor:.2f}",
+                "-" if step is None else f"{step:.2f}", f"{m['ar_ms_per_token']:.2f}",
+                f"{(step if step is not None else m['ar_ms_per_token']) / floor:.2f}x",
+                f"{mach.get('cpu')}, {mach.get('cores')} cores", f"{rec['load_average'][0]:.1f}",
+                str(rec.get("commit", ""))[:7]])
+  return _table(head, out)

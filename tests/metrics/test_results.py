@@ -200,3 +200,26 @@ def test_the_draft_alpha_table_renders_an_acceptance_probes_figures():
   assert ("| fa | feature_draft | 4,000 steps, 49 min, 1.19M tokens | 0 | 0.591 | 0.314 | "
           "0.56, 0.34 | 2.14 | 1,214 |") in out
   assert "| fa | t5_shared_draft | shipped | 0 | 0.657 | 0.383 | - | 2.40 | 1,084 |" in out
+
+
+def test_the_weight_floor_table_renders_a_bench_loop_records_figures():
+  """scripts/bench_loop.py's records (one layout each): the step over the same process's floor,
+  the prefill-free step where the record has it and ms/token where an older one does not."""
+  m = {"kind": "bench_loop", "layout": "auto->hybrid", "decode_path_mb": 513.13,
+       "bandwidth_gb_s": 32.80, "bandwidth_probes_gb_s": {"kernel_gemv": 32.80, "xla_sum": 24.5},
+       "memory_bound_ms_per_token": 16.40, "ar_ms_per_token": 20.44, "ar_step_ms": 19.96,
+       "prompt_len": 16}
+  old = {k: v for k, v in m.items() if k not in ("ar_step_ms", "bandwidth_probes_gb_s",
+                                                 "prompt_len")}
+  mach = {"cpu": "AMD EPYC", "cores": 2}
+  recs = {"new": {"name": "new", "metrics": m, "machine": mach, "load_average": [1.4, 2, 2],
+                  "commit": "3b3d986abc"},
+          "old": {"name": "old", "metrics": dict(old, memory_bound_ms_per_token=12.35,
+                                                 ar_ms_per_token=15.67),
+                  "machine": mach, "load_average": [1.8, 2, 2], "commit": "cdcdf31abc"}}
+  out = results.render("<!-- results:weight_floor new old -->\n<!-- /results:weight_floor -->",
+                       recs)
+  assert ("| new | auto->hybrid | 16 | 513 | kernel_gemv 32.8, xla_sum 24.5 (32.8) | 16.40 | "
+          "19.96 | 20.44 | 1.22x | AMD EPYC, 2 cores | 1.4 | 3b3d986 |") in out
+  assert ("| old | auto->hybrid | 16 | 513 | 32.8 (32.8) | 12.35 | - | 15.67 | 1.27x | "
+          "AMD EPYC, 2 cores | 1.8 | cdcdf31 |") in out
