@@ -16,28 +16,33 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_cpu_use_fusion_emitters=false").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import tempfile  # noqa: E402
-
 import jax  # noqa: E402  (after XLA_FLAGS on purpose)
 import pytest  # noqa: E402
 
 # Many tests compile the same programs (the zoo models' decode loops at the same shapes, built
 # afresh per test, so jit's in-memory cache misses): XLA's persistent cache, keyed by the program,
 # the compiler's flags and the jax/jaxlib versions, hands a compiled program to every later test,
-# to the other xdist worker and to the next run. One directory per user, least recently used
-# entries dropped past 2 GiB (that needs `filelock`; without it, no cache); JAX_COMPILATION_CACHE_DIR
-# set by the caller wins, and an empty one turns the cache off.
+# to the other xdist worker and to the next run. One directory per user under the user's cache
+# directory (not a shared temp directory: jax trusts what it loads from it), least recently used
+# entries dropped past 2 GiB (that needs `filelock`; without it, no cache). A caller's
+# JAX_COMPILATION_CACHE_DIR wins, and an empty one turns the cache off. tests/aot turns it off
+# for its TPU programs (tests/aot/conftest.py).
 def _enable_compilation_cache():
   path = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if path == "":
+    jax.config.update("jax_enable_compilation_cache", False)
+    return
+  try:
+    import filelock  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return
   if path is None:
-    try:
-      import filelock  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    except ImportError:
-      return
-    path = os.path.join(tempfile.gettempdir(), f"specdec_jax_test_xla_cache_{os.getuid()}")
-    jax.config.update("jax_compilation_cache_max_size", 2 * 2 ** 30)
-  if path:
-    jax.config.update("jax_compilation_cache_dir", path)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "specdec_jax", "test_xla_cache")
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_compilation_cache_max_size", 2 * 2 ** 30)
+  if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+    # Loading an entry costs ~0.2 s here: programs that compile faster are not worth storing.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 

@@ -134,8 +134,8 @@ def weight_floor_table(records: Sequence[Mapping[str, Any]]) -> str:
   """Per scripts/bench_loop.py record (one process, one weight layout): the autoregressive step
   against the weight-streaming floor of the same process (bytes a step reads over the faster of
   its two bandwidth probes). The step is (t(N) - t(N/2)) / (N/2) where the record has it (no
-  prefill); ms/token includes the prefill, as older records measured only that."""
-  head = ["record", "layout", "prompt tokens", "MB read / step", "probe GB/s (used)", "floor ms",
+  prefill); older records have only ms/token, prefill included, and their ratio says so."""
+  head = ["record", "layout", "prompt tokens", "MiB read / step", "probe GB/s (used)", "floor ms",
           "AR step ms", "AR ms/token", "step / floor", "machine", "load", "commit"]
   out = []
   for rec in records:
@@ -146,7 +146,8 @@ def weight_floor_table(records: Sequence[Mapping[str, Any]]) -> str:
     out.append([rec["name"], m.get("layout", "-"), str(m.get("prompt_len", 16)),
                 f"{m['decode_path_mb']:.0f}", f"{used} ({m['bandwidth_gb_s']:.1f})", f"{floor:.2f}",
                 "-" if step is None else f"{step:.2f}", f"{m['ar_ms_per_token']:.2f}",
-                f"{(step if step is not None else m['ar_ms_per_token']) / floor:.2f}x",
+                f"{step / floor:.2f}x" if step is not None
+                else f"{m['ar_ms_per_token'] / floor:.2f}x (ms/token)",
                 f"{mach.get('cpu')}, {mach.get('cores')} cores", f"{rec['load_average'][0]:.1f}",
                 str(rec.get("commit", ""))[:7]])
   return _table(head, out)

@@ -103,8 +103,10 @@ def _auto_stable(records):
 
 def _within_interval(records):
   """Each process's speedup inside every other process's interval of the same command (a
-  process that chose plain decoding counts as 1.0 and has no interval of its own)."""
-  groups = _repeat_groups(records)
+  process that chose plain decoding counts as 1.0 and has no interval of its own). A group in
+  which no process measured an interval cannot test the claim and is not counted."""
+  groups = {k: v for k, v in _repeat_groups(records).items()
+            if any(m.get("speedup_interval95") for m in v)}
   ok = sum(all(lo <= _speedup(m) <= hi for m in v for lo, hi in
                (o["speedup_interval95"] for o in v if o is not m and o.get("speedup_interval95")))
            for v in groups.values())

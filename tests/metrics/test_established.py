@@ -35,6 +35,15 @@ def test_repeats_count_autos_choice_and_the_between_run_spread():
       "not established", "0 of 1"]
   row = _row(table, "a run's speedup interval covers another process of the same command")
   assert row[1:3] == ["not established", "0 of 1"] and "1.00-1.16x" in row[4]
+  # Three processes that all chose plain decoding measured no interval: the same choice every
+  # time, but nothing for the spread claim to test, so that group is not counted for it.
+  recs += [_rec(f"other_t0_repeat{k}_x", gamma=0, gamma_auto=True, speedup=None,
+                speedup_interval95=None) for k in (1, 2, 3)]
+  table = established.established_table(recs)
+  assert _row(table, "'auto' makes the same choice in every process")[1:3] == [
+      "not established", "1 of 2"]
+  row = _row(table, "a run's speedup interval covers another process of the same command")
+  assert row[1:3] == ["not established", "0 of 1"]
 
 
 def test_the_prediction_claim_counts_held_out_records_only():

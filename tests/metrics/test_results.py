@@ -221,5 +221,5 @@ def test_the_weight_floor_table_renders_a_bench_loop_records_figures():
                        recs)
   assert ("| new | auto->hybrid | 16 | 513 | kernel_gemv 32.8, xla_sum 24.5 (32.8) | 16.40 | "
           "19.96 | 20.44 | 1.22x | AMD EPYC, 2 cores | 1.4 | 3b3d986 |") in out
-  assert ("| old | auto->hybrid | 16 | 513 | 32.8 (32.8) | 12.35 | - | 15.67 | 1.27x | "
+  assert ("| old | auto->hybrid | 16 | 513 | 32.8 (32.8) | 12.35 | - | 15.67 | 1.27x (ms/token) | "
           "AMD EPYC, 2 cores | 1.8 | cdcdf31 |") in out
