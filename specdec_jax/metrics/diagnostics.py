@@ -137,17 +137,19 @@ def weight_floor_table(records: Sequence[Mapping[str, Any]]) -> str:
   prefill); older records have only ms/token, prefill included, and their ratio says so."""
   head = ["record", "layout", "prompt tokens", "MiB read / step", "probe GB/s (used)", "floor ms",
           "AR step ms", "AR ms/token", "step / floor", "machine", "load", "commit"]
+  from specdec_jax.metrics.compare import machine_label  # pylint: disable=import-outside-toplevel
   out = []
   for rec in records:
-    m, mach = rec["metrics"], rec.get("machine", {})
+    m = rec["metrics"]
     floor, step = m["memory_bound_ms_per_token"], m.get("ar_step_ms")
     probes = m.get("bandwidth_probes_gb_s") or {}
-    used = ", ".join(f"{k} {v:.1f}" for k, v in sorted(probes.items())) or f"{m['bandwidth_gb_s']:.1f}"
+    used = (", ".join(f"{k} {v:.1f}" for k, v in sorted(probes.items()))
+            or f"{m['bandwidth_gb_s']:.1f}")
     out.append([rec["name"], m.get("layout", "-"), str(m.get("prompt_len", 16)),
                 f"{m['decode_path_mb']:.0f}", f"{used} ({m['bandwidth_gb_s']:.1f})", f"{floor:.2f}",
                 "-" if step is None else f"{step:.2f}", f"{m['ar_ms_per_token']:.2f}",
                 f"{step / floor:.2f}x" if step is not None
                 else f"{m['ar_ms_per_token'] / floor:.2f}x (ms/token)",
-                f"{mach.get('cpu')}, {mach.get('cores')} cores", f"{rec['load_average'][0]:.1f}",
+                machine_label(rec), f"{rec['load_average'][0]:.1f}",
                 str(rec.get("commit", ""))[:7]])
   return _table(head, out)
