@@ -23,7 +23,7 @@ DOCS = ["README.md", "DESIGN.md", "MODEL_CARD.md"]
 
 def record(args) -> None:
   sys.path.insert(0, ROOT)
-  from specdec_jax.metrics import results  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import machine, results  # pylint: disable=import-outside-toplevel
   with open(os.path.join(args.run_dir, "metrics.json")) as f:
     metrics = json.load(f)
   rows = metrics if isinstance(metrics, list) else [metrics]
@@ -32,8 +32,11 @@ def record(args) -> None:
   row = next((m for m in rows if not args.row or m.get("run") == args.row), None)
   if row is None:
     raise SystemExit(f"no row {args.row!r} in {args.run_dir}/metrics.json")
-  path = results.save_record(RECORDS, args.name, row, command=args.command, commit=args.commit,
-                             load=args.load)
+  try:
+    path = results.save_record(RECORDS, args.name, row, command=args.command, commit=args.commit,
+                               load=args.load or None, run_segments=machine.read_run(args.run_dir))
+  except ValueError as e:
+    raise SystemExit(f"{args.run_dir}: {e}") from None
   print(f"wrote {path}")
 
 
@@ -68,7 +71,8 @@ def main(argv=None) -> int:
   r.add_argument("--name", required=True)
   r.add_argument("--command", required=True, help="the command that produced the run")
   r.add_argument("--row", default="", help="the run key of the row, for a sweep")
-  r.add_argument("--load", default="", help="1,5,15-minute load average while it ran")
+  r.add_argument("--load", default="", help="1,5,15-minute load average while it ran "
+                 "(default: as the run noted it finishing in RUN_DIR/machine.json, else now)")
   r.add_argument("--commit", default=None, help="the commit the run ran at (default: HEAD)")
   t = sub.add_parser("tables", help="regenerate the docs' tables from docs/results")
   t.add_argument("--check", action="store_true", help="only check; exit 1 if any differs")

@@ -8,7 +8,8 @@ Flags are T5X's: `--gin_file` (repeatable, parsed in order), `--gin.NAME=VALUE` 
 `--gin_bindings`), `--gin_search_paths` (the working directory and the repository root are always
 searched). Modes (`MODE`): speculative, autoregressive, benchmark (both on the same prompts, in one
 process) and sweep (any of GAMMA / TEMPERATURE / DRAFT / DRAFT_CHECKPOINT a list).
-Writes OUTPUT_DIR/metrics.json, predictions.jsonl, config.gin and tensorboard/.
+Writes OUTPUT_DIR/metrics.json, predictions.jsonl, config.gin, machine.json (the machine and its
+load as the run ran: what `scripts/results.py record` puts in a record) and tensorboard/.
 
 Gin lives in the entry points and `specdec_jax.configurables` (which registers `RunConfig` and
 every other configurable); library code below (models, decoding, runner, metrics) imports no gin.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import re
 import subprocess
 import time
@@ -28,6 +27,8 @@ from specdec_jax.metrics import compare
 from specdec_jax.metrics import diagnostics
 from specdec_jax.metrics import established
 from specdec_jax.metrics import findings
+from specdec_jax.metrics import machine as machine_lib
+from specdec_jax.metrics.machine import machine  # noqa: F401  (results.machine: the old name)
 
 RECORD_KEYS = ("name", "command", "commit", "date", "machine", "load_average", "metrics")
 
@@ -42,57 +43,6 @@ def make_record(name: str, metrics: Mapping[str, Any], *, command: str, commit: 
           "metrics": dict(metrics)}
 
 
-def machine() -> dict[str, Any]:
-  """What a record was measured on: the CPU model, cores, cache sizes, a measured memory read
-  bandwidth, the Python, jax and jaxlib versions.
-
-  Why more than the CPU model: two machines of one name differed 1.6-1.8x against 2.6x in one
-  table (issue 46); the caches and the bandwidth say whether a ~20 MB model fits on chip and what
-  a weight-streaming step can cost, and the versions what compiled it."""
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-         "caches": _caches(), "memory_read_gb_s": round(memory_read_gb_s(), 1)}
-  for package in ("jax", "jaxlib"):
-    try:
-      from importlib import metadata  # pylint: disable=import-outside-toplevel
-      out[package] = metadata.version(package)
-    except Exception:  # pylint: disable=broad-except
-      pass
-  return out
-
-
-def _caches() -> dict[str, str]:
-  """{'L1d': '48K', 'L2': '2048K', 'L3': '32768K'} of cpu0 (sysfs); {} where unreadable."""
-  out = {}
-  root = "/sys/devices/system/cpu/cpu0/cache"
-  for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-    try:
-      read = lambda name: open(os.path.join(root, index, name)).read().strip()  # noqa: E731
-      kind = read("type")
-      out[f"L{read('level')}" + ({"Data": "d", "Instruction": "i"}.get(kind, ""))] = read("size")
-    except OSError:
-      continue
-  return out
-
-
-def memory_read_gb_s(mbytes: int = 256, repeats: int = 3) -> float:
-  """GB/s of numpy summing a float32 array far larger than the caches (best of `repeats`; one
-  thread): the record's machine identity, not a roofline (scripts/bench_loop.py times XLA's)."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  x = np.ones(mbytes * 2 ** 20 // 4, np.float32)
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    x.sum()
-    best = min(best, time.perf_counter() - t0)
-  return x.nbytes / best / 1e9
-
-
 def row_name(prefix: str, metrics: Mapping[str, Any]) -> str:
   """`<prefix>_<draft>_t<T>_g<gamma>`: a sweep row's record name, from what the row measured."""
   draft = re.sub(r"[^a-z0-9]+", "_", str(metrics["draft"]).rsplit("/", 1)[-1].lower()).strip("_")
@@ -101,11 +51,14 @@ def row_name(prefix: str, metrics: Mapping[str, Any]) -> str:
 
 
 def save_record(directory: str, name: str, metrics: Mapping[str, Any], *, command: str,
-                commit: str | None = None, load: str | Sequence[float] | None = None) -> str:
+                commit: str | None = None, load: str | Sequence[float] | None = None,
+                run_segments: Sequence[Mapping[str, Any]] | None = None) -> str:
   """`make_record` with where and when filled in, written by `write_record`; its path.
 
   commit: None reads the checkout's HEAD (give the commit a run started at when HEAD has moved
-  since). load: the run's load average, 'l1,l5,l15' or numbers; None takes the current one.
+  since). load: the run's load average, 'l1,l5,l15' or numbers; None takes the run's (from
+  `run_segments`) or else the current one. run_segments: the run's machine.json
+  (`machine.read_run`): the machine as the run found it; None measures it now.
   Why one function: five scripts each assembled commit, date, machine and load by hand, and
   one of them (compare_points) could not be told the commit a run had started at."""
   if commit is None:
@@ -113,8 +66,11 @@ def save_record(directory: str, name: str, metrics: Mapping[str, Any], *, comman
                             text=True, check=True).stdout.strip()
   if isinstance(load, str):
     load = [float(x) for x in load.split(",")]
+  measured, run_load = machine_lib.for_record(run_segments)
+  if load is None:
+    load = os.getloadavg() if run_load is None else run_load
   rec = make_record(name, metrics, command=command, commit=commit, date=time.strftime("%Y-%m-%d"),
-                    machine=machine(), load_average=os.getloadavg() if load is None else load)
+                    machine=measured, load_average=load)
   return write_record(directory, rec)
 
 

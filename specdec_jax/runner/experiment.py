@@ -15,7 +15,7 @@ import jax
 from absl import logging
 
 from specdec_jax import distributed, lock, logs, paths
-from specdec_jax.metrics import acceptance_stats
+from specdec_jax.metrics import acceptance_stats, machine
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.metrics.records import BatchRecord
 from specdec_jax.runner import autotune, collect, decode, keys, measure, pipeline
@@ -134,6 +134,7 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     w = RunWriter(run_dir(output_dir, ""))
     w.text("config", "\n".join("    " + line for line in config_text.splitlines()))
     w.close()
+  machine.note_run_start(output_dir)  # the machine as this run finds it (records read it)
   loaded = pipeline.load(cfg, mesh)
   log(f"target {loaded.target_name} ({loaded.target.kind}, vocab "
       f"{loaded.target.vocab_size}); {len(loaded.prompts.examples)} examples, prompt width "
@@ -147,8 +148,10 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     progress.close()
   metrics = collect.collect(cfg, loaded, store, resolved, costs)
   collect.write_outputs(cfg, output_dir, metrics)
+  machine.note_run_end(output_dir)
   store.remember("finished", "metrics", collect.METRICS_FILE)  # a re-run prints, measures nothing
-  _report(metrics, output_dir, echo, note=f"wrote metrics.json, predictions.jsonl, config.gin "
+  _report(metrics, output_dir, echo, note=f"wrote metrics.json, predictions.jsonl, config.gin, "
+          f"machine.json "
           f"({time.perf_counter() - t_start:.0f} s)")
   return metrics
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from specdec_jax.metrics import machine as machine_lib
 from specdec_jax.metrics import results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -137,6 +138,31 @@ def test_machine_identity_names_caches_bandwidth_and_versions():
   m = results.machine()
   assert m["cores"] >= 1 and m["memory_read_gb_s"] > 0 and "jax" in m
   assert isinstance(m["caches"], dict)
+
+
+def test_a_record_takes_the_machine_and_load_the_run_noted(tmp_path, monkeypatch):
+  """A record made after its run (scripts/results.py record) reports the machine as the run
+  found it and the load as it finished, not those of the moment it is made (a background job
+  then read as a low bandwidth); without the run's note it measures now and says so."""
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  machine_lib.note_run_start(run_dir)
+  machine_lib.note_run_end(run_dir)
+  noted = machine_lib.read_run(run_dir)[0]
+  monkeypatch.setattr(machine_lib, "machine", lambda: {"cpu": "later", "memory_read_gb_s": 1.0})
+  monkeypatch.setattr(machine_lib, "_load", lambda: [9.0, 9.0, 9.0])
+  results.save_record(str(tmp_path), "a_row", {}, command="python x", commit="abc1234",
+                      run_segments=machine_lib.read_run(run_dir))
+  rec = results.load_records(str(tmp_path))["a_row"]
+  assert rec["machine"]["cpu"] == noted["machine"]["cpu"] != "later"
+  assert rec["machine"]["memory_read_gb_s"] == noted["machine"]["memory_read_gb_s"]
+  assert rec["load_average"] == noted["load_end"] and "run's start" in rec["machine"]["measured"]
+  # a resumed run on another machine adds a segment naming it: refused, figures would mix
+  machine_lib.note_run_start(run_dir)
+  with pytest.raises(ValueError, match="2 machines"):
+    machine_lib.for_record(machine_lib.read_run(run_dir))
+  measured, load = machine_lib.for_record(None)
+  assert measured["cpu"] == "later" and "when recorded" in measured["measured"] and load is None
 
 
 def test_tables_name_each_rows_machine():

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from specdec_jax import run
-from specdec_jax.metrics import report
+from specdec_jax.metrics import machine, report
 from specdec_jax.runner import autotune, pipeline
 
 SMOKE = "configs/local/smoke.gin"
@@ -78,6 +78,9 @@ def test_run_prints_a_compact_table_and_a_rerun_measures_nothing(tmp_path, capsy
   with open(os.path.join(out, "metrics.json"), "rb") as f:
     stored = f.read()
   mtime = os.path.getmtime(os.path.join(out, "metrics.json"))
+  noted = machine.read_run(out)  # the machine and load as the run ran, for its record
+  assert len(noted) == 1 and noted[0]["machine"]["memory_read_gb_s"] > 0
+  assert len(noted[0]["load_start"]) == len(noted[0]["load_end"]) == 3
 
   def refuse(*_, **__):
     raise AssertionError("a finished run loaded models or re-calibrated")
@@ -93,5 +96,6 @@ def test_run_prints_a_compact_table_and_a_rerun_measures_nothing(tmp_path, capsy
   with open(os.path.join(out, "metrics.json"), "rb") as f:
     assert f.read() == stored  # nothing rewritten
   assert os.path.getmtime(os.path.join(out, "metrics.json")) == mtime
+  assert machine.read_run(out) == noted  # nothing decoded, no segment added
   assert any("stored results of a finished run" in line for line in reprinted)
   assert reprinted[:3] == printed[:3]  # the same table
