@@ -58,7 +58,7 @@ def resolve_points(cfg: RunConfig, measure: Measure, store: ResultStore, log: Ca
   if not cfg.runs_speculative:
     return [], {}
   costs = measure.costs(costs_lib.verify_tokens_needed(cfg.gamma, cfg.gamma_max))
-  acceptance_of = _acceptances(cfg, measure, store)
+  acceptance_of, gamma_acceptance_of = _acceptances(cfg, measure, store)
   trees = cfg.tree_candidate_schemes()
   # Trees are chosen from timed loops only (one device) and drafted by model drafts (token or
   # feature-level: the tree takes either drafter), not by the model-free drafters.
@@ -73,6 +73,9 @@ def resolve_points(cfg: RunConfig, measure: Measure, store: ResultStore, log: Ca
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, functools.partial(acceptance_of, p),
                                    gamma_max=cfg.gamma_max, min_speedup=cfg.auto.min_speedup,
                                    rule=cfg.rule, trees=trees, tree_acceptance_fn=tree_fn)
+    if cfg.auto.each_gamma:
+      plans[p] = calibrate.with_own_profiles(plans[p],
+                                             functools.partial(gamma_acceptance_of, p))
     if plans[p].memo is None:
       log(f"GAMMA='auto' for {p.draft.name} at temperature {p.temperature:g}: alpha "
           f"{plans[p].alpha:.3f}; lone-extend prediction " + ", ".join(
@@ -80,15 +83,20 @@ def resolve_points(cfg: RunConfig, measure: Measure, store: ResultStore, log: Ca
           + f"; loops to time: {list(plans[p].candidates) or 'none'}"
           + "".join(f", {costs_lib.loop_key(t)}" for t in plans[p].trees))
   loops = timed_loops(measure, {p: calibrate.loop_gammas(p, plans.get(p)) for p in pts})
-  return [_resolve(cfg, p, plans.get(p), costs, loops, acceptance_of, store, log)
+  return [_resolve(cfg, p, plans.get(p), costs, loops, gamma_acceptance_of, store, log)
           for p in pts], costs
 
 
 def _resolve(cfg: RunConfig, p: Point, plan, costs, loops, acceptance_of, store, log):
   """One point's ResolvedPoint: fixed, adaptive or tree as configured; 'auto' chosen (and
-  logged with its prediction and confidence)."""
+  logged with its prediction and confidence). acceptance_of(point, gamma or None): the
+  calibration acceptance a point is predicted from (a fixed gamma's own decode with
+  `auto_each_gamma`; an 'auto' memo holds its candidates')."""
   loop = loops.get((p.draft, p.temperature))
-  cal = acceptance_of(p) if p.gamma not in (ADAPTIVE, TREE) else None
+  cal = None
+  if p.gamma not in (ADAPTIVE, TREE):
+    own = cfg.auto.each_gamma and p.gamma != AUTO and int(p.gamma) > 0
+    cal = acceptance_of(p, int(p.gamma) if own else None)
   if plan is None:
     return calibrate.resolved(p, adaptive=cfg.adaptive_config(), tree=cfg.tree_scheme(),
                               loop=loop, calibration=cal)
@@ -106,16 +114,22 @@ def _resolve(cfg: RunConfig, p: Point, plan, costs, loops, acceptance_of, store,
   return r
 
 
-def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore) -> Callable:
-  """acceptance_of(point) -> the calibration decode's {'alpha', 'accept_at_least', 'gamma',
-  'prompts', 'held_out'} for the point's draft and temperature: one untimed decode of all the
-  calibration prompts at the calibration gamma, made once and remembered in the store (a resumed
-  run recalls it)."""
+def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore
+                 ) -> tuple[Callable, Callable]:
+  """(acceptance_of, gamma_acceptance_of). acceptance_of(point) -> the calibration decode's
+  {'alpha', 'accept_at_least', 'gamma', 'prompts', 'held_out'} for the point's draft and
+  temperature: one untimed decode of all the calibration prompts at the calibration gamma.
+  gamma_acceptance_of(point, gamma) -> the same of a decode at `gamma` itself
+  (`RunConfig.auto_each_gamma`; None or the calibration gamma: the one decode). Each decode is
+  made once and remembered in the store (a resumed run recalls it)."""
   fixed = [int(g) for g in as_list(cfg.gamma) if g not in GAMMA_WORDS]
-  gamma = calibrate.calibration_gamma(cfg.auto.calibration_gamma, cfg.gamma_max, fixed)
+  calibration_gamma = calibrate.calibration_gamma(cfg.auto.calibration_gamma, cfg.gamma_max,
+                                                  fixed)
 
-  def acceptance_of(p: Point) -> dict:
+  def gamma_acceptance_of(p: Point, gamma: int | None) -> dict:
+    gamma = calibration_gamma if gamma is None else int(gamma)
     key = keys.calibration(p.draft.name, p.temperature)
+    key += "" if gamma == calibration_gamma else f"/gamma{gamma}"
     acc = store.recall("calibration", key)
     if acc is None:
       acc = measure.decode(p, gamma, functools.partial(calibrate.calibration_acceptance,
@@ -123,7 +137,7 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore) -> Callab
       acc = dict(acc, gamma=gamma, prompts=measure.prompts, held_out=measure.held_out)
       store.remember("calibration", key, acc)
     return acc
-  return acceptance_of
+  return (lambda p: gamma_acceptance_of(p, None)), gamma_acceptance_of
 
 
 def _tree_acceptances(cfg: RunConfig, measure: Measure, store: ResultStore, trees) -> Callable:

@@ -21,8 +21,9 @@ gamma is pruned, 'auto' chooses 0 without compiling a loop.
 The acceptance side: a short untimed calibration decode (`calibration_acceptance`) on the first
 prompts, at gamma_max, gives alpha and the profile A_i = P(at least i drafts kept), i =
 1..gamma_max. Expected tokens per iteration are 1 + sum A_i for either rule (metrics/theory.py):
-A_i does not depend on the gamma decoded, so one decode at gamma_max serves every candidate, and
-unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or nothing).
+unlike alpha^i it holds when acceptances cluster (prompt lookup copies a span or nothing). One
+decode at gamma_max serves every candidate unless A_i depends on where calls start, so on gamma
+(clustered acceptances; DESIGN.md "The cost model"): `with_own_profiles`.
 
 The choice among the timed chains: the smallest gamma whose prediction is within one standard
 error of the best prediction's lead over it (`theory.within_noise_gamma`; the error from the
@@ -53,6 +54,7 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.metrics import acceptance_stats, theory
 from specdec_jax.runner import keys, tree_choice
 from specdec_jax.runner.run_config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
+from specdec_jax.runner.confidence import confidence, describe_confidence  # noqa: F401
 from specdec_jax.runner.costs import LoopCosts
 
 # 'auto' compiles and times the real loop for at most this many candidate gammas ...
@@ -138,6 +140,8 @@ class AutoPlan:
   tree_accept: a[d][r] of the calibration probe tree decode (`tree_choice.tree_acceptance`; None
   without a static candidate); dynamic_tokens: {label: tokens per call} of each dynamic
   candidate's calibration decode (`tree_choice.dynamic_acceptance`).
+  profiles: {gamma: its own calibration decode's acceptance} of each candidate
+  (`RunConfig.auto_each_gamma`; empty: every gamma is read off the one decode's profile).
   """
 
   point: Point
@@ -149,6 +153,7 @@ class AutoPlan:
   trees: tuple = ()
   tree_accept: Any = None
   dynamic_tokens: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  profiles: Mapping[int, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def lone_curve(alpha: float, costs: timing.Costs, gamma_max: int, rule: str = "tokenwise",
@@ -193,6 +198,24 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
                   tree_acc.get("rank_acceptance"), dict(tree_acc.get("dynamic_tokens", {})))
 
 
+def with_own_profiles(plan: AutoPlan, gamma_acceptance_fn) -> AutoPlan:
+  """`plan` with each candidate's own calibration decode (gamma_acceptance_fn(gamma) ->
+  calibration_acceptance's dict; `RunConfig.auto_each_gamma`); a remembered choice as it is."""
+  if plan.memo is not None:
+    return plan
+  return dataclasses.replace(plan, profiles={g: gamma_acceptance_fn(g) for g in plan.candidates})
+
+
+def expected_tokens(plan: AutoPlan, gamma: int, rule: str) -> float:
+  """A candidate's expected tokens per iteration: from its own calibration decode's profile
+  where it had one (`plan.profiles`), else from the one decode's."""
+  own = plan.profiles.get(gamma)
+  if own is not None:
+    return theory.expected_tokens_per_iteration(float(own["alpha"]), gamma, rule,
+                                                own.get("accept_at_least"))
+  return theory.expected_tokens_per_iteration(plan.alpha, gamma, rule, plan.accept_at_least)
+
+
 def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *,
            min_speedup: float, rule: str) -> dict:
   """Makes (and remembers) the choice of a planned 'auto' point: among its timed candidates
@@ -206,7 +229,7 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   if loop is not None and plan.candidates:
     curve, tokens = {0: 1.0}, {}
     for g in plan.candidates:
-      tokens[g] = theory.expected_tokens_per_iteration(plan.alpha, g, rule, plan.accept_at_least)
+      tokens[g] = expected_tokens(plan, g, rule)
       curve[g] = loop.speedup(g, tokens[g])
     source = "loop"
     lead = theory.best_gamma(curve, float("-inf"))
@@ -224,53 +247,13 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
     memo["confidence"] = confidence(loop, curve, tokens, memo["gamma"], min_speedup)
   if plan.accept_at_least is not None:
     memo["accept_at_least"] = list(plan.accept_at_least)
+  if plan.profiles:  # each candidate's own decode (what the chosen point's prediction uses)
+    memo["profiles"] = {str(g): dict(a) for g, a in sorted(plan.profiles.items())}
   if plan.trees:  # a tree beating every chain and the bar replaces the chain's gamma
     memo.update(tree_choice.choose_tree(plan.trees, plan.tree_accept, loop, curve, min_speedup,
                                         plan.dynamic_tokens))
   store.remember("gammas", keys.auto_choice(plan.point.draft.name, plan.point.temperature), memo)
   return memo
-
-
-def confidence(loop: LoopCosts, curve: Mapping[int, float], tokens: Mapping[int, float],
-               chosen: int, min_speedup: float) -> dict:
-  """How sure a chain choice is, in the loops' own noise (issue 46): `pick` (the chosen gamma,
-  or the best-predicted one where plain decoding was chosen), its predicted margin over the gate
-  (`min_speedup`) in standard errors of its speedup (`gate_z`), and its lead over the
-  best-predicted other gamma (`runner_up`) in standard errors of that lead (`lead_z`, paired by
-  round). `within_noise`: the gate or the runner-up is within one standard error, so another run
-  of the same config on the same machine may choose otherwise. z is None where the rounds
-  were not kept (fewer than two)."""
-  timed = [g for g in tokens if g > 0]
-  if not timed:
-    return {}
-  pick = chosen if chosen else max(timed, key=lambda g: curve[g])
-  gate_se = loop.speedup_se(pick, tokens[pick])
-  out = {"pick": pick, "gate": min_speedup, "margin": curve[pick] - min_speedup,
-         "gate_z": (curve[pick] - min_speedup) / gate_se if gate_se > 0 else None}
-  others = [g for g in timed if g != pick]
-  if others:
-    runner = max(others, key=lambda g: curve[g])
-    lead_se = loop.lead_se(pick, tokens[pick], runner, tokens[runner])
-    out.update(runner_up=runner, lead=curve[pick] - curve[runner],
-               lead_z=(curve[pick] - curve[runner]) / lead_se if lead_se > 0 else None)
-  zs = [out.get("gate_z")] + ([out.get("lead_z")] if chosen else [])
-  out["within_noise"] = any(z is not None and abs(z) < 1.0 for z in zs)
-  return out
-
-
-def describe_confidence(conf: Mapping[str, Any]) -> str:
-  """The log's words for `confidence`: '' where nothing was measured."""
-  if not conf:
-    return ""
-  def z(v):
-    return "n/a" if v is None else f"{v:+.1f} SE"
-  text = (f"; gamma {conf['pick']} vs the gate {conf['gate']:.2f}: {conf['margin']:+.3f} "
-          f"({z(conf['gate_z'])})")
-  if "runner_up" in conf:
-    text += f", vs gamma {conf['runner_up']}: {conf['lead']:+.3f} ({z(conf.get('lead_z'))})"
-  if conf.get("within_noise"):
-    text += " -- WITHIN NOISE: another run of this config may choose otherwise"
-  return text
 
 
 def loop_gammas(point: Point, plan: AutoPlan | None) -> tuple:
@@ -293,7 +276,8 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
              trees: tuple = ()) -> ResolvedPoint:
   """The ResolvedPoint of a fixed, adaptive, tree or (with its memo) 'auto' point; an 'auto'
   memo that chose a tree, static or dynamic, resolves to one of `trees` (`tree`: the run's
-  TreeScheme, whose verifier a recalled tree takes)."""
+  TreeScheme, whose verifier a recalled tree takes). `calibration`: the acceptance the point's
+  prediction uses (an 'auto' memo's own decode of the chosen gamma replaces it)."""
   if point.gamma == ADAPTIVE:
     return ResolvedPoint(point.draft, adaptive.gamma_max, point.temperature, adaptive=adaptive)
   if point.gamma == TREE:
@@ -302,6 +286,8 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
     return ResolvedPoint(point.draft, int(point.gamma), point.temperature,
                          loop=loop if int(point.gamma) > 0 else None, calibration=calibration)
   gamma = int(memo["gamma"])
+  # the chosen gamma's own calibration decode, where it had one (`auto_each_gamma`)
+  calibration = memo.get("profiles", {}).get(str(gamma), calibration)
   return ResolvedPoint(point.draft, gamma, point.temperature, auto=True,
                        calibration_alpha=memo["alpha"],
                        predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]),

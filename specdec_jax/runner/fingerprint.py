@@ -32,6 +32,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["adaptive"] = cfg.adaptive
   if cfg.tree is not None:
     fingerprint["tree"] = cfg.tree
+  if cfg.auto.each_gamma:  # the choice and the prediction come from other decodes
+    fingerprint["auto_each_gamma"] = True
   if cfg.auto.trees:  # the key names its old shorthand, so earlier runs still resume
     fingerprint["tree_candidates"] = list(cfg.auto.trees)
   if cfg.matmul != "auto":

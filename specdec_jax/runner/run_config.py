@@ -132,6 +132,7 @@ class RunConfig:
   auto_timing_examples: dataclasses.InitVar[Any] = None
   auto_calibration_gamma: dataclasses.InitVar[Any] = None
   auto_min_speedup: dataclasses.InitVar[Any] = None
+  auto_each_gamma: dataclasses.InitVar[Any] = None
   feature_parallel: dataclasses.InitVar[Any] = None
   feature_lookup_gamma: dataclasses.InitVar[Any] = None
   feature_lookup_ngram: dataclasses.InitVar[Any] = None

@@ -7,6 +7,7 @@ same counters, iterations as capped), that the choice follows the loop costs rat
 lone-extend ranking, that pruning is what the docstring says, and that the expected length comes
 from the calibration decode's measured profile (block verification, clustered acceptances).
 """
+import json
 import statistics
 
 import jax
@@ -114,6 +115,43 @@ def test_clustered_acceptance_is_chosen_from_its_profile_not_alpha():
                               lambda: {"alpha": 0.936}, **kw)
   assert calibrate.choose(naive, COSTS, loop, MemoryStore(), min_speedup=1.6,
                           rule="tokenwise")["gamma"] == 4
+
+
+def test_each_gamma_is_predicted_from_its_own_calibration_decode():
+  """RunConfig.auto_each_gamma: where a call starts depends on gamma, so clustered acceptances
+  (prompt lookup) keep more per call at a small gamma than the calibration gamma's profile says
+  (HumanEval: A_1 0.44 at gamma 4 against 0.36 at gamma 8). Each candidate is then predicted
+  from its own decode's profile, the memo keeps them, and the chosen gamma's own decode is the
+  calibration its speedup_predicted reads; without the setting nothing else is decoded."""
+  a8 = [0.36, 0.28, 0.23, 0.19]  # the one decode at the calibration gamma
+  own = {2: {"alpha": 0.7, "accept_at_least": [0.45, 0.37], "gamma": 2},
+         3: {"alpha": 0.7, "accept_at_least": [0.44, 0.36, 0.30], "gamma": 3},
+         4: {"alpha": 0.7, "accept_at_least": [0.44, 0.36, 0.29, 0.26], "gamma": 4}}
+  asked = []
+
+  def own_fn(g):
+    asked.append(g)
+    return own[g]
+  store = MemoryStore()
+  point = Point(SPEC, "auto", 0.0)
+  plan = calibrate.with_own_profiles(calibrate.plan_auto(
+      point, COSTS, store, lambda: {"alpha": 0.67, "accept_at_least": a8}, gamma_max=4,
+      min_speedup=1.0, rule="tokenwise"), own_fn)
+  assert tuple(asked) == plan.candidates == (2, 3, 4)  # one decode per candidate
+  loop = _loop({2: 6.0, 3: 7.0, 4: 8.0})
+  memo = calibrate.choose(plan, COSTS, loop, store, min_speedup=1.0, rule="tokenwise")
+  curve = dict(memo["curve"])
+  for g in (2, 3, 4):
+    assert curve[g] == pytest.approx((1 + sum(own[g]["accept_at_least"])) * 4.0 / loop.iteration_ms[g])
+    assert curve[g] > (1 + sum(a8[:g])) * 4.0 / loop.iteration_ms[g]  # the one profile: lower
+  assert memo["profiles"] == {str(g): own[g] for g in own}
+  r = calibrate.resolved(point, memo=memo, loop=loop, calibration={"alpha": 0.67, "gamma": 8})
+  assert r.calibration == own[memo["gamma"]]
+  plain = calibrate.plan_auto(point, COSTS, MemoryStore(),
+                              lambda: {"alpha": 0.67, "accept_at_least": a8}, gamma_max=4,
+                              min_speedup=1.0, rule="tokenwise")
+  assert plain.profiles == {} and "profiles" not in calibrate.choose(
+      plain, COSTS, loop, MemoryStore(), min_speedup=1.0, rule="tokenwise")
 
 
 @pytest.mark.slow
@@ -326,3 +364,25 @@ def test_the_tuner_decides_from_its_measure_alone():
   Measure.decodes.clear()
   again, _ = autotune.resolve_points(cfg, Measure(), store, log.append)
   assert Measure.decodes == [] and [r.gamma for r in again] == [2, 1]
+
+
+def test_a_run_predicts_each_gamma_from_its_own_calibration_decode(tmp_path, clean_gin,
+                                                                 monkeypatch):
+  """RunConfig.auto_each_gamma through a run: the chosen gamma's own calibration decode is the
+  row's calibration (what speedup_predicted reads), and a fixed gamma of the same run gets its
+  own too. (The smoke pair's random draft keeps nothing, so the lone-extend model would prune
+  every gamma: both are made candidates, and the bar is 0.01.)"""
+  from specdec_jax import run  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(calibrate, "candidates", lambda *a, **k: (1, 2))
+  metrics = run.run(["configs/local/smoke.gin"], str(tmp_path), [
+      "GAMMA = ['auto', 1]", "NUM_EXAMPLES = 2", "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1",
+      "RunConfig.gamma_max = 2", "RunConfig.auto_min_speedup = 0.01",
+      "RunConfig.auto_calibration_examples = 2", "RunConfig.auto_timing_examples = 2",
+      "RunConfig.auto_each_gamma = True"])
+  auto, fixed = metrics
+  assert auto["gamma_auto"] and auto["gamma"] in (1, 2)
+  assert auto["calibration"]["gamma"] == auto["gamma"]
+  assert fixed["gamma"] == 1 and fixed["calibration"]["gamma"] == 1
+  assert fixed["speedup_predicted"] is not None and auto["speedup_predicted"] is not None
+  with open(tmp_path / "metrics.json") as f:
+    assert len(json.load(f)) == 2

@@ -131,7 +131,7 @@ def test_settings_are_nested_objects_and_the_flat_names_set_them():
               "RunConfig.tree_candidates = [(2, 1)]", "RunConfig.feature_lookup_ngram = 3")
   assert nested == flat and nested.fingerprint() == flat.fingerprint()
   assert flat.auto == schedule.Auto(trees=((2, 1),), min_speedup=1.2, calibration_gamma=4,
-                                    calibration_examples=4, timing_examples=16)
+                                    calibration_examples=4, timing_examples=16, each_gamma=False)
   assert flat.feature == schedule.FeatureOptions(parallel=False, lookup_gamma=0, lookup_ngram=3)
   stored = {f.name for f in dataclasses.fields(flat)}
   assert not stored & {"auto_min_speedup", "feature_lookup_ngram", "tree_candidates"}
@@ -145,6 +145,13 @@ def test_settings_are_nested_objects_and_the_flat_names_set_them():
     rc.RunConfig(auto_timing_examples=0)
   with pytest.raises(TypeError, match="expected an Auto or FeatureOptions"):
     rc.RunConfig(auto={"min_speedup": 1.2})
+  # each candidate's own calibration decode: a setting of the run's outputs (fingerprinted when
+  # on, so runs written before it still resume)
+  own = _cfg("GAMMA = 'auto'", "RunConfig.auto_each_gamma = True")
+  assert own.auto.each_gamma is True and own.fingerprint()["auto_each_gamma"] is True
+  assert "auto_each_gamma" not in _cfg("GAMMA = 'auto'").fingerprint()
+  with pytest.raises(ValueError, match="auto_each_gamma must be True or False"):
+    rc.RunConfig(auto_each_gamma=1)
 
 
 def test_the_shorthand_keywords_are_the_settings_declared():
