@@ -50,7 +50,7 @@ def _with_b_run(batches: list[dict], other: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
   sys.path.insert(0, ROOT)
-  from specdec_jax.metrics import compare, results  # pylint: disable=import-outside-toplevel
+  from specdec_jax.metrics import compare, machine, results  # pylint: disable=import-outside-toplevel
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--run_dir", required=True)
   p.add_argument("--a")
@@ -58,7 +58,8 @@ def main(argv=None) -> int:
   p.add_argument("--b_run_dir", help="take b from this run (paired by prompts)")
   p.add_argument("--record", help="write docs/results/RECORD.json")
   p.add_argument("--command", default="", help="the run's command, kept in the record")
-  p.add_argument("--load", help="the run's load average 'l1,l5,l15' (default: the current one)")
+  p.add_argument("--load", help="the run's load average 'l1,l5,l15' (default: as the runs "
+                 "noted it in machine.json, else the current one)")
   p.add_argument("--commit", help="the commit the run ran at (default: HEAD)")
   args = p.parse_args(argv)
   path = os.path.join(args.run_dir, "batches.jsonl")
@@ -73,10 +74,12 @@ def main(argv=None) -> int:
     return 0
   out = compare.paired(batches, _pick(keys, args.a), _pick(keys, args.b))
   print(json.dumps(out, indent=1))
-  if args.record:
+  if args.record:  # the machine and load as the run (and the b run) noted them
+    segments = [s for d in (args.run_dir, args.b_run_dir) if d
+                for s in machine.read_run(d) or []] or None
     path = results.save_record(os.path.join(ROOT, "docs", "results"), args.record,
                                dict(out, kind="comparison"), command=args.command,
-                               commit=args.commit, load=args.load)
+                               commit=args.commit, load=args.load, run_segments=segments)
     print(f"wrote {path}")
   return 0
 

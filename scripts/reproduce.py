@@ -90,14 +90,23 @@ def _fmt(lines) -> str:
   return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
 
 
-def _record(name: str, config: str, rows, bindings) -> None:
-  """One record per row of a finished config (results as data: docs/results/)."""
-  from specdec_jax.metrics import results  # pylint: disable=import-outside-toplevel
+def _record(name: str, config: str, rows, bindings, dirs) -> None:
+  """One record per row of a finished config (results as data: docs/results/), its machine and
+  load as its processes (`dirs`) noted them while they ran."""
+  from specdec_jax.metrics import machine, results  # pylint: disable=import-outside-toplevel
   command = " ".join(["python -m specdec_jax.run", f"--gin_file={config}",
                       *(f"--gin.{b.replace(' ', '')}" for b in bindings)])
+  segments = [s for d in dirs for s in machine.read_run(d) or []] or None
   for m in rows:
     print("recorded", results.save_record(os.path.join(ROOT, "docs", "results"),
-                                          results.row_name(name, m), m, command=command))
+                                          results.row_name(name, m), m, command=command,
+                                          run_segments=segments))
+
+
+def _process_dirs(out: str, processes: int) -> list[str]:
+  """Where each of a config's processes writes."""
+  return [out] if processes == 1 else [os.path.join(out, f"process{k + 1}")
+                                       for k in range(processes)]
 
 
 def _speedup(m) -> float:
@@ -128,8 +137,7 @@ def _run_config(config: str, out: str, bindings, processes: int) -> list[dict]:
   """The config's rows: one process in `out`, or the median of `processes` fresh ones."""
   import subprocess  # pylint: disable=import-outside-toplevel
   runs = []
-  for k in range(processes):
-    d = out if processes == 1 else os.path.join(out, f"process{k + 1}")
+  for k, d in enumerate(_process_dirs(out, processes)):
     done = os.path.join(d, "metrics.json")
     if os.path.exists(done):
       print(f"{config}: already done ({d})")
@@ -172,10 +180,10 @@ def main(argv=None) -> dict:
     rows = []
     for config in SUITES[args.suite][part]:
       name = os.path.splitext(os.path.relpath(config, "configs"))[0].replace("/", "_")
-      metrics = _run_config(config, os.path.join(args.output_root, name), args.gin_bindings,
-                            processes)
+      out = os.path.join(args.output_root, name)
+      metrics = _run_config(config, out, args.gin_bindings, processes)
       if args.record:
-        _record(name, config, metrics, args.gin_bindings)
+        _record(name, config, metrics, args.gin_bindings, _process_dirs(out, processes))
       rows.extend(metrics)
     tables[part] = rows
   if tables.get("table2"):

@@ -74,10 +74,12 @@ def _load() -> list[float]:
   return [round(x, 2) for x in os.getloadavg()]
 
 
-def note_run_start(output_dir: str) -> None:
-  """Appends a segment to `output_dir/machine.json`: the machine, the time and the load now."""
+def note_run_start(output_dir: str, fresh: bool = False) -> None:
+  """Appends a segment to `output_dir/machine.json`: the machine, the time and the load now.
+  fresh: the run starts over (nothing of an earlier run in the directory is kept), so the
+  earlier segments go too."""
   path = os.path.join(output_dir, MACHINE_FILE)
-  segments = read_run(output_dir) or []
+  segments = [] if fresh else (read_run(output_dir) or [])
   segments.append({"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
                    "load_start": _load()})
   _write(path, segments)
@@ -110,14 +112,22 @@ def for_record(segments: Sequence[Mapping[str, Any]] | None
   two CPU models is refused: its figures mix machines."""
   if not segments:
     return dict(machine(), measured="when recorded (the run noted none)"), None
-  cpus = sorted({s["machine"]["cpu"] for s in segments})
-  if len(cpus) > 1:
-    raise ValueError(f"the run ran on {len(cpus)} machines ({', '.join(cpus)}): one record "
+  hosts = sorted({_identity(s["machine"]) for s in segments})
+  if len(hosts) > 1:
+    raise ValueError(f"the run ran on {len(hosts)} machines ({'; '.join(hosts)}): one record "
                      "holds one machine's figures")
   last = segments[-1]
   where = f"at the run's start ({last['started']}"
-  where += f", {len(segments)} segments)" if len(segments) > 1 else ")"
-  return dict(last["machine"], measured=where), last.get("load_end") or last["load_start"]
+  if len(segments) > 1:
+    probes = [s["machine"].get("memory_read_gb_s") for s in segments]
+    where += f", {len(segments)} segments, read probe {min(probes)}-{max(probes)} GB/s"
+  return dict(last["machine"], measured=where + ")"), last.get("load_end") or last["load_start"]
+
+
+def _identity(m: Mapping[str, Any]) -> str:
+  """What tells two machines apart in a record (not the measured bandwidth, which varies)."""
+  caches = ", ".join(f"{k} {v}" for k, v in sorted((m.get("caches") or {}).items()))
+  return f"{m.get('cpu')}, {m.get('cores')} cores" + (f", {caches}" if caches else "")
 
 
 def _write(path: str, segments: list) -> None:

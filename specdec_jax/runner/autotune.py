@@ -131,7 +131,7 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore
     key = keys.calibration(p.draft.name, p.temperature)
     key += "" if gamma == calibration_gamma else f"/gamma{gamma}"
     acc = store.recall("calibration", key)
-    if acc is None:
+    if acc is None or acc.get("gamma", gamma) != gamma:  # a resumed run with another gamma_max
       acc = measure.decode(p, gamma, functools.partial(calibrate.calibration_acceptance,
                                                        seed=cfg.seed))
       acc = dict(acc, gamma=gamma, prompts=measure.prompts, held_out=measure.held_out)

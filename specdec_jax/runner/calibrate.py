@@ -286,8 +286,10 @@ def resolved(point: Point, *, adaptive=None, tree=None, memo: dict | None = None
     return ResolvedPoint(point.draft, int(point.gamma), point.temperature,
                          loop=loop if int(point.gamma) > 0 else None, calibration=calibration)
   gamma = int(memo["gamma"])
-  # the chosen gamma's own calibration decode, where it had one (`auto_each_gamma`)
-  calibration = memo.get("profiles", {}).get(str(gamma), calibration)
+  # the chosen chain's own calibration decode, where it had one (`auto_each_gamma`; a tree's
+  # gamma is its depth, not a chain: it keeps the one decode)
+  if tree_choice.chosen(memo, trees, tree) is None:
+    calibration = memo.get("profiles", {}).get(str(gamma), calibration)
   return ResolvedPoint(point.draft, gamma, point.temperature, auto=True,
                        calibration_alpha=memo["alpha"],
                        predicted_curve=tuple((int(g), float(s)) for g, s in memo["curve"]),

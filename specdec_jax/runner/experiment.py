@@ -134,7 +134,8 @@ def _lead(cfg: RunConfig, output_dir: str, *, config_text: str | None,
     w = RunWriter(run_dir(output_dir, ""))
     w.text("config", "\n".join("    " + line for line in config_text.splitlines()))
     w.close()
-  machine.note_run_start(output_dir)  # the machine as this run finds it (records read it)
+  # the machine as this run finds it (records read it); a fresh start forgets earlier segments
+  machine.note_run_start(output_dir, fresh=store.fresh)
   loaded = pipeline.load(cfg, mesh)
   log(f"target {loaded.target_name} ({loaded.target.kind}, vocab "
       f"{loaded.target.vocab_size}); {len(loaded.prompts.examples)} examples, prompt width "

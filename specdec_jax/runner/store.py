@@ -77,7 +77,9 @@ class ResultStore:
 
   # ---- state ------------------------------------------------------------------------------------
   def _load_state(self, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The directory's state, or a new one (`self.fresh`: nothing of an earlier run is kept)."""
     path = self._paths[STATE]
+    self.fresh = True
     if os.path.exists(path):
       with open(path) as f:
         state = json.load(f)
@@ -101,6 +103,7 @@ class ResultStore:
         raise ValueError(
             f"{self.output_dir} holds results of a different configuration (changed: {changed})"
             f"{why}; use a new --output_dir, or --gin.RunConfig.resume=False to start over")
+      self.fresh = False
       return state
     return {"fingerprint": fingerprint, "gammas": {}, "calibration": {}}
 

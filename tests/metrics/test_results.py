@@ -161,6 +161,13 @@ def test_a_record_takes_the_machine_and_load_the_run_noted(tmp_path, monkeypatch
   machine_lib.note_run_start(run_dir)
   with pytest.raises(ValueError, match="2 machines"):
     machine_lib.for_record(machine_lib.read_run(run_dir))
+  # the same CPU name with other cores is another machine (issue 46: one name, two speeds)
+  same_name = dict(noted["machine"], cores=noted["machine"]["cores"] + 2)
+  with pytest.raises(ValueError, match="2 machines"):
+    machine_lib.for_record([noted, dict(noted, machine=same_name)])
+  # a run that starts over forgets the earlier run's segments
+  machine_lib.note_run_start(run_dir, fresh=True)
+  assert len(machine_lib.read_run(run_dir)) == 1
   measured, load = machine_lib.for_record(None)
   assert measured["cpu"] == "later" and "when recorded" in measured["measured"] and load is None
 

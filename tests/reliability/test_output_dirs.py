@@ -71,9 +71,12 @@ def _record(indices):
 def test_a_run_that_wrote_no_batch_has_no_claim(tmp_path):
   ResultStore(str(tmp_path), {"max_decode_length": 10 ** 9})  # e.g. failed with out of memory
   store = ResultStore(str(tmp_path), {"max_decode_length": 64})  # the corrected rerun
+  assert store.fresh  # starts over: nothing of the failed run (its machine.json segments) kept
   store.add_batch(_record([0, 1]), [])
   with pytest.raises(ValueError, match="different configuration"):
     ResultStore(str(tmp_path), {"max_decode_length": 128})  # now there is a result to protect
+  assert not ResultStore(str(tmp_path), {"max_decode_length": 64}).fresh  # a resumption
+  assert ResultStore(str(tmp_path), {"max_decode_length": 64}, resume=False).fresh
 
 
 def test_metrics_json_stays_standard_json():

@@ -386,3 +386,26 @@ def test_a_run_predicts_each_gamma_from_its_own_calibration_decode(tmp_path, cle
   assert fixed["speedup_predicted"] is not None and auto["speedup_predicted"] is not None
   with open(tmp_path / "metrics.json") as f:
     assert len(json.load(f)) == 2
+
+
+def test_a_resumed_run_never_reads_another_gammas_decode_as_its_own():
+  """The calibration decode is remembered under the draft and temperature (its gamma is
+  gamma_max's, which a resumed run may change): a decode made at another gamma is decoded
+  again, never taken as this gamma's profile."""
+  from specdec_jax.runner import autotune  # pylint: disable=import-outside-toplevel
+  from specdec_jax.runner.run_config import RunConfig  # pylint: disable=import-outside-toplevel
+  decoded = []
+
+  class Fake:
+    prompts, held_out = 2, True
+
+    def decode(self, point, gamma, statistic):
+      decoded.append(gamma)
+      return {"alpha": 0.5, "accept_at_least": [0.5] * gamma}
+  store, point = MemoryStore(), Point(SPEC, "auto", 0.0)
+  one, _ = autotune._acceptances(RunConfig(gamma="auto", gamma_max=8), Fake(), store)
+  assert one(point)["gamma"] == 8 and decoded == [8]
+  one, own = autotune._acceptances(RunConfig(gamma="auto", gamma_max=4, auto_each_gamma=True),
+                                   Fake(), store)
+  assert own(point, 4)["gamma"] == 4 and decoded == [8, 4]  # the stored gamma-8 decode is not 4's
+  assert own(point, 3)["gamma"] == 3 and own(point, 3)["gamma"] == 3 and decoded == [8, 4, 3]
