@@ -276,3 +276,17 @@ def render(text: str, records: Mapping[str, Mapping[str, Any]],
       raise ValueError(f"results table {kind!r} names records that do not exist: {missing}")
     return m.group(1) + registry[kind]([records[n] for n in names]) + "\n" + m.group(5)
   return pattern.sub(one, text)
+
+
+def typed_table_lines(text: str) -> list[int]:
+  """The 1-based lines of markdown table rows outside every `results:` block: a table typed by
+  hand, which no record checks (`scripts/results.py tables --check` refuses them in docs/)."""
+  inside, lines = False, []
+  for i, line in enumerate(text.splitlines(), 1):
+    if re.match(r"<!-- results:\w+", line):
+      inside = True
+    elif line.startswith("<!-- /results:"):
+      inside = False
+    elif line.lstrip().startswith("|") and not inside:
+      lines.append(i)
+  return lines

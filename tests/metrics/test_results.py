@@ -69,6 +69,13 @@ def test_unknown_tables_and_missing_records_are_refused():
     _record("Bad Name", 1.0)
 
 
+def test_a_table_outside_the_markers_is_found():
+  text = ("prose\n<!-- results:headline a -->\n| a | b |\n|---|---|\n<!-- /results:headline -->\n"
+          "| typed | by hand |\n  | indented | too |\n")
+  assert results.typed_table_lines(text) == [6, 7]
+  assert results.typed_table_lines(text.split("| typed")[0]) == []
+
+
 def test_the_committed_docs_match_their_records():
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "results.py"), "tables",
                          "--check"], capture_output=True, text=True)
