@@ -2,10 +2,11 @@ r"""The paper configs' TPU v4 compile jobs (docs/aot_results.md), run one at a t
 
 Why: docs/aot_results.md's job tables ("Per config", "Per program", the Chen jobs) were the
 printed reports of compile jobs whose aot.json files stayed under /tmp, so they could not be
-generated from records (all 41 jobs are recorded since 2026-12-06). This script holds the jobs as data (what each compiled, with which gin
-files and flags), runs those that have no record yet, and writes each job's aot.json as the
-record `aot_paper_<job>` (`{"aot": rows, "layout": mesh file}`, the form the other aot_* records
-take), so the tables render from records (`results:aot_programs`, `results:aot_configs`).
+generated from records (all 41 jobs are recorded since 2026-12-06). This script holds the
+jobs as data (what each compiled, with which gin files and flags), runs those that have no
+record yet, and writes each job's aot.json as the record `aot_paper_<job>` (`{"aot": rows,
+"layout": mesh file}`, the form the other aot_* records take), so the tables render from
+records (`results:aot_programs`, `results:aot_configs`).
 
   python experiments/aot_paper_jobs.py --list              # the jobs, and which are recorded
   python experiments/aot_paper_jobs.py --run [--jobs=a,b]  # compile the unrecorded ones
