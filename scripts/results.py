@@ -48,7 +48,7 @@ def tables(args) -> int:
   records = results.load_records(RECORDS)
   docs = DOCS + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
                  if f.endswith(".md")]
-  stale = []
+  stale, typed = [], []
   for doc in docs:
     path = os.path.join(ROOT, doc)
     with open(path) as f:
@@ -59,15 +59,15 @@ def tables(args) -> int:
       if not args.check:
         with open(path, "w") as f:
           f.write(new)
+    # docs/ holds results only: a table there is generated, never typed (README.md, DESIGN.md
+    # and MODEL_CARD.md may describe shapes and settings in tables of their own).
+    lines = results.typed_table_lines(new) if doc.startswith("docs" + os.sep) else []
+    if lines:
+      typed.append(doc)
+      print(f"{doc}: a table typed by hand (lines {lines[0]}-{lines[-1]}): generate it from "
+            "records")
   verb = "differ from their records" if args.check else "rewritten"
   print(f"{len(stale)} doc(s) {verb}: {stale}" if stale else "every generated table is current")
-  # docs/ holds results only: a table there is generated, never typed (README.md, DESIGN.md and
-  # MODEL_CARD.md may describe shapes and settings in tables of their own).
-  typed = {d: results.typed_table_lines(open(os.path.join(ROOT, d)).read())
-           for d in docs if d.startswith("docs" + os.sep)}
-  typed = {d: lines for d, lines in typed.items() if lines}
-  for d, lines in typed.items():
-    print(f"{d}: a table typed by hand (lines {lines[0]}-{lines[-1]}): generate it from records")
   return 1 if ((stale and args.check) or typed) else 0
 
 

@@ -109,7 +109,7 @@ def for_record(segments: Sequence[Mapping[str, Any]] | None
   """(the record's machine, the run's load average or None) from a run's segments: the last
   segment's machine and its end load (its start load if it never finished), `measured` saying
   where they come from. Without segments the machine is measured now. A run whose segments name
-  two CPU models is refused: its figures mix machines."""
+  two machines (CPU model, cores or caches: `_identity`) is refused: its figures mix machines."""
   if not segments:
     return dict(machine(), measured="when recorded (the run noted none)"), None
   hosts = sorted({_identity(s["machine"]) for s in segments})

@@ -408,4 +408,5 @@ def test_a_resumed_run_never_reads_another_gammas_decode_as_its_own():
   one, own = autotune._acceptances(RunConfig(gamma="auto", gamma_max=4, auto_each_gamma=True),
                                    Fake(), store)
   assert own(point, 4)["gamma"] == 4 and decoded == [8, 4]  # the stored gamma-8 decode is not 4's
-  assert own(point, 3)["gamma"] == 3 and own(point, 3)["gamma"] == 3 and decoded == [8, 4, 3]
+  assert own(point, 3)["gamma"] == 3 and decoded == [8, 4, 3]
+  assert own(point, 3)["gamma"] == 3 and decoded == [8, 4, 3]  # recalled, not decoded again
