@@ -15,6 +15,14 @@ task's name, shape and the SHA-256 of its token ids): a store made from other da
 by name, never read; `progress.json`, how many rows of each task are written. Filling resumes
 from `progress.json` (rows are written, flushed, then counted), so a killed fill loses at most
 one batch and duplicates nothing; the directory's lock refuses a second writer.
+
+The fill runs the rows shortest first, each batch cut to its longest row (`fill_order`,
+rounded up to `WIDTH_MULTIPLE`), and leaves zeros after a row's last token. Why: the target is
+causal, so a row's states do not depend on the padding after it, and no loss reads a padded
+position (`loss_weights` is 0 there, and a position's draft output depends only on earlier ones).
+SmolLM2's code replies (640 tokens wide, median 313) cost ~42 % fewer target tokens sorted and
+cut than in row order at full width; the states of real positions are the full pass's up to
+float rounding (a matmul of another width may sum in another order).
 """
 from __future__ import annotations
 
@@ -31,6 +39,8 @@ from specdec_jax import lock
 
 META_FILE = "meta.json"
 PROGRESS_FILE = "progress.json"
+ORDER = "length"  # `fill_order`'s; an earlier store filled in row order says "index" (or nothing)
+WIDTH_MULTIPLE = 64  # a batch's width is rounded up to it: at most T / 64 compiled shapes
 Params = Any
 
 
@@ -47,11 +57,22 @@ def describe(target_name: str, target_digest: str, layers: Sequence[int], tasks,
   target's weights by digest: a target re-converted or fine-tuned under the same name would
   otherwise be trained against its old states)."""
   return {"target": target_name, "target_digest": target_digest,
-          "layers": [int(i) for i in layers], "width": int(width),
+          "layers": [int(i) for i in layers], "width": int(width), "order": ORDER,
           "tasks": [{"name": t.spec.name, "rows": int(t.size),
                      "length": int(t.targets_NxL.shape[1]) - 1,
                      "sha256": hashlib.sha256(np.ascontiguousarray(t.targets_NxL)).hexdigest()}
                     for t in tasks]}
+
+
+def fill_order(targets_NxL: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(rows shortest first, each row's length in decoder inputs): a row's length runs to its
+  last non-pad token (pad = 0, as `data.batch_of`'s loss weights read it), at most T = L - 1;
+  the sort is stable, so the order is a function of the data `meta.json` fingerprints."""
+  nonpad_NxL = targets_NxL != 0
+  last_N = targets_NxL.shape[1] - np.argmax(nonpad_NxL[:, ::-1], axis=1)
+  lengths_N = np.where(nonpad_NxL.any(axis=1), last_N, 1)
+  lengths_N = np.clip(lengths_N, 1, targets_NxL.shape[1] - 1)
+  return np.argsort(lengths_N, kind="stable"), lengths_N
 
 
 def _array_path(directory: str, i: int) -> str:
@@ -71,7 +92,7 @@ def _check_meta(directory: str, meta: dict) -> None:
   with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
     have = json.load(f)
   for key in ("target", "target_digest", "layers", "width", "tasks"):
-    if have.get(key) != meta[key]:
+    if have.get(key) != meta[key]:  # "order" is checked where it matters: a partial fill
       raise ValueError(f"target states in {directory} were computed for another {key} "
                        f"({have.get(key)!r}, this run: {meta[key]!r}); give the run another "
                        "target_states directory or delete this one")
@@ -98,23 +119,37 @@ def fill(directory: str, meta: dict, tasks, states_fn: Callable[[np.ndarray], np
       _check_space(directory, meta)
       _write_json(meta_path, meta)
     done = _read_progress(directory, len(tasks))
+    _check_resumable_order(directory, meta, done)
     for i, task in enumerate(tasks):
       path, shape = _array_path(directory, i), _shape(meta, i)
       if os.path.exists(path):
         out = _check_array(np.lib.format.open_memmap(path, mode="r+"), shape, path)
       else:
         out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
-      rows = shape[0]
-      for start in range(done[i], rows, batch_size):
-        inputs_BxT = task.targets_NxL[start:start + batch_size, :-1]
-        out[start:start + len(inputs_BxT)] = np.asarray(states_fn(inputs_BxT), np.float32)
+      order_N, lengths_N = fill_order(task.targets_NxL)
+      for start in range(done[i], shape[0], batch_size):
+        rows_B = np.sort(order_N[start:start + batch_size])
+        width = min(shape[1], -(-int(lengths_N[rows_B].max()) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+        inputs_BxW = task.targets_NxL[rows_B, :width]
+        out[rows_B, :width] = np.asarray(states_fn(inputs_BxW), np.float32)
         out.flush()
-        done[i] = start + len(inputs_BxT)
+        done[i] = start + len(rows_B)
         _write_json(os.path.join(directory, PROGRESS_FILE), done)
         if progress is not None:
-          progress(len(inputs_BxT))
+          progress(len(rows_B))
       del out
   return open_store(directory, meta)
+
+
+def _check_resumable_order(directory: str, meta: dict, done: list[int]) -> None:
+  """A partial store filled in another order cannot be resumed in this one (its counts are
+  prefixes of that order); a full one is the same data in either."""
+  with open(os.path.join(directory, META_FILE), encoding="utf-8") as f:
+    have = json.load(f).get("order", "index")
+  if have != meta["order"] and any(d != t["rows"] for d, t in zip(done, meta["tasks"])):
+    raise ValueError(f"target states in {directory} were partly filled in {have} order by an "
+                     f"earlier version; this one fills in {meta['order']} order: delete the "
+                     "directory and let the run fill it again")
 
 
 def open_store(directory: str, meta: dict) -> list[np.ndarray]:

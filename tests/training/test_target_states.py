@@ -1,12 +1,14 @@
 """Offline feature-draft training: stored target states and a restricted training head.
 
-Why each test: (1) a step fed stored states must compute the loss a step running the target
-computes (the teacher through the copied final norm and head is the target's own logits; a
+Why each test: (1) a step fed stored states (whole, or zero after each row's end as a cut fill
+stores them) must compute the loss a step running the target computes (the teacher through the copied final norm and head is the target's own logits; a
 wrong layer or norm would train on another distribution and nothing else would notice), with the
 full head and with a restricted one, on an untied and a tied (SmolLM2-like) target; (2) the
 restricted head's columns are exactly the full head's at those ids; (3) a killed fill resumes
 without recomputing or losing a row, a store of other data is refused by name, a partial store
-is never read, and a second writer is refused; (4) the trainer end to end: offline and online
+is never read, and a second writer is refused; (3b) the fill's shortest-first, cut batches store
+at every real position what a full-width pass computes, zeros after a row's end, and refuse to
+resume a partial store of another order; (4) the trainer end to end: offline and online
 steps give the same weights, and the export carries the ranking it trained on.
 """
 import json
@@ -71,9 +73,17 @@ def test_a_step_on_stored_states_computes_the_target_steps_loss(preset, tied, he
   enc, dec = data_lib.model_inputs(batch)
   _, states = target.forward_with_hidden(tp, enc, dec, stored)
   offline = loss(dp, None, {**batch, fdt.STATES_KEY: states})
+  # As a cut fill stores them: zeros after each row's last token (`target_states.fill_order`).
+  _, lengths = target_states.fill_order(np.concatenate(
+      [batch["decoder_input_tokens"], batch["decoder_target_tokens"][:, -1:]], axis=1))
+  assert lengths.min() < states.shape[1]  # a row is cut
+  cut = jnp.where((jnp.arange(states.shape[1])[None, :] < lengths[:, None])[..., None, None],
+                  states, 0.0)
+  zeroed = loss(dp, None, {**batch, fdt.STATES_KEY: cut})
   for key in online[1]:
-    np.testing.assert_allclose(float(offline[1][key]), float(online[1][key]), rtol=2e-5,
-                               atol=2e-6, err_msg=key)
+    for got in (offline, zeroed):
+      np.testing.assert_allclose(float(got[1][key]), float(online[1][key]), rtol=2e-5,
+                                 atol=2e-6, err_msg=key)
   assert float(online[1]["kl_0"]) > 0.1  # an untrained draft: a loss that could differ
 
 
@@ -170,6 +180,40 @@ def test_a_store_of_other_data_or_a_second_writer_is_refused(tmp_path):
   finally:
     release.set()
     thread.join()
+
+
+def test_a_fill_cut_to_each_batchs_longest_row_stores_the_full_pass(tmp_path, monkeypatch):
+  monkeypatch.setattr(target_states, "WIDTH_MULTIPLE", 2)
+  rng = np.random.default_rng(4)
+  seq = rng.integers(1, 50, (7, 9)).astype(np.int32)
+  lengths = np.array([9, 2, 5, 1, 7, 3, 4])  # tokens before the padding, in targets
+  for row, n in enumerate(lengths):
+    seq[row, n:] = 0
+  seq[2, 1] = 0  # a pad id inside a row does not end it
+  tasks = [data_lib.TokenizedTask(data_lib.TaskSpec(name="v", input_len=0, target_len=9), None,
+                                  seq)]
+  order, inputs = target_states.fill_order(seq)
+  np.testing.assert_array_equal(inputs, np.minimum(np.maximum(lengths, 1), 8))
+  np.testing.assert_array_equal(order, [3, 1, 5, 6, 2, 4, 0])
+  meta = target_states.describe("target", "d0", (1, 2), tasks, 4)
+  calls = []
+  (stored,) = target_states.fill(str(tmp_path / "s"), meta, tasks, _states_fn(calls), 3)
+  assert [c.shape[1] for c in calls] == [4, 8, 8]  # rows {3, 1, 5}: 3 -> 4; then up to 8 = T
+  full = _states_fn([])(seq[:, :-1])
+  for row in (0, 2, 4, 6):  # batches of full width
+    np.testing.assert_array_equal(stored[row], full[row])
+  for row in (1, 3, 5):  # the cut batch: its width computed, zeros after (no loss reads them)
+    np.testing.assert_array_equal(stored[row, :4], full[row, :4])
+    assert not stored[row, 4:].any()
+  old = str(tmp_path / "old")
+  target_states.fill(old, meta, tasks, _states_fn([]), 3)
+  m = json.loads((tmp_path / "old" / "meta.json").read_text())
+  del m["order"]  # a store from before the order was recorded, filled in row order
+  (tmp_path / "old" / "meta.json").write_text(json.dumps(m))
+  assert target_states.open_store(old, meta)[0].shape == (7, 8, 2, 4)  # full: either order
+  (tmp_path / "old" / "progress.json").write_text("[3]")
+  with pytest.raises(ValueError, match="partly filled in index order"):
+    target_states.fill(old, meta, tasks, _states_fn([]), 3)
 
 
 @pytest.fixture(scope="module")
