@@ -6,7 +6,11 @@ a fixed round-robin schedule (the mixture), the task's own counter picks an epoc
 that epoch's permutation (seeded by (seed, task, epoch)). Nothing depends on the history.
 
 Shapes are static per task (inputs padded/truncated to `input_len`, targets to `target_len`), so
-the jitted train step compiles once per task.
+the jitted train step compiles once per task. Optionally (`length_window` W > 1) an epoch's rows
+are served in windows of W batches sorted by length, the window's batches in a seeded order, and
+each batch is cut to its longest row (`cut_batch`): the same rows each epoch, far less padding
+(fairseq's / t5x's length bucketing; SmolLM2's code replies, 640 wide: W = 16 computes 64 % of
+the tokens), one compile per width (multiples of `CUT_MULTIPLE`).
 
 A task is a local task / JSONL path (`local_tasks`, tokenized with the run's vocabulary) or a
 registered seqio task (`seqio_tasks`: the papers' `wmt_t2t_ende_v003`, `cnn_dailymail`, the local
@@ -190,9 +194,11 @@ def batch_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: i
   return task_idx, batch_of(tasks[task_idx], rows)
 
 
-def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int
-            ) -> tuple[int, np.ndarray]:
-  """(task index, the task's example rows) of training step `step` (`batch_at`'s choice)."""
+def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int,
+            length_window: int = 0) -> tuple[int, np.ndarray]:
+  """(task index, the task's example rows) of training step `step` (`batch_at`'s choice);
+  `length_window` W > 1: the rows of W consecutive batches of the epoch's permutation, sorted
+  by length (`row_lengths`), make W batches served in a seeded order (0 or 1: off)."""
   order = schedule([t.spec for t in tasks])
   rounds, pos = divmod(step, len(order))
   task_idx = order[pos]
@@ -205,7 +211,39 @@ def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: in
                      f"of {batch_size}")
   epoch, slot = divmod(served, per_epoch)
   perm = np.random.default_rng([seed, task_idx, epoch]).permutation(task.size)
-  return task_idx, perm[slot * batch_size:(slot + 1) * batch_size]
+  if length_window <= 1:
+    return task_idx, perm[slot * batch_size:(slot + 1) * batch_size]
+  window, at = divmod(slot, length_window)
+  span = length_window * batch_size
+  rows = perm[:per_epoch * batch_size][window * span:(window + 1) * span]  # whole batches
+  rows = rows[np.argsort(row_lengths(task.targets_NxL[rows]), kind="stable")]
+  pick = np.random.default_rng([seed, task_idx, epoch, window]).permutation(
+      len(rows) // batch_size)[at]
+  return task_idx, rows[pick * batch_size:(pick + 1) * batch_size]
+
+
+def row_lengths(targets_NxL: np.ndarray) -> np.ndarray:
+  """Each row's length up to and including its last non-pad token (0: a row of padding)."""
+  nonpad_NxL = targets_NxL != PAD_ID
+  last_N = targets_NxL.shape[1] - np.argmax(nonpad_NxL[:, ::-1], axis=1)
+  return np.where(nonpad_NxL.any(axis=1), last_N, 0)
+
+
+CUT_MULTIPLE = 64  # a cut batch's width is rounded up to it: at most L / 64 compiled shapes
+
+
+def cut_batch(batch: dict[str, np.ndarray], multiple: int | None = None
+              ) -> dict[str, np.ndarray]:
+  """The batch without the decoder positions after its longest row's last weighted one
+  (rounded up to `multiple`): every decoder array ([B, T, ...]) is cut, the encoder's input is
+  not. Why it is the same loss: the decoder (and a draft on its states) is causal, so no kept
+  position reads a cut one, and a cut position has loss weight 0."""
+  multiple = multiple or CUT_MULTIPLE
+  weights_BxT = batch["loss_weights"]
+  t = weights_BxT.shape[1]
+  longest = int(row_lengths((weights_BxT != 0).astype(np.int32)).max())
+  width = min(t, max(multiple, -(-longest // multiple) * multiple))
+  return {k: (v if k == "encoder_input_tokens" else v[:, :width]) for k, v in batch.items()}
 
 
 def batch_of(task: TokenizedTask, rows: np.ndarray) -> dict[str, np.ndarray]:

@@ -72,6 +72,10 @@ class FeatureTrainConfig:
   run (resumable), then every step reads its batch's states there instead of running the
   target. Decoder-only targets and head='target' only; ~n * D * 4 bytes per token (SmolLM2,
   n = 3: 6.9 kB; its 2,048 training replies: 4.1 GB). None: the target runs in every step.
+  length_window: W > 1 serves each epoch's rows in windows of W batches sorted by length, each
+  batch cut to its longest row (`data.rows_at`, `data.cut_batch`): the same loss a step, the same
+  rows an epoch, fewer padded positions computed (SmolLM2 code replies, W = 16: 64 % of them).
+  0: batches of the epoch's permutation at full width, as the recipes recorded before it.
   """
 
   target: str
@@ -98,6 +102,7 @@ class FeatureTrainConfig:
   mask_id: Optional[int] = None
   head_vocab: int = 0
   target_states: Optional[str] = None
+  length_window: int = 0
   seed: int = 0
   checkpoint_every: int = 100
   keep_checkpoints: int = 2
@@ -119,6 +124,9 @@ class FeatureTrainConfig:
                        f"{self.head_vocab!r}")
     if self.head_vocab and self.head != "target":
       raise ValueError("head_vocab restricts the target's head: it needs head='target'")
+    if not isinstance(self.length_window, int) or self.length_window < 0:
+      raise ValueError(f"length_window must be an integer >= 0 (batches per length-sorted "
+                       f"window; 0: off), got {self.length_window!r}")
     if self.target_states and self.head != "target":
       raise ValueError("target_states computes the teacher through the target's head copied "
                        "into the draft: it needs head='target'")
@@ -393,10 +401,14 @@ def _loop(run: _Setup, state: TrainState, manager, log, crash_after_step):
   step, last = int(state.step), {}
   target_params = None if run.states is not None else run.target_params
   while step < cfg.max_steps:
-    task_idx, rows = data_lib.rows_at(run.tasks, step, cfg.batch_size, cfg.seed)
+    task_idx, rows = data_lib.rows_at(run.tasks, step, cfg.batch_size, cfg.seed,
+                                      cfg.length_window)
     batch = data_lib.batch_of(run.tasks[task_idx], rows)
+    if cfg.length_window > 1:
+      batch = data_lib.cut_batch(batch)
     if run.states is not None:
-      batch[STATES_KEY] = np.asarray(run.states[task_idx][rows])
+      width = batch["decoder_input_tokens"].shape[1]
+      batch[STATES_KEY] = np.asarray(run.states[task_idx][rows, :width])
     state, metrics = run.step_fn(state, batch, run.frozen, target_params)
     step += 1
     if step % cfg.log_every == 0 or step == cfg.max_steps:

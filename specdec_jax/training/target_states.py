@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from specdec_jax import lock
+from specdec_jax.training import data as data_lib
 
 META_FILE = "meta.json"
 PROGRESS_FILE = "progress.json"
@@ -68,10 +69,7 @@ def fill_order(targets_NxL: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(rows shortest first, each row's length in decoder inputs): a row's length runs to its
   last non-pad token (pad = 0, as `data.batch_of`'s loss weights read it), at most T = L - 1;
   the sort is stable, so the order is a function of the data `meta.json` fingerprints."""
-  nonpad_NxL = targets_NxL != 0
-  last_N = targets_NxL.shape[1] - np.argmax(nonpad_NxL[:, ::-1], axis=1)
-  lengths_N = np.where(nonpad_NxL.any(axis=1), last_N, 1)
-  lengths_N = np.clip(lengths_N, 1, targets_NxL.shape[1] - 1)
+  lengths_N = np.clip(data_lib.row_lengths(targets_NxL), 1, targets_NxL.shape[1] - 1)
   return np.argsort(lengths_N, kind="stable"), lengths_N
 
 

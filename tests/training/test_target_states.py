@@ -1,7 +1,8 @@
 """Offline feature-draft training: stored target states and a restricted training head.
 
 Why each test: (1) a step fed stored states (whole, or zero after each row's end as a cut fill
-stores them) must compute the loss a step running the target computes (the teacher through the copied final norm and head is the target's own logits; a
+stores them), or a batch cut to its longest row, must compute the loss a step running the target
+computes (the teacher through the copied final norm and head is the target's own logits; a
 wrong layer or norm would train on another distribution and nothing else would notice), with the
 full head and with a restricted one, on an untied and a tied (SmolLM2-like) target; (2) the
 restricted head's columns are exactly the full head's at those ids; (3) a killed fill resumes
@@ -45,10 +46,12 @@ def _pair(preset: str, feature_layers=None, **overrides):
   return target, tp, draft, draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
 
 
-def _batch(seed=0, b=3, t=9):
+def _batch(seed=0, b=3, t=9, pad_all=False):
   rng = np.random.default_rng(seed)
   seq = rng.integers(2, 64, (b, t + 1)).astype(np.int32)
   seq[0, -3:] = 0  # padding at the end of one row
+  if pad_all:  # of every row: a batch `data.cut_batch` cuts
+    seq[1:, -2:] = 0
   task = data_lib.TokenizedTask(data_lib.TaskSpec(name="x", input_len=0, target_len=t + 1),
                                 None, seq)
   return data_lib.batch_of(task, np.arange(b))
@@ -85,6 +88,14 @@ def test_a_step_on_stored_states_computes_the_target_steps_loss(preset, tied, he
       np.testing.assert_allclose(float(got[1][key]), float(online[1][key]), rtol=2e-5,
                                  atol=2e-6, err_msg=key)
   assert float(online[1]["kl_0"]) > 0.1  # an untrained draft: a loss that could differ
+  # A batch cut to its longest row (`length_window`'s `data.cut_batch`) has the same loss.
+  padded = _batch(pad_all=True)
+  short = data_lib.cut_batch(padded, multiple=2)
+  assert short["loss_weights"].shape[1] == 8 < padded["loss_weights"].shape[1]
+  whole, cut_loss = loss(dp, tp, padded), loss(dp, tp, short)
+  for key in whole[1]:
+    np.testing.assert_allclose(float(cut_loss[1][key]), float(whole[1][key]), rtol=2e-5,
+                               atol=2e-6, err_msg=key)
 
 
 def test_a_restricted_heads_columns_are_the_full_heads():
@@ -229,18 +240,33 @@ def decoder_target(tmp_path_factory):
   return root, str(task), target_dir
 
 
-def test_offline_training_matches_online_and_exports_its_ranking(decoder_target):
+@pytest.mark.parametrize("length_window", [0, 2])  # 2: length-sorted windows, batches cut
+def test_offline_training_matches_online_and_exports_its_ranking(decoder_target, length_window,
+                                                                 monkeypatch):
   root, task, target = decoder_target
-  spec = data_lib.TaskSpec(name=task, input_len=0, target_len=16)
+  root = root / f"w{length_window}"
+  monkeypatch.setattr(data_lib, "CUT_MULTIPLE", 4)  # widths these short rows are cut to
+  monkeypatch.setattr(target_states, "WIDTH_MULTIPLE", 4)
+  widths, cut_batch = [], data_lib.cut_batch
+
+  def cut_and_note(batch):
+    out = cut_batch(batch)
+    widths.append(out["decoder_input_tokens"].shape[1])
+    return out
+
+  monkeypatch.setattr(data_lib, "cut_batch", cut_and_note)
+  spec = data_lib.TaskSpec(name=task, input_len=0, target_len=48)  # room after every row
   base = dict(target=target, tasks=[spec], max_steps=3, batch_size=8, checkpoint_every=3,
               log_every=1, learning_rate=3e-3, emb_dim=16, num_heads=2, mlp_dim=32,
-              ttt_steps=1, export_dtype=None, head_vocab=40, export_dir="export")
+              ttt_steps=1, export_dtype=None, head_vocab=40, export_dir="export",
+              length_window=length_window)
   fdt.train(fdt.FeatureTrainConfig(**base), str(root / "online"))
   summary = fdt.train(fdt.FeatureTrainConfig(**base, target_states="states"),
                       str(root / "offline"))
   assert (root / "offline" / "states" / "task0.npy").exists()
   rows = [[json.loads(l) for l in (root / run / "metrics.jsonl").read_text().splitlines()]
           for run in ("online", "offline")]
+  assert bool(length_window) == bool(widths) and all(w < 47 for w in widths), widths  # cut
   for a, b in zip(*rows):
     np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4)
   a, b = (_latest(root / run) for run in ("online", "offline"))

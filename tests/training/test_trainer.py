@@ -118,6 +118,44 @@ def test_batch_order_is_a_pure_function_of_step():
   assert (b["decoder_input_tokens"][:, 0] == 0).all()
 
 
+def test_length_windows_serve_each_epochs_rows_once_sorted_and_cut():
+  """`length_window`: an epoch serves the rows it serves without windows, each once; a batch is
+  a run of its window's length order; the order is still a pure function of the step; a cut
+  batch keeps every weighted position and cuts only decoder arrays."""
+  rng = np.random.default_rng(2)
+  seq = rng.integers(1, 9, (45, 40)).astype(np.int32)
+  lengths = rng.integers(3, 41, 45)
+  for row, n in enumerate(lengths):
+    seq[row, n:] = 0
+  task = data_lib.TokenizedTask(data_lib.TaskSpec("c", input_len=0, target_len=40), None, seq)
+  per_epoch = 45 // 4  # 11 batches of 4: 44 rows an epoch, windows of 3 batches (the last of 2)
+  for epoch in range(2):
+    steps = range(epoch * per_epoch, (epoch + 1) * per_epoch)
+    plain = [data_lib.rows_at([task], s, 4, seed=3)[1] for s in steps]
+    windowed = [data_lib.rows_at([task], s, 4, seed=3, length_window=3)[1] for s in steps]
+    assert sorted(np.concatenate(windowed)) == sorted(np.concatenate(plain))  # once each
+    assert len(set(np.concatenate(windowed))) == 44
+    for w in range(4):  # a window's batches partition its rows into runs of their length order
+      rows = np.concatenate(plain[3 * w:3 * w + 3])
+      ranked = rows[np.argsort(data_lib.row_lengths(seq[rows]), kind="stable")]
+      runs = {tuple(ranked[i:i + 4]) for i in range(0, len(ranked), 4)}
+      assert {tuple(b) for b in windowed[3 * w:3 * w + 3]} == runs
+  assert any(not np.array_equal(a, b) for a, b in zip(  # served in a seeded order, not sorted
+      windowed[:3], sorted(windowed[:3], key=lambda b: data_lib.row_lengths(seq[b]).max())))
+  np.testing.assert_array_equal(  # any step alone (a resumed run) gets the same rows
+      data_lib.rows_at([task], per_epoch + 7, 4, seed=3, length_window=3)[1], windowed[7])
+  batch = data_lib.batch_of(task, windowed[0])
+  cut = data_lib.cut_batch(batch, multiple=8)
+  longest = int(data_lib.row_lengths(seq[windowed[0]]).max()) - 1  # decoder inputs: no last
+  assert cut["loss_weights"].shape[1] == min(39, -(-longest // 8) * 8)
+  assert cut["loss_weights"].sum() == batch["loss_weights"].sum()  # nothing weighted is cut
+  np.testing.assert_array_equal(cut["decoder_input_tokens"],
+                                batch["decoder_input_tokens"][:, :cut["loss_weights"].shape[1]])
+  t5 = {"encoder_input_tokens": np.ones((2, 5)), "loss_weights": np.array([[1, 1, 0, 0]] * 2)}
+  assert data_lib.cut_batch(t5, multiple=2)["encoder_input_tokens"].shape == (2, 5)
+  assert data_lib.cut_batch(t5, multiple=2)["loss_weights"].shape == (2, 2)
+
+
 def test_forward_kl_is_zero_for_equal_and_positive_otherwise():
   key = jax.random.key(0)
   logits = jax.random.normal(key, (2, 3, 11))
