@@ -199,6 +199,28 @@ def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: in
   """(task index, the task's example rows) of training step `step` (`batch_at`'s choice);
   `length_window` W > 1: the rows of W consecutive batches of the epoch's permutation, sorted
   by length (`row_lengths`), make W batches served in a seeded order (0 or 1: off)."""
+  task_idx, batches, at = _served(tasks, step, batch_size, seed, length_window)
+  return task_idx, batches[at]
+
+
+def batch_share(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int,
+                length_window: int) -> float:
+  """Step `step`'s loss-weighted tokens over the mean of its window's batches (1.0 without
+  windows). Why: a loss averaged over each batch's own tokens weighs a token of a batch of short
+  rows more than one of a batch of long rows; windows sort rows into such batches (SmolLM2's
+  code replies, W = 16: the shortest quarter of the rows would get 25 % of the loss for 13 % of
+  the tokens), where random batches hold about equal counts (14 %). Scaled by its share, each
+  batch gives every token of its window the same weight (13 %)."""
+  task_idx, batches, at = _served(tasks, step, batch_size, seed, length_window)
+  counts = [float(batch_of(tasks[task_idx], b)["loss_weights"].sum()) for b in batches]
+  mean = sum(counts) / len(counts)
+  return counts[at] / mean if mean else 1.0
+
+
+def _served(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: int,
+            length_window: int) -> tuple[int, list[np.ndarray], int]:
+  """(task index, the batches of step `step`'s window in serving order, which one it gets);
+  without windows the window is the step's batch alone."""
   order = schedule([t.spec for t in tasks])
   rounds, pos = divmod(step, len(order))
   task_idx = order[pos]
@@ -212,14 +234,14 @@ def rows_at(tasks: Sequence[TokenizedTask], step: int, batch_size: int, seed: in
   epoch, slot = divmod(served, per_epoch)
   perm = np.random.default_rng([seed, task_idx, epoch]).permutation(task.size)
   if length_window <= 1:
-    return task_idx, perm[slot * batch_size:(slot + 1) * batch_size]
+    return task_idx, [perm[slot * batch_size:(slot + 1) * batch_size]], 0
   window, at = divmod(slot, length_window)
   span = length_window * batch_size
   rows = perm[:per_epoch * batch_size][window * span:(window + 1) * span]  # whole batches
   rows = rows[np.argsort(row_lengths(task.targets_NxL[rows]), kind="stable")]
-  pick = np.random.default_rng([seed, task_idx, epoch, window]).permutation(
-      len(rows) // batch_size)[at]
-  return task_idx, rows[pick * batch_size:(pick + 1) * batch_size]
+  picks = np.random.default_rng([seed, task_idx, epoch, window]).permutation(
+      len(rows) // batch_size)
+  return task_idx, [rows[p * batch_size:(p + 1) * batch_size] for p in picks], at
 
 
 def row_lengths(targets_NxL: np.ndarray) -> np.ndarray:

@@ -74,8 +74,10 @@ class FeatureTrainConfig:
   n = 3: 6.9 kB; its 2,048 training replies: 4.1 GB). None: the target runs in every step.
   length_window: W > 1 serves each epoch's rows in windows of W batches sorted by length, each
   batch cut to its longest row (`data.rows_at`, `data.cut_batch`): the same loss a step, the same
-  rows an epoch, fewer padded positions computed (SmolLM2 code replies, W = 16: 64 % of them).
-  0: batches of the epoch's permutation at full width, as the recipes recorded before it.
+  rows an epoch, fewer padded positions computed (SmolLM2 code replies, W = 16: 64 % of them);
+  each batch's loss scaled by its share of its window's tokens (`data.batch_share`), so a token
+  of a short batch weighs what one of a long batch does. 0: batches of the epoch's permutation
+  at full width, as the recipes recorded before it.
   """
 
   target: str
@@ -176,6 +178,7 @@ def target_features(target: Model, layers, target_params, batch):
 
 
 STATES_KEY = "target_states_BxTxnxD"  # a batch's stored states (`training.target_states`)
+SHARE_KEY = "loss_share"  # a length window's batch: its loss scale (`data.batch_share`)
 
 
 def teacher(draft: FeatureDraft, target: Model, params, target_params, batch):
@@ -198,7 +201,9 @@ def teacher(draft: FeatureDraft, target: Model, params, target_params, batch):
 
 def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
                cfg: FeatureTrainConfig):
-  """(loss, metrics): forward KL of each rolled-out step to the target's next distribution."""
+  """(objective, metrics): forward KL of each rolled-out step to the target's next
+  distribution; the objective is that loss times the batch's `SHARE_KEY` where it has one
+  (length windows), and the metrics keep the batch's own per-token loss."""
   encoded, t_logits, hidden = teacher(draft, target, params, target_params, batch)
   enc, dec = data_lib.model_inputs(batch)
   tokens_BxT, teacher_BxTxV = dec[:, 1:], t_logits[:, 1:]
@@ -229,7 +234,8 @@ def draft_loss(draft: FeatureDraft, target: Model, params, target_params, batch,
     kl, block_metrics = feature_blocks.block_loss(draft, params, enc, encoded, dec, g_parts[0],
                                                   teacher_BxTxV, w_BxT, cfg)
     loss, metrics = loss + cfg.block_weight * kl, {**metrics, **block_metrics}
-  return loss, dict(metrics, loss=loss, target_tokens=jnp.sum(w_BxT))
+  objective = loss * batch[SHARE_KEY] if SHARE_KEY in batch else loss  # logged: the batch's own
+  return objective, dict(metrics, loss=loss, target_tokens=jnp.sum(w_BxT))
 
 
 def start_entry_logits(draft: FeatureDraft, params, enc, encoded, dec_BxT) -> jax.Array:
@@ -406,6 +412,8 @@ def _loop(run: _Setup, state: TrainState, manager, log, crash_after_step):
     batch = data_lib.batch_of(run.tasks[task_idx], rows)
     if cfg.length_window > 1:
       batch = data_lib.cut_batch(batch)
+      batch[SHARE_KEY] = np.float32(data_lib.batch_share(run.tasks, step, cfg.batch_size,
+                                                         cfg.seed, cfg.length_window))
     if run.states is not None:
       width = batch["decoder_input_tokens"].shape[1]
       batch[STATES_KEY] = np.asarray(run.states[task_idx][rows, :width])

@@ -17,12 +17,13 @@ from `progress.json` (rows are written, flushed, then counted), so a killed fill
 one batch and duplicates nothing; the directory's lock refuses a second writer.
 
 The fill runs the rows shortest first, each batch cut to its longest row (`fill_order`,
-rounded up to `WIDTH_MULTIPLE`), and leaves zeros after a row's last token. Why: the target is
-causal, so a row's states do not depend on the padding after it, and no loss reads a padded
-position (`loss_weights` is 0 there, and a position's draft output depends only on earlier ones).
-SmolLM2's code replies (640 tokens wide, median 313) cost ~38 % fewer target positions sorted
-and cut (widths in multiples of 64) than in row order at full width; the states of real positions are the full pass's up to
-float rounding (a matmul of another width may sum in another order).
+rounded up to `WIDTH_MULTIPLE`), and leaves zeros past the batch's width (at or after each of
+its rows' last token). Why: the target is causal, so a row's states do not depend on the padding
+after it, and no loss reads a padded position (`loss_weights` is 0 there, and a position's draft
+output depends only on earlier ones). SmolLM2's code replies (640 tokens wide, median 313) cost
+~38 % fewer target positions sorted and cut (widths in multiples of 64) than in row order at
+full width; the states of real positions are the full pass's up to float rounding (a matmul of
+another width may sum in another order).
 """
 from __future__ import annotations
 

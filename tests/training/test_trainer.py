@@ -144,16 +144,32 @@ def test_length_windows_serve_each_epochs_rows_once_sorted_and_cut():
       windowed[:3], sorted(windowed[:3], key=lambda b: data_lib.row_lengths(seq[b]).max())))
   np.testing.assert_array_equal(  # any step alone (a resumed run) gets the same rows
       data_lib.rows_at([task], per_epoch + 7, 4, seed=3, length_window=3)[1], windowed[7])
-  batch = data_lib.batch_of(task, windowed[0])
-  cut = data_lib.cut_batch(batch, multiple=8)
-  longest = int(data_lib.row_lengths(seq[windowed[0]]).max()) - 1  # decoder inputs: no last
-  assert cut["loss_weights"].shape[1] == min(39, -(-longest // 8) * 8)
-  assert cut["loss_weights"].sum() == batch["loss_weights"].sum()  # nothing weighted is cut
-  np.testing.assert_array_equal(cut["decoder_input_tokens"],
-                                batch["decoder_input_tokens"][:, :cut["loss_weights"].shape[1]])
-  t5 = {"encoder_input_tokens": np.ones((2, 5)), "loss_weights": np.array([[1, 1, 0, 0]] * 2)}
-  assert data_lib.cut_batch(t5, multiple=2)["encoder_input_tokens"].shape == (2, 5)
-  assert data_lib.cut_batch(t5, multiple=2)["loss_weights"].shape == (2, 2)
+  for multiple in (1, 8):  # 1: a cut exactly at the last weighted position
+    for rows in windowed:
+      batch = data_lib.batch_of(task, rows)
+      cut = data_lib.cut_batch(batch, multiple=multiple)
+      last = int(np.flatnonzero(batch["loss_weights"].any(axis=0))[-1]) + 1
+      assert cut["loss_weights"].shape[1] == min(39, -(-last // multiple) * multiple)
+      assert cut["loss_weights"].sum() == batch["loss_weights"].sum()  # nothing weighted is cut
+      np.testing.assert_array_equal(cut["decoder_input_tokens"],
+                                    batch["decoder_input_tokens"][:, :cut["loss_weights"].shape[1]])
+  assert min(data_lib.cut_batch(data_lib.batch_of(task, r), multiple=8)["loss_weights"].shape[1]
+             for r in windowed) <= 16  # some batches are cut short
+  t5 = {"encoder_input_tokens": np.ones((2, 5)), "loss_weights": np.array([[1, 1, 1, 0, 0]] * 2)}
+  assert data_lib.cut_batch(t5, multiple=1)["encoder_input_tokens"].shape == (2, 5)
+  assert data_lib.cut_batch(t5, multiple=1)["loss_weights"].shape == (2, 3)
+  # Each batch's share of its window's tokens: they average 1 over a window, so a token weighs
+  # the same in every batch of it (a loss averaged over the batch's own tokens, times the share).
+  shares = [data_lib.batch_share([task], s, 4, seed=3, length_window=3) for s in range(11)]
+  counts = [data_lib.batch_of(task, r)["loss_weights"].sum() for r in
+            [data_lib.rows_at([task], s, 4, seed=3, length_window=3)[1] for s in range(11)]]
+  for w in range(4):
+    part = slice(3 * w, 3 * w + 3)
+    np.testing.assert_allclose(np.mean(shares[part]), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(np.array(shares[part]) / np.array(counts[part]),
+                               1.0 / np.mean(counts[part]), rtol=1e-6)
+  assert max(shares) / min(shares) > 1.5  # windows make unequal batches: the scale matters
+  assert data_lib.batch_share([task], 5, 4, seed=3, length_window=0) == 1.0
 
 
 def test_forward_kl_is_zero_for_equal_and_positive_otherwise():
