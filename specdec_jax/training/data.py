@@ -36,6 +36,9 @@ from specdec_jax.data.vocabulary import EOS_ID, PAD_ID
 from specdec_jax.training import seqdata
 
 
+LOSS_ON = ("all", "continuation")
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
   """One task of the mixture.
@@ -49,6 +52,10 @@ class TaskSpec:
       reads the whole split. Validation reads `TrainConfig.eval_examples` instead.
     prompt_format: 'plain', or 'chat' (each input as one user turn of the vocabulary's chat
       template, `data.chat`), as `RunConfig.prompt_format` puts a run's prompts.
+    loss_on: 'all' (every token of a decoder-only sequence, the prompt's included) or
+      'continuation' (only what follows the prompt: the reply, as SpecForge / EAGLE-3 mask a
+      chat's assistant turn; the prompt still feeds the model). A T5 task's loss is on its
+      targets, the continuation, either way.
   """
   name: str
   weight: int = 1
@@ -56,8 +63,12 @@ class TaskSpec:
   target_len: int = 64
   max_examples: int | None = None
   prompt_format: str = "plain"
+  loss_on: str = "all"
 
   def __post_init__(self):
+    if self.loss_on not in LOSS_ON:
+      raise ValueError(f"TaskSpec({self.name!r}).loss_on must be one of {LOSS_ON}, got "
+                       f"{self.loss_on!r}")
     if self.max_examples is not None and self.max_examples < 1:
       raise ValueError(f"TaskSpec({self.name!r}).max_examples must be >= 1 or None, got "
                        f"{self.max_examples}")
@@ -65,10 +76,12 @@ class TaskSpec:
 
 @dataclasses.dataclass
 class TokenizedTask:
-  """Token arrays of one task, padded with 0: inputs [N, input_len] (T5) and targets [N, L]."""
+  """Token arrays of one task, padded with 0: inputs [N, input_len] (T5) and targets [N, L];
+  a decoder-only task's `prompt_lengths_N`: how many tokens of each sequence are its prompt."""
   spec: TaskSpec
   inputs_NxP: np.ndarray | None
   targets_NxL: np.ndarray
+  prompt_lengths_N: np.ndarray | None = None
 
   @property
   def size(self) -> int:
@@ -136,10 +149,11 @@ def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "tr
     if split != "train":  # validate on the source task's references
       task = tokenize_task(dataclasses.replace(spec, name=index["source_task"]), vocab, encoder_decoder, split,
                            limit)
-      return TokenizedTask(spec, task.inputs_NxP, task.targets_NxL)
+      return TokenizedTask(spec, task.inputs_NxP, task.targets_NxL, task.prompt_lengths_N)
     if not encoder_decoder:  # one sequence: the prompt, then the generated continuation
       seqs = seqdata.load(spec.name, 0, spec.target_len, join_inputs=True)
-      return TokenizedTask(spec, None, seqs.targets_NxL[:limit])
+      prompts_N = np.array([len(r["input_ids"]) for r in seqs.rows], np.int32)
+      return TokenizedTask(spec, None, seqs.targets_NxL[:limit], prompts_N[:limit])
     seqs = seqdata.load(spec.name, spec.input_len, spec.target_len)
     return TokenizedTask(spec, seqs.inputs_NxP[:limit], seqs.targets_NxL[:limit])
   src, tgt = _read(spec, vocab, split, limit)
@@ -147,7 +161,8 @@ def tokenize_task(spec: TaskSpec, vocab, encoder_decoder: bool, split: str = "tr
     inputs = np.stack([_pad(s, spec.input_len) for s in src])
     targets = np.stack([_pad(t + [EOS_ID], spec.target_len) for t in tgt])
     return TokenizedTask(spec, inputs, targets)
-  return TokenizedTask(spec, None, _decoder_sequences(src, tgt, spec.target_len, vocab.eos_id))
+  return TokenizedTask(spec, None, _decoder_sequences(src, tgt, spec.target_len, vocab.eos_id),
+                       np.array([len(s) - 1 for s in src], np.int32))  # the input, EOS dropped
 
 
 def _decoder_sequences(src, tgt, length: int, eos_id: int = EOS_ID) -> np.ndarray:
@@ -171,7 +186,8 @@ def decoder_prompts(spec: TaskSpec, vocab, split: str = "train", limit: int | No
                      f"continuation within target_len {spec.target_len}; set TaskSpec.input_len "
                      "below target_len")
   inputs = np.stack([_pad(p[-width:], width) for p in prompts])
-  return TokenizedTask(spec, inputs, _decoder_sequences(src, tgt, spec.target_len))
+  return TokenizedTask(spec, inputs, _decoder_sequences(src, tgt, spec.target_len),
+                       np.array([len(s) - 1 for s in src], np.int32))
 
 
 def schedule(specs: Sequence[TaskSpec]) -> list[int]:
@@ -277,8 +293,15 @@ def batch_of(task: TokenizedTask, rows: np.ndarray) -> dict[str, np.ndarray]:
   else:
     # Decoder-only: next-token prediction with no BOS, as decoding feeds the raw prompt.
     inputs, targets = seq[:, :-1], seq[:, 1:]
+  weights = (targets != PAD_ID).astype(np.float32)
+  if task.spec.loss_on == "continuation" and task.inputs_NxP is None:
+    if task.prompt_lengths_N is None:
+      raise ValueError(f"task {task.spec.name!r}: loss_on='continuation' needs each sequence's "
+                       "prompt length, which this decoder-only task does not carry")
+    # Target j is sequence token j + 1: weighted from the prompt's end on.
+    weights *= np.arange(1, seq.shape[1])[None, :] >= task.prompt_lengths_N[rows][:, None]
   batch = {"decoder_input_tokens": inputs, "decoder_target_tokens": targets,
-           "loss_weights": (targets != PAD_ID).astype(np.float32)}
+           "loss_weights": weights}
   if task.inputs_NxP is not None:
     batch["encoder_input_tokens"] = task.inputs_NxP[rows]
   return batch
@@ -297,11 +320,16 @@ def model_inputs(batch: dict) -> tuple:
 def target_frequencies(tasks: Sequence[TokenizedTask], vocab_size: int
                        ) -> list[tuple[str, float, np.ndarray]]:
   """[(task name, weight, token frequencies [V])] over each task's decoder-side targets (pad
-  excluded): the counts a draft's head ranking is made of (`checkpoints.head_ranking`). A
-  generated-sequence directory is filed under its source task, the name a run gives."""
+  excluded; with loss_on='continuation', the continuations only: the ids the loss is on): the
+  counts a draft's head ranking is made of (`checkpoints.head_ranking`). A generated-sequence
+  directory is filed under its source task, the name a run gives."""
   out = []
   for task in tasks:
-    ids = task.targets_NxL[task.targets_NxL != PAD_ID]
+    counted_NxL = task.targets_NxL != PAD_ID
+    if task.spec.loss_on == "continuation" and task.prompt_lengths_N is not None:
+      counted_NxL &= (np.arange(task.targets_NxL.shape[1])[None, :]
+                      >= task.prompt_lengths_N[:, None])
+    ids = task.targets_NxL[counted_NxL]
     counts = np.bincount(ids.ravel(), minlength=vocab_size)[:vocab_size].astype(np.float64)
     name = task.spec.name
     if seqdata.is_generated(name):

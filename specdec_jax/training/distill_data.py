@@ -112,6 +112,7 @@ def generation_key(cfg: DistillDataConfig) -> dict[str, Any]:
   del key["mesh"]
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   for task in key["tasks"]:  # the chat turns' wording, `data.chat.REVISION` (not for 'plain')
+    del task["loss_on"]  # a training setting: no example depends on it
     if task.get("prompt_format", "plain") != "plain":
       task["chat_revision"] = chat.REVISION
   key["model_contents"] = identity.content_digest(fetch.resolve(cfg.model))

@@ -44,8 +44,9 @@ def make_evaluator(model: Model, tasks: Sequence[data_lib.TaskSpec], vocab, *,
     batches[spec.name] = []
     for start in range(0, task.size, batch_size):
       rows = np.arange(start, min(start + batch_size, task.size))
-      sub = data_lib.TokenizedTask(spec, None if task.inputs_NxP is None else task.inputs_NxP[rows],
-                                   task.targets_NxL[rows])
+      sub = data_lib.TokenizedTask(
+          spec, None if task.inputs_NxP is None else task.inputs_NxP[rows], task.targets_NxL[rows],
+          None if task.prompt_lengths_N is None else task.prompt_lengths_N[rows])
       batches[spec.name].append(data_lib.batch_at([sub], 0, len(rows), 0)[1])
 
   def evaluator(params) -> dict[str, float]:

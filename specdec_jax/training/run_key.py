@@ -43,6 +43,9 @@ def run_key(cfg) -> dict[str, Any]:
   """The resume key of a `TrainConfig` (JSON-able)."""
   key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
+  for task in key["tasks"]:  # added later: a key without it was trained with its default
+    if task.get("loss_on") == "all":
+      del task["loss_on"]
   key["teacher_contents"] = identity.content_digest(cfg.teacher)
   key["init_from_contents"] = identity.content_digest(cfg.init_from)
   generated = [seqdata.content_digest(t.name) if seqdata.is_generated(t.name) else None

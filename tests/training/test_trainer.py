@@ -1,4 +1,5 @@
 """The trainer resumes exactly after a crash, and its distillation loss is a proper KL."""
+import dataclasses
 import json
 
 import jax
@@ -78,6 +79,13 @@ def test_resume_refuses_other_data_or_teacher(setup, tmp_path, monkeypatch):
   train(_config(task, model, max_steps=2, teacher=str(teacher)), str(out), progress=False)
   key = json.loads((out / "run_key.json").read_text())
   assert key["seed"] == 0 and key["teacher_contents"]
+  # A task setting added later (loss_on) is in the key only when not its default, so keys
+  # written before it still match; another value is another loss and refuses.
+  assert "loss_on" not in key["tasks"][0]
+  other = _config(task, model, max_steps=4, teacher=str(teacher))
+  other = dataclasses.replace(other, tasks=[dataclasses.replace(other.tasks[0],
+                                                                loss_on="continuation")])
+  assert run_key.run_key(other)["tasks"][0]["loss_on"] == "continuation"
   with pytest.raises(ValueError, match=r"different \['seed'\]"):
     train(_config(task, model, max_steps=4, teacher=str(teacher), seed=1), str(out), progress=False)
   warnings = []
