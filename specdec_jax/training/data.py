@@ -270,17 +270,22 @@ def row_lengths(targets_NxL: np.ndarray) -> np.ndarray:
 CUT_MULTIPLE = 64  # a cut batch's width is rounded up to it: at most L / 64 compiled shapes
 
 
+def cut_width(longest: int, t: int, multiple: int | None = None) -> int:
+  """`longest` positions rounded up to `multiple` (`CUT_MULTIPLE`), at least one multiple, at
+  most `t`: the width a cut batch (or a target-state fill batch) is computed at."""
+  multiple = multiple or CUT_MULTIPLE
+  return min(t, max(multiple, -(-longest // multiple) * multiple))
+
+
 def cut_batch(batch: dict[str, np.ndarray], multiple: int | None = None
               ) -> dict[str, np.ndarray]:
   """The batch without the decoder positions after its longest row's last weighted one
   (rounded up to `multiple`): every decoder array ([B, T, ...]) is cut, the encoder's input is
   not. Why it is the same loss: the decoder (and a draft on its states) is causal, so no kept
   position reads a cut one, and a cut position has loss weight 0."""
-  multiple = multiple or CUT_MULTIPLE
   weights_BxT = batch["loss_weights"]
-  t = weights_BxT.shape[1]
   longest = int(row_lengths((weights_BxT != 0).astype(np.int32)).max())
-  width = min(t, max(multiple, -(-longest // multiple) * multiple))
+  width = cut_width(longest, weights_BxT.shape[1], multiple)
   return {k: (v if k == "encoder_input_tokens" else v[:, :width]) for k, v in batch.items()}
 
 

@@ -17,7 +17,7 @@ from `progress.json` (rows are written, flushed, then counted), so a killed fill
 one batch and duplicates nothing; the directory's lock refuses a second writer.
 
 The fill runs the rows shortest first, each batch cut to its longest row (`fill_order`,
-rounded up to `WIDTH_MULTIPLE`), and leaves zeros past the batch's width (at or after each of
+rounded up by `data.cut_width`), and leaves zeros past the batch's width (at or after each of
 its rows' last token). Why: the target is causal, so a row's states do not depend on the padding
 after it, and no loss reads a padded position (`loss_weights` is 0 there, and a position's draft
 output depends only on earlier ones). SmolLM2's code replies (640 tokens wide, median 313) cost
@@ -42,7 +42,6 @@ from specdec_jax.training import data as data_lib
 META_FILE = "meta.json"
 PROGRESS_FILE = "progress.json"
 ORDER = "length"  # `fill_order`'s; an earlier store filled in row order says "index" (or nothing)
-WIDTH_MULTIPLE = 64  # a batch's width is rounded up to it: at most T / 64 compiled shapes
 Params = Any
 
 
@@ -128,7 +127,7 @@ def fill(directory: str, meta: dict, tasks, states_fn: Callable[[np.ndarray], np
       order_N, lengths_N = fill_order(task.targets_NxL)
       for start in range(done[i], shape[0], batch_size):
         rows_B = np.sort(order_N[start:start + batch_size])
-        width = min(shape[1], -(-int(lengths_N[rows_B].max()) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE)
+        width = data_lib.cut_width(int(lengths_N[rows_B].max()), shape[1])
         inputs_BxW = task.targets_NxL[rows_B, :width]
         out[rows_B, :width] = np.asarray(states_fn(inputs_BxW), np.float32)
         out.flush()

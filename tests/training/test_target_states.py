@@ -194,7 +194,7 @@ def test_a_store_of_other_data_or_a_second_writer_is_refused(tmp_path):
 
 
 def test_a_fill_cut_to_each_batchs_longest_row_stores_the_full_pass(tmp_path, monkeypatch):
-  monkeypatch.setattr(target_states, "WIDTH_MULTIPLE", 2)
+  monkeypatch.setattr(data_lib, "CUT_MULTIPLE", 2)
   rng = np.random.default_rng(4)
   seq = rng.integers(1, 50, (7, 9)).astype(np.int32)
   lengths = np.array([9, 2, 5, 1, 7, 3, 4])  # tokens before the padding, in targets
@@ -246,7 +246,6 @@ def test_offline_training_matches_online_and_exports_its_ranking(decoder_target,
   root, task, target = decoder_target
   root = root / f"w{length_window}"
   monkeypatch.setattr(data_lib, "CUT_MULTIPLE", 4)  # widths these short rows are cut to
-  monkeypatch.setattr(target_states, "WIDTH_MULTIPLE", 4)
   widths, cut_batch = [], data_lib.cut_batch
 
   def cut_and_note(batch):
