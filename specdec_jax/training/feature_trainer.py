@@ -41,7 +41,7 @@ from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import divergences, feature_blocks, target_states
+from specdec_jax.training import divergences, feature_blocks, target_states, warm_start
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
@@ -78,6 +78,12 @@ class FeatureTrainConfig:
   each batch's loss scaled by its share of its window's tokens (`data.batch_share`), so a token
   of a short batch weighs what one of a long batch does. 0: batches of the epoch's permutation
   at full width, as the recipes recorded before it.
+  init_from: a feature draft's export (`fd_ckpt.save`, for the same target: checked) whose
+  weights start every parameter of this draft with the same path and shape (`warm_start`; its
+  export dtype, e.g. bfloat16, rounded into float32), the optimizer and the schedule fresh. Why:
+  a second stage with another objective (more training-time-test steps: a draft trained on one
+  rolled-out step keeps 0.49 of its second drafts but 0.09 of its third, SmolLM2 code, in
+  sample) starts from what the first learned. A resumed run restores its own checkpoint.
   """
 
   target: str
@@ -113,6 +119,7 @@ class FeatureTrainConfig:
   export_dir: Optional[str] = None
   export_dtype: Optional[str] = "bfloat16"
   vocabulary: Optional[str] = None
+  init_from: Optional[str] = None
 
   def __post_init__(self):
     if self.ttt_steps < 0 or self.ttt_weight < 0 or self.start_weight < 0:
@@ -310,12 +317,16 @@ class _Setup:
   ranking: Optional[list] = None
 
 
-def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState]:
-  """Loads the target, builds the draft (the target's pieces copied in) and its first state."""
+def _setup(cfg: FeatureTrainConfig, output_dir: str, resuming: bool = False
+           ) -> tuple[_Setup, TrainState]:
+  """Loads the target, builds the draft (the target's pieces copied in; `init_from`'s weights
+  unless `resuming`) and its first state."""
   target, target_params = loader.load_model(cfg.target, dtype="float32", seed=cfg.seed,
                                             weights_dtype="float32", scan_layers=False)
   draft = FeatureDraft(cfg.draft_config(target.config))
   params = draft.with_target_pieces(draft.init(jax.random.key(cfg.seed)), target_params)
+  if cfg.init_from and not resuming:
+    params = _warm_start(cfg, draft, params, target_params)
   vocab = tasks_lib.load_vocabulary(cfg.vocabulary, required=True)
   tasks = [data_lib.tokenize_task(s, vocab, target.config.is_encoder_decoder, "train")
            for s in cfg.tasks]
@@ -334,6 +345,20 @@ def _setup(cfg: FeatureTrainConfig, output_dir: str) -> tuple[_Setup, TrainState
     f.write(draft.config.to_json())
   return _Setup(cfg, draft, trained, target, target_params, frozen, tasks,
                 make_step(trained, target, cfg, optimizer), states, ranking), state
+
+
+def _warm_start(cfg: FeatureTrainConfig, draft: FeatureDraft, params, target_params):
+  """`params` with `cfg.init_from`'s trained weights (`FeatureTrainConfig.init_from`); the
+  target's copied pieces stay the target's own float32 ones."""
+  fd_ckpt.check_target(cfg.init_from, cfg.target, target_params)
+  source, source_params = fd_ckpt.load(cfg.init_from, target_params)
+  if source.config.feature_layers != draft.config.feature_layers:
+    raise ValueError(f"init_from {cfg.init_from!r} fuses layers {source.config.feature_layers}, "
+                     f"this draft {draft.config.feature_layers}: not a warm start of it")
+  trained = {k: v for k, v in source_params.items() if k not in draft.frozen_names()}
+  out, _ = warm_start.warm_start({k: v for k, v in params.items()
+                                  if k not in draft.frozen_names()}, trained, cfg.init_from)
+  return {**params, **out}
 
 
 def training_ranking(tasks, vocab_size: int) -> list[int]:
@@ -383,10 +408,10 @@ def train(cfg: FeatureTrainConfig, output_dir: str, *, crash_after_step: Optiona
   """Trains (or resumes) into `output_dir`; returns the summary (`train_summary.json`).
   `crash_after_step` raises after that step's checkpoint logic (tests simulate a kill)."""
   output_dir = os.path.abspath(output_dir)
-  run, state = _setup(cfg, output_dir)
   manager = ocp.CheckpointManager(
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
+  run, state = _setup(cfg, output_dir, resuming=manager.latest_step() is not None)
   if manager.latest_step() is not None:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.to_checkpoint())
     state = TrainState.from_checkpoint(manager.restore(

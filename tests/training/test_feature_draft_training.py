@@ -126,3 +126,27 @@ def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
     logits, _, _ = feature_first_call(draft, dp, state, carry)
     np.testing.assert_allclose(np.asarray(trained[:, j]), np.asarray(logits), rtol=1e-5,
                                atol=1e-5, err_msg=f"{kind}, start token at {j}")
+
+
+def test_init_from_starts_from_an_export(setup, tmp_path):
+  """A second stage (`init_from`) starts from the first stage's export: with a negligible
+  learning rate its one step leaves those weights, so its export equals the first's (and a
+  fresh run's random init differs, so the check can fail); another target's draft is refused."""
+  _, task, target = setup
+  first = str(tmp_path / "first_export")
+  fdt.train(_config(task, target, max_steps=2, export_dir=first), str(tmp_path / "first"))
+  frozen = dict(max_steps=1, learning_rate=1e-12, seed=1)
+  second, fresh = str(tmp_path / "second_export"), str(tmp_path / "fresh_export")
+  fdt.train(_config(task, target, init_from=first, export_dir=second, ttt_steps=2, **frozen),
+            str(tmp_path / "second"))
+  fdt.train(_config(task, target, export_dir=fresh, **frozen), str(tmp_path / "fresh"))
+  _, tp = load_checkpoint(target)
+  a, b, c = (fd_ckpt.load(d, tp)[1] for d in (first, second, fresh))
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=0, atol=1e-8), a, b)
+  assert not np.allclose(a["layer"]["mlp"]["wi_0"]["kernel"],
+                            c["layer"]["mlp"]["wi_0"]["kernel"])
+  other = get_preset("t5_test_target", vocab_size=8192)
+  other_dir = str(tmp_path / "other_target")
+  orbax_io.save(other_dir, other, load_checkpoint("t5_test_target", config=other, seed=4)[1])
+  with pytest.raises(ValueError, match="trained on the states of"):
+    fdt.train(_config(task, other_dir, init_from=first, **frozen), str(tmp_path / "other"))
