@@ -119,7 +119,8 @@ def main():
   kept, per_call, out_NxM = loop_depths(draft, params, target, target_params, prompts_NxP,
                                         args.gamma, args.max_new)
   n = min(50, args.max_new)
-  same = [bool(np.array_equal(out_NxM[i, :n], seq_NxL[i, p:p + n])) for i, p in enumerate(prompt_N)]
+  same = [bool(np.array_equal(out_NxM[i, :n], seq_NxL[i, p:p + n]))
+          for i, p in enumerate(prompt_N)]
   record = {"feature_draft": args.feature_draft, "target": args.target, "task": args.task,
             "rows": rows.tolist(), "gamma": args.gamma, "max_new": args.max_new,
             "teacher_forced_top1_by_depth": forced, "loop_kept_given_previous_by_depth": kept,
