@@ -41,7 +41,8 @@ from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models import head_vocab
 from specdec_jax.models.model import Model
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import divergences, feature_blocks, target_states, warm_start
+from specdec_jax.training import (divergences, feature_blocks, run_key, target_states,
+                                  warm_start)
 from specdec_jax.training.train_config import TrainConfig
 from specdec_jax.training.train_state import TrainState
 
@@ -411,7 +412,10 @@ def train(cfg: FeatureTrainConfig, output_dir: str, *, crash_after_step: Optiona
   manager = ocp.CheckpointManager(
       os.path.join(output_dir, "checkpoints"),
       options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
-  run, state = _setup(cfg, output_dir, resuming=manager.latest_step() is not None)
+  resuming = manager.latest_step() is not None
+  run_key.check_or_write(cfg, output_dir, resuming=resuming, write=True,
+                         strict=run_key.FEATURE_STRICT, logged=run_key.FEATURE_LOGGED)
+  run, state = _setup(cfg, output_dir, resuming=resuming)
   if manager.latest_step() is not None:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.to_checkpoint())
     state = TrainState.from_checkpoint(manager.restore(

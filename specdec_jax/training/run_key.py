@@ -39,14 +39,24 @@ _LOGGED = ("learning_rate", "schedule", "warmup_steps", "decay_steps", "weight_d
            "dtype")
 
 
-def run_key(cfg) -> dict[str, Any]:
-  """The resume key of a `TrainConfig` (JSON-able)."""
-  key = {k: getattr(cfg, k) for k in _STRICT + _LOGGED}
+# A feature draft's run (`FeatureTrainConfig`): its target, data and loss (the rolled-out steps,
+# the start and block losses, the restricted head, the length windows) and its block's shape.
+FEATURE_STRICT = ("target", "tasks", "batch_size", "seed", "vocabulary", "optimizer",
+                  "init_from", "emb_dim", "num_heads", "head_dim", "mlp_dim", "feature_layers",
+                  "head", "ttt_steps", "ttt_weight", "start_weight", "block_size",
+                  "block_weight", "mask_id", "head_vocab", "length_window")
+FEATURE_LOGGED = ("learning_rate", "schedule", "warmup_steps", "decay_steps", "weight_decay")
+
+
+def run_key(cfg, strict: tuple = _STRICT, logged: tuple = _LOGGED) -> dict[str, Any]:
+  """The resume key of a `TrainConfig` (JSON-able); a `FeatureTrainConfig`'s with
+  `FEATURE_STRICT` / `FEATURE_LOGGED`."""
+  key = {k: getattr(cfg, k) for k in strict + logged}
   key["tasks"] = [dataclasses.asdict(t) for t in cfg.tasks]
   for task in key["tasks"]:  # added later: a key without it was trained with its default
     if task.get("loss_on") == "all":
       del task["loss_on"]
-  key["teacher_contents"] = identity.content_digest(cfg.teacher)
+  key["teacher_contents"] = identity.content_digest(getattr(cfg, "teacher", None))
   key["init_from_contents"] = identity.content_digest(cfg.init_from)
   generated = [seqdata.content_digest(t.name) if seqdata.is_generated(t.name) else None
                for t in cfg.tasks]
@@ -56,23 +66,24 @@ def run_key(cfg) -> dict[str, Any]:
   return json.loads(json.dumps(key, default=str))
 
 
-def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool) -> None:
-  """Raises if a resumed run's strict keys differ; logs the changed tolerated ones.
+def check_or_write(cfg, output_dir: str, *, resuming: bool, write: bool,
+                   strict: tuple = _STRICT, logged: tuple = _LOGGED) -> None:
+  """Raises if a resumed run's strict keys differ; logs the changed tolerated ones (`logged`).
 
   A run started before keys existed has no file: it is resumed unchecked and its key written.
   """
   path = os.path.join(output_dir, FILE)
-  key = run_key(cfg)
+  key = run_key(cfg, strict, logged)
   if resuming and os.path.exists(path):
     with open(path, encoding="utf-8") as f:
       old = json.load(f)
-    old = {**_DEFAULTS, **old}
+    old = {**{k: v for k, v in _DEFAULTS.items() if k in key}, **old}
     changed = sorted(k for k in set(key) | set(old) if key.get(k) != old.get(k))
-    strict = [k for k in changed if k not in _LOGGED]
-    if strict:
+    refused = [k for k in changed if k not in logged]
+    if refused:
       raise ValueError(
-          f"{output_dir} holds a run trained with different {strict} (now "
-          f"{ {k: key.get(k) for k in strict} }, was { {k: old.get(k) for k in strict} }); "
+          f"{output_dir} holds a run trained with different {refused} (now "
+          f"{ {k: key.get(k) for k in refused} }, was { {k: old.get(k) for k in refused} }); "
           "resuming would not continue the same data or loss: use a new --output_dir")
     for k in changed:
       logging.warning("resuming %s with %s = %r (was %r)", output_dir, k, key.get(k), old.get(k))

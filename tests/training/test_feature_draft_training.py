@@ -150,3 +150,18 @@ def test_init_from_starts_from_an_export(setup, tmp_path):
   orbax_io.save(other_dir, other, load_checkpoint("t5_test_target", config=other, seed=4)[1])
   with pytest.raises(ValueError, match="trained on the states of"):
     fdt.train(_config(task, other_dir, init_from=first, **frozen), str(tmp_path / "other"))
+
+
+def test_resume_refuses_another_loss_and_logs_another_rate(setup, tmp_path):
+  """A feature draft's run key (`run_key.FEATURE_STRICT`): resuming with another number of
+  rolled-out steps would continue another loss, so it is refused before any step; another
+  learning rate is a common change and resumes."""
+  _, task, target = setup
+  out = tmp_path / "run"
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    fdt.train(_config(task, target, max_steps=5), str(out), crash_after_step=4)  # saved at 4
+  key = json.loads((out / "run_key.json").read_text())
+  assert key["ttt_steps"] == 1 and key["target"] == target
+  with pytest.raises(ValueError, match=r"different \['ttt_steps'\]"):
+    fdt.train(_config(task, target, max_steps=5, ttt_steps=2), str(out))
+  assert fdt.train(_config(task, target, max_steps=5, learning_rate=1e-3), str(out))["steps"] == 5
