@@ -83,7 +83,7 @@ class FeatureTrainConfig:
   weights start every parameter of this draft with the same path and shape (`warm_start`; its
   export dtype, e.g. bfloat16, rounded into float32), the optimizer and the schedule fresh. Why:
   a second stage with another objective (more training-time-test steps: a draft trained on one
-  rolled-out step keeps 0.49 of its second drafts but 0.09 of its third, SmolLM2 code, in
+  rolled-out step keeps 0.33 of its second drafts but 0.06 of its third, SmolLM2 code, in
   sample) starts from what the first learned. A resumed run restores its own checkpoint.
   """
 
