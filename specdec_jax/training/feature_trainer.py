@@ -416,7 +416,7 @@ def train(cfg: FeatureTrainConfig, output_dir: str, *, crash_after_step: Optiona
   run_key.check_or_write(cfg, output_dir, resuming=resuming, write=True,
                          strict=run_key.FEATURE_STRICT, logged=run_key.FEATURE_LOGGED)
   run, state = _setup(cfg, output_dir, resuming=resuming)
-  if manager.latest_step() is not None:
+  if resuming:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state.to_checkpoint())
     state = TrainState.from_checkpoint(manager.restore(
         manager.latest_step(), args=ocp.args.StandardRestore(abstract)))
