@@ -41,19 +41,19 @@ from specdec_jax.decoding import draft_schemes
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.training import data as data_lib
-from specdec_jax.training import feature_trainer as fdt
+from specdec_jax.training import feature_step as fstep
 
 
 def teacher_forced(draft, params, target, target_params, batch, reply_BxT, depths: int):
   """Top-1 agreement with the target over `reply_BxT` positions at rolled-out depths 1..depths."""
   enc, dec = data_lib.model_inputs(batch)
-  _, logits_BxTxV, hidden = fdt.target_features(target, draft.feature_layers, target_params,
+  _, logits_BxTxV, hidden = fstep.target_features(target, draft.feature_layers, target_params,
                                                 batch)
   tokens_BxT, teacher_BxT = dec[:, 1:], jnp.argmax(logits_BxTxV[:, 1:], -1)
   t = tokens_BxT.shape[1]
   g_parts, out = [draft.fuse(params, hidden[:, :-1])], []
   for a in range(depths):
-    layout = fdt.rollout_layout(t, a + 1) if a else (None, None)
+    layout = fstep.rollout_layout(t, a + 1) if a else (None, None)
     feats = draft.features(params, enc, jnp.tile(tokens_BxT, (1, a + 1)),
                            jnp.concatenate(g_parts, axis=1), offsets=layout[0],
                            visible=layout[1])[:, a * t:]

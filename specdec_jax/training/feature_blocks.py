@@ -6,7 +6,7 @@ Why (issue 28's parallel variant, after DFlash / PARD): `FeatureDrafter(parallel
 entries only has never seen a mask; this loss trains each mask entry on exactly what that call
 feeds it, against the target's distribution at the position it drafts.
 
-Coordinates (`models/feature_draft.py`'s, in the training frame of `feature_draft.draft_loss`):
+Coordinates (`models/feature_draft.py`'s, in the training frame of `feature_step.draft_loss`):
 entry e = (g_e, y_{e+1}) predicts teacher[e] = p_{e+1}, e = 0..T-1. An anchor a is the last
 verified entry of a decode-time call: a >= 0 is entry a (every entry before it is in the draft
 cache or pending, all with the target's features: the parallel chain never caches a draft

@@ -31,6 +31,7 @@ from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.testing import tiny_feature_pair
 from specdec_jax.training import data as data_lib
 from specdec_jax.training import feature_blocks as fb
+from specdec_jax.training import feature_step as fstep
 from specdec_jax.training import feature_trainer as fdt
 from specdec_jax.training.train_state import TrainState
 
@@ -141,9 +142,9 @@ def test_block_loss_training_lowers_held_out_block_kl(pairs):
   optimizer = optax.adam(3e-3)
   state = TrainState(params=trainable, opt_state=optimizer.init(trainable), step=jnp.int32(0),
                      tokens=jnp.int32(0), seconds=jnp.float32(0.0))
-  step = fdt.make_step(draft, target, cfg, optimizer)
+  step = fstep.make_step(draft, target, cfg, optimizer)
   held_out = _batch("t5", 64, seed=99)
-  eval_fn = jax.jit(lambda p: fdt.draft_loss(draft, target, {**p, **frozen}, tp, held_out,
+  eval_fn = jax.jit(lambda p: fstep.draft_loss(draft, target, {**p, **frozen}, tp, held_out,
                                              cfg)[1])
   before = {k: float(v) for k, v in eval_fn(state.params).items()}
   for i in range(40):

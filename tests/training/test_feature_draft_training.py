@@ -17,6 +17,7 @@ from specdec_jax.checkpoints import feature_draft_io as fd_ckpt
 from specdec_jax.checkpoints import load_checkpoint, orbax_io
 from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
+from specdec_jax.training import feature_step as fstep
 from specdec_jax.training import feature_trainer as fdt
 
 
@@ -42,7 +43,7 @@ def _config(task, target, **kw):
 
 
 def test_rollout_layout_is_inference_attention():
-  offsets, visible = fdt.rollout_layout(4, 3)
+  offsets, visible = fstep.rollout_layout(4, 3)
   assert offsets.tolist() == [0, 1, 2, 3] * 3
   # Step 0: causal over the target-fed entries.
   assert visible[:4, :4].tolist() == np.tril(np.ones((4, 4), bool)).tolist()
@@ -112,7 +113,7 @@ def test_start_entry_logits_equal_the_first_iterations_draft_call(kind):
   if kind == "t5":
     dec = dec.at[:, 0].set(0)
   encoded = target.encode(tp, enc) if kind == "t5" else None
-  trained = fdt.start_entry_logits(draft, dp, enc, encoded, dec)
+  trained = fstep.start_entry_logits(draft, dp, enc, encoded, dec)
   assert trained.shape == ((2, 1, 64) if kind == "t5" else (2, 6, 64))
   gamma = 3
   for j in range(trained.shape[1]):  # the request's last known token is dec[:, j]

@@ -27,6 +27,7 @@ from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
 from specdec_jax.models.model_config import get_preset
 from specdec_jax.training import data as data_lib
+from specdec_jax.training import feature_step as fstep
 from specdec_jax.training import feature_trainer as fdt
 from specdec_jax.training import target_states
 
@@ -69,20 +70,20 @@ def test_a_step_on_stored_states_computes_the_target_steps_loss(preset, tied, he
   cfg = fdt.FeatureTrainConfig(target="t", tasks=[data_lib.TaskSpec(name="x")], max_steps=1,
                                ttt_steps=1, block_size=3)
   batch = _batch()
-  loss = jax.jit(lambda p, t, b: fdt.draft_loss(draft, target, p, t, b, cfg))
+  loss = jax.jit(lambda p, t, b: fstep.draft_loss(draft, target, p, t, b, cfg))
   online = loss(dp, tp, batch)
   stored = target_states.stored_layers(draft.feature_layers, target.config.num_decoder_layers)
   assert len(stored) == len(draft.feature_layers) + (layers is not None)
   enc, dec = data_lib.model_inputs(batch)
   _, states = target.forward_with_hidden(tp, enc, dec, stored)
-  offline = loss(dp, None, {**batch, fdt.STATES_KEY: states})
+  offline = loss(dp, None, {**batch, fstep.STATES_KEY: states})
   # As a cut fill stores them: zeros after each row's last token (`target_states.fill_order`).
   _, lengths = target_states.fill_order(np.concatenate(
       [batch["decoder_input_tokens"], batch["decoder_target_tokens"][:, -1:]], axis=1))
   assert lengths.min() < states.shape[1]  # a row is cut
   cut = jnp.where((jnp.arange(states.shape[1])[None, :] < lengths[:, None])[..., None, None],
                   states, 0.0)
-  zeroed = loss(dp, None, {**batch, fdt.STATES_KEY: cut})
+  zeroed = loss(dp, None, {**batch, fstep.STATES_KEY: cut})
   for key in online[1]:
     for got in (offline, zeroed):
       np.testing.assert_allclose(float(got[1][key]), float(online[1][key]), rtol=2e-5,
