@@ -31,6 +31,10 @@ The protocol (all traceable; `decoder` is the `Decoder`, `dparams` the draft's p
 - `observe(decoder, dparams, before, new, hidden, carry)`: the state after `commit` with the
   newly written positions' target states turned into pending entries.
 - `summary(carry)`: the result's `draft_stats` (None but for `LookupFeatureDrafter`).
+- `cache_slack`: draft cache slots past the target's a drafter's widest feed may write into (0
+  but for `LookupFeatureDrafter`, whose catch-up feeds `catchup_width` entries from the oldest
+  pending one); `start.init_state` sizes the draft's cache with them, so no write falls past its
+  end (the kernels' in-place write refuses one; XLA's scatter would drop it).
 """
 from __future__ import annotations
 
@@ -159,6 +163,7 @@ class TokenDrafter:
 
   feeds_verified = False  # fed its own tokens: a fully accepted block leaves it pending
   greedy_ids = True       # temperature 0 with an exact rule: draft and verify as token ids
+  cache_slack = 0         # its feeds fit the verification slack (`start.slack`)
 
   def check(self, decoder) -> None:
     if is_feature_draft(decoder.draft):
@@ -237,6 +242,7 @@ class FeatureDrafter:
   mask_id: Optional[int] = None
 
   feeds_verified = True  # the verified positions are fed again with the target's states
+  cache_slack = 0  # its feeds (pending entries, a chain's block) fit the verification slack
 
   @property
   def greedy_ids(self) -> bool:

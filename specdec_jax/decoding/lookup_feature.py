@@ -204,6 +204,14 @@ class LookupFeatureDrafter(FeatureDrafter):
                        f"which the lookup drafts), got {self.min_ngram}, {self.lookup_ngram}, "
                        f"{self.max_ngram}")
 
+  @property
+  def cache_slack(self) -> int:
+    """Draft cache slots past the target's: a catch-up call writes `catchup_width` entries from
+    the oldest pending one and the first call `draft_gamma + 1`, both from where the draft fell
+    behind, so near the buffer's end (or in a finished row, fed but never kept) a block reaches
+    past the last slot the verification slack covers (`drafter` module docstring)."""
+    return self.catchup_width + self.draft_gamma + 1
+
   def check(self, decoder) -> None:
     check_feature_pair(decoder, type(self).__name__)
     if not getattr(decoder.scheme, "chain", False):

@@ -22,9 +22,11 @@ from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree import TreeScheme
+from specdec_jax.kernels import cache_write
 from specdec_jax.models.model_config import get_preset
 from specdec_jax.models.feature_draft import FeatureDraft
 from specdec_jax.models.feature_draft_config import FeatureDraftConfig
+from specdec_jax.models import packed
 from specdec_jax.models.model import Model
 from specdec_jax.testing import (sharp_t5_feature_pair, teacher_forced_draft_logits,
                                  tiny_feature_pair, vmapped_law_pvalue)
@@ -87,6 +89,29 @@ def test_draft_catches_up_on_lookup_iterations():
     want = teacher_forced_draft_logits(target, tp, draft, dp, np.asarray(inputs[b]),
                                        stream)
     np.testing.assert_allclose(np.asarray(got_BxV[b]), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not cache_write.available(), reason="the kernel library is not built")
+@pytest.mark.parametrize("max_decode_len", [8, 16])
+def test_catch_up_near_the_buffer_end_fits_the_packed_drafts_cache(max_decode_len):
+  """A catch-up call feeds `catchup_width` entries from the oldest pending one, past the
+  verification slack near the buffer's end; the kernels' in-place cache write (a packed draft,
+  as `draft_panels` runs it) refuses a block past the cache's end, so the draft's cache must be
+  sized for it (`cache_slack`; HumanEval's run failed there: slots 978..993 of 991)."""
+  target = Model(get_preset("decoder_test_target", vocab_size=8, eos_id=-1))  # no row ends
+  tp = target.init(jax.random.key(0))
+  draft = FeatureDraft(FeatureDraftConfig.for_target(target.config, emb_dim=16, num_heads=2,
+                                                     mlp_dim=32, eos_id=-1))
+  dp = draft.with_target_pieces(draft.init(jax.random.key(1)), tp)
+  pdraft, pdp = packed.for_backend(draft, dp, "kernel", role="draft")
+  inputs = jnp.asarray([[5, 6, 5, 6, 5], [3, 4, 3, 2, 3]], jnp.int32)
+  ar = Decoder(target, sampling=GREEDY, max_decode_len=max_decode_len).generate(Params(tp), inputs)
+  spec = Decoder(target, pdraft, Chain(3), GREEDY, max_decode_len=max_decode_len,
+                 drafter=LookupFeatureDrafter(draft_gamma=2, lookup_ngram=2)
+                 ).generate(Params(tp, pdp), inputs)
+  np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+  lookups_B, calls_B = spec.draft_stats["lookups_B"], spec.counters.target_calls_B
+  assert np.any(lookups_B > 0) and np.any(lookups_B < calls_B), (lookups_B, calls_B)  # both
 
 
 # ---- exactness at temperature > 0: the sampled joint equals the target's ---------------------
