@@ -1,4 +1,4 @@
-"""Chooses a feature-level draft's scheme settings on a run's held-out calibration prompts only.
+"""Chooses drafting settings on a run's held-out calibration prompts only.
 
 Why: the lookup-or-feature drafter (`LookupFeatureDrafter`) and the adaptive chain with a
 feature-level draft have knobs the cost model does not predict (`lookup_ngram`, the match
@@ -6,7 +6,8 @@ length at which prompt lookup drafts, and the feature draft's gamma; the adaptiv
 `gamma_max` and `confidence_threshold`); choosing them on the prompts a run then reports would
 fit the report. This script loads a run config's target, drafts and prompt sets exactly as the
 run does (`runner.pipeline.load`), and times, on the calibration prompts alone (the run never
-reports them), the autoregressive loop, the feature draft alone at `--gammas`, and, all
+reports them), the autoregressive loop, the feature draft alone at `--gammas`, each model-free draft of the config
+(prompt lookup, corpus lookup, ...) at `--model_free_gammas`, and, all
 interleaved in one process: with the config's `RunConfig.feature_lookup_gamma`, prompt lookup
 alone at that gamma and the combined scheme over `--ngrams` x `--gammas`; with `--thresholds`,
 the adaptive feature chain over `--gamma_maxes` x `--thresholds` (HF's heuristic schedule)
@@ -19,6 +20,9 @@ adaptive chain's mean proposed length.
       --output=/tmp/lookup_feature_calibration.json
   python experiments/lookup_feature_calibrate.py --gin_file=configs/local/feature.gin \
       --thresholds=0.5,0.7 --gamma_maxes=4,8 --output=/tmp/adaptive_feature_calibration.json
+  python experiments/lookup_feature_calibrate.py --gin_file=configs/local/smollm2_humaneval.gin \
+      --gin.DRAFT="['prompt_lookup', 'corpus_lookup']" --gin.RunConfig.lookup_corpus="'C.npz'" \
+      --model_free_gammas=4,6 --output=/tmp/corpus_calibration.json
 """
 from __future__ import annotations
 
@@ -40,13 +44,15 @@ from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.metrics import acceptance_stats
 from specdec_jax.runner import pipeline
-from specdec_jax.runner.run_config import FEATURE_DRAFT
+from specdec_jax.runner.run_config import FEATURE_DRAFT, NON_MODEL_DRAFTS
 
 flags.DEFINE_string("output", None, "Where the JSON goes (refused if it exists).")
 flags.DEFINE_list("ngrams", ["1", "2", "3"], "lookup_ngram values.")
 flags.DEFINE_list("gammas", ["2", "3", "4"], "The feature draft's gammas.")
 flags.DEFINE_list("thresholds", [], "The adaptive feature chain's confidence thresholds "
                   "(none: no adaptive rows).")
+flags.DEFINE_list("model_free_gammas", [], "Gammas of each model-free draft's chain (none: no "
+                  "model-free rows beside the combined scheme's prompt lookup).")
 flags.DEFINE_list("gamma_maxes", ["8"], "The adaptive feature chain's gamma_max values.")
 flags.DEFINE_bool("full_width", False, "Also time each adaptive setting verifying the whole "
                   "gamma_max block (verify_buckets=(gamma_max,): no switch over widths).")
@@ -59,11 +65,15 @@ def main(argv):
   if FLAGS.output is None or os.path.exists(FLAGS.output):
     raise app.UsageError(f"--output must name a new file, got {FLAGS.output!r}")
   cfg = run_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-  if not cfg.feature.lookup_gamma and not FLAGS.thresholds:
+  if not cfg.feature.lookup_gamma and not FLAGS.thresholds and not FLAGS.model_free_gammas:
     raise app.UsageError("nothing to calibrate: the config sets no "
-                         "RunConfig.feature_lookup_gamma and --thresholds is empty")
+                         "RunConfig.feature_lookup_gamma, --thresholds and --model_free_gammas "
+                         "are empty")
   loaded = pipeline.load(cfg)
-  feature = next(s for s in loaded.drafts if s.kind == FEATURE_DRAFT)
+  feature = next((s for s in loaded.drafts if s.kind == FEATURE_DRAFT), None)
+  if feature is None and (cfg.feature.lookup_gamma or FLAGS.thresholds):
+    raise app.UsageError("feature_lookup_gamma and --thresholds need a feature-level draft "
+                         "among the config's drafts")
   lookup = next((s for s in loaded.drafts if s.kind == "prompt_lookup"), None)
   cal = loaded.calibration
   batches = [jax.device_put(cal.batch(list(range(i, min(i + cfg.batch_size, len(cal.ids))))))
@@ -81,7 +91,10 @@ def main(argv):
   if lookup is not None and cfg.feature.lookup_gamma:
     programs[f"prompt_lookup g{cfg.feature.lookup_gamma}"] = program(
         lookup, Chain(cfg.feature.lookup_gamma))
-  for g in map(int, FLAGS.gammas):  # the feature draft alone, for reference
+  for spec in (s for s in loaded.drafts if s.kind in NON_MODEL_DRAFTS):
+    for g in map(int, FLAGS.model_free_gammas):
+      programs[f"{spec.kind} g{g}"] = program(spec, Chain(g))
+  for g in map(int, FLAGS.gammas) if feature is not None else ():  # the feature draft alone
     programs[f"feature_draft g{g}"] = program(feature, Chain(g))
   for n in map(int, FLAGS.ngrams) if cfg.feature.lookup_gamma else ():
     for g in map(int, FLAGS.gammas):

@@ -71,8 +71,10 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     draft: a checkpoint or preset for a model draft; a feature-level draft's export (a directory
       with `feature_draft_config.json`, trained for this very target: its pairing record is
       checked; it decodes with `FeatureDrafter`); 'unigram', 'bigram' or 'prompt_lookup' for a
-      model-free draft (the first two estimate n-gram tables on `task`'s train split); None: the
-      target alone (only `gamma=0` decodes).
+      model-free draft (the first two estimate n-gram tables on `task`'s train split); a corpus
+      index (an .npz of scripts/corpus_index.py over the target's tokenizer) for corpus lookup
+      (a run's `DRAFT='corpus_lookup'` with `RunConfig.lookup_corpus`); None: the target alone
+      (only `gamma=0` decodes).
     task: a shipped task ('translate_en_de', 'summarize', 'code_complete') or 'humaneval' (which
       drafts as 'code_complete'; its problems: `humaneval()`, scored by `pass_at_k`). Strings get
       its input prefix ("translate English to German: ", "summarize: ", none for code), and a
@@ -117,7 +119,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
   draft_model = draft_params = None
   if draft is not None:
     settings = drafts_lib.DraftSettings(vocab_size=preset_vocab, dtype=dtype, seed=seed,
-                                        head_vocab=head_vocab, task=task)
+                                        head_vocab=head_vocab, task=task,
+                                        lookup_corpus=_corpus(draft))
     draft_model, draft_params = drafts_lib.load_draft(
         _draft_spec(draft), target_model, target_params, settings,
         tables_fn=_tables_fn(task, vocab, target_model), target_name=target)
@@ -145,10 +148,17 @@ def _standing_for(task: Optional[str]) -> Optional[str]:
   return "code_complete" if task is not None and humaneval_lib.samples(task) else task
 
 
+def _corpus(draft) -> Optional[str]:
+  """A draft named by a corpus index file is corpus lookup over it."""
+  return draft if isinstance(draft, str) and draft.endswith(".npz") else None
+
+
 def _draft_spec(draft: str) -> DraftSpec:
   if not isinstance(draft, str):
-    raise TypeError(f"draft must be a checkpoint path, a preset name or one of "
-                    f"{NON_MODEL_DRAFTS}, got {type(draft).__name__}")
+    raise TypeError(f"draft must be a checkpoint path, a preset name, a corpus index (.npz) or "
+                    f"one of {NON_MODEL_DRAFTS}, got {type(draft).__name__}")
+  if _corpus(draft):
+    return DraftSpec("corpus_lookup")
   return DraftSpec(draft) if draft in NON_MODEL_DRAFTS else DraftSpec(checkpoint_kind(draft),
                                                                       draft)
 

@@ -136,6 +136,26 @@ def test_greedy_speculative_equals_autoregressive(kind, draft_panels):
   assert 0.0 <= spec.alpha <= 1.0 and spec.gamma == 2 and ar.gamma == 0
 
 
+def test_a_corpus_index_as_the_draft_is_corpus_lookup(tmp_path):
+  """`draft=` an .npz of scripts/corpus_index.py: corpus lookup over it, the CLI's
+  DRAFT='corpus_lookup' with RunConfig.lookup_corpus; the corpus holds the target's own greedy
+  outputs, so it drafts them and the output is the autoregressive one."""
+  from specdec_jax.data import corpus_index
+  from specdec_jax.models import model_free
+  target = sd.load("decoder_test_target", vocabulary=False)
+  prompts = [[5, 6, 7, 9], [9, 3, 8], [4, 4, 4, 4, 4, 2, 7]]
+  ar = target.generate(prompts, gamma=0, max_new_tokens=10)
+  path = str(tmp_path / "corpus.npz")
+  corpus_index.save_index(path, corpus_index.build_corpus_index(
+      [p + r for p, r in zip(prompts, ar.ids)], target.target.vocab_size), {})
+  pair = sd.load("decoder_test_target", path, vocabulary=False)
+  assert isinstance(pair.draft, model_free.CorpusLookupDraft)
+  spec = pair.generate(prompts, gamma=3, max_new_tokens=10)
+  assert spec.ids == ar.ids and spec.tokens_per_call > 2.0
+  with pytest.raises(ValueError, match="cannot read a corpus index"):
+    sd.load("decoder_test_target", str(tmp_path / "missing.npz"), vocabulary=False)
+
+
 def test_tree_option_decodes_the_autoregressive_output(ids_pair):
   """gamma='tree' drafts a static tree per target call (`decoding.tree`); greedy, it writes the
   target's own tokens."""

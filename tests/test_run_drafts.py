@@ -47,3 +47,44 @@ def _library_alpha(name):
   res = Decoder(target, draft, Chain(2), SamplingConfig(), max_decode_len=8).generate(
       Params(tp, params), inputs)
   return acceptance_stats.alpha_of(res.counters)
+
+
+def _corpus(tmp_path, vocab=64):
+  """A corpus index over random ids of the smoke target's vocabulary, as scripts/corpus_index.py
+  writes one."""
+  from specdec_jax.data import corpus_index
+  import numpy as np
+  rng = np.random.default_rng(0)
+  index = corpus_index.build_corpus_index(
+      [rng.integers(2, vocab, size=40).tolist() for _ in range(20)], vocab, max_ngram=3)
+  path = str(tmp_path / "corpus.npz")
+  corpus_index.save_index(path, index, {"vocab_size": vocab})
+  return path
+
+
+def test_corpus_lookup_needs_a_corpus_of_the_targets_vocabulary(tmp_path):
+  base = ["DRAFT = 'corpus_lookup'", "MODE = 'speculative'", "NUM_EXAMPLES = 2",
+          "MAX_DECODE_LENGTH = 4", "GAMMA = 2"]
+  with pytest.raises(ValueError, match="needs RunConfig.lookup_corpus"):
+    run.run(["configs/local/smoke.gin"], str(tmp_path / "a"), base)
+  from specdec_jax.data import corpus_index
+  bad = str(tmp_path / "other_vocab.npz")
+  corpus_index.save_index(bad, corpus_index.build_corpus_index([[1, 2, 3]], 16), {"vocab_size": 16})
+  with pytest.raises(ValueError, match="vocabulary of 16 ids"):
+    run.run(["configs/local/smoke.gin"], str(tmp_path / "b"),
+            base + [f"RunConfig.lookup_corpus = '{bad}'"])
+  with pytest.raises(ValueError, match="cannot read a corpus index"):
+    run.run(["configs/local/smoke.gin"], str(tmp_path / "c"),
+            base + [f"RunConfig.lookup_corpus = '{tmp_path / 'missing.npz'}'"])
+  assert not os.path.exists(tmp_path / "a" / "metrics.json")
+
+
+def test_corpus_lookup_runs_beside_prompt_lookup(tmp_path):
+  out = str(tmp_path / "run")
+  metrics = run.run(["configs/local/smoke.gin"], out, [
+      "DRAFT = ['corpus_lookup', 'prompt_lookup']", "MODE = 'speculative'", "NUM_EXAMPLES = 4",
+      "MAX_DECODE_LENGTH = 8", "GAMMA = 2", "RunConfig.repeats = 1",
+      f"RunConfig.lookup_corpus = '{_corpus(tmp_path)}'"])
+  assert [m["draft"] for m in metrics] == ["corpus_lookup", "prompt_lookup"]
+  for m in metrics:
+    assert 0.0 <= m["alpha"] <= 1.0 and m["num_examples"] == 4

@@ -32,6 +32,7 @@ from specdec_jax.models import gqa
 from specdec_jax.models.feature_draft import FeatureDraft
 from specdec_jax.models.feature_draft_config import FeatureDraftConfig
 from specdec_jax.models.model import Model
+from specdec_jax.paths import resolve_path
 
 SPEC_PREFILL, SPEC_LOOP, AR_PREFILL, AR_LOOP, TRAIN_STEP = (
     "spec_prefill", "spec_loop", "ar_prefill", "ar_loop", "train_step")
@@ -112,9 +113,10 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
 
   draft_cfgs: draft name -> ModelConfig for model drafts, FeatureDraftConfig for feature-level
   drafts (the draft rules, as `sharding.place_models` lays one out), or the kind ('unigram',
-  'bigram', 'prompt_lookup') for model-free ones.
+  'bigram', 'prompt_lookup', 'corpus_lookup') for model-free ones (a corpus lookup's index is
+  read from `cfg.lookup_corpus` for its shapes).
   """
-  from specdec_jax.data import ngram_tables  # pylint: disable=import-outside-toplevel
+  from specdec_jax.data import corpus_index, ngram_tables  # pylint: disable=import-outside-toplevel
   from specdec_jax.models import model_free  # pylint: disable=import-outside-toplevel
   t_rules, d_rules = mesh_config.rules_for("target"), mesh_config.rules_for("draft")
   target = _fitted(mesh, sh.with_rules(Model(target_cfg), t_rules), t_rules)
@@ -125,8 +127,14 @@ def decode_setup(cfg, mesh: Mesh, mesh_config: sh.MeshConfig, target_cfg, draft_
   for name, dcfg in draft_cfgs.items():
     if isinstance(dcfg, str):
       draft = model_free.make_draft(dcfg, target)
-      tables = ({} if dcfg == "prompt_lookup"
-                else ngram_tables.build_ngram_tables([], target.vocab_size))
+      if dcfg == "corpus_lookup":
+        if not cfg.lookup_corpus:
+          raise ValueError("DRAFT='corpus_lookup' needs RunConfig.lookup_corpus (its index's "
+                           "shapes are the program's)")
+        tables = corpus_index.load_index(resolve_path(cfg.lookup_corpus))[0]
+      else:
+        tables = ({} if dcfg == "prompt_lookup"
+                  else ngram_tables.build_ngram_tables([], target.vocab_size))
       drafts[name] = (draft, abstract.abstract_tables(tables, mesh))
     elif isinstance(dcfg, FeatureDraftConfig):
       draft = sh.with_rules(FeatureDraft(dcfg), d_rules)

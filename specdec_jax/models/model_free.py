@@ -1,4 +1,4 @@
-"""Model-free drafts behind the decoding seam: unigram, bigram and prompt lookup.
+"""Model-free drafts behind the decoding seam: unigram, bigram, prompt lookup and corpus lookup.
 
 Why: Leviathan et al. (Table 3) report alpha for unigram and bigram drafts, and prompt lookup (copy
 the continuation of an earlier occurrence of the last few tokens) costs almost nothing and is
@@ -14,7 +14,8 @@ proposed token. Exactness never depends on that: the loop samples x ~ q from the
 it hands to the acceptance rule, whatever q is.
 
 `make_draft(name, target)` builds one; its params are n-gram tables (data work done before
-decoding: `specdec_jax.data.ngram_tables`), or `{}` for prompt lookup; nothing here reads a file.
+decoding: `specdec_jax.data.ngram_tables`), `{}` for prompt lookup, or a corpus index for corpus
+lookup (`specdec_jax.data.corpus_index`); nothing here reads a file.
 """
 from __future__ import annotations
 
@@ -158,13 +159,15 @@ class PromptLookupDraft(_HistoryDraft):
                                      self.max_ngram, self.min_ngram)
     v = self.vocab_size
     onehot = jnp.where(jax.nn.one_hot(proposal_BxT, v, dtype=bool), 0.0, NEG)
+    return jnp.where(found_BxT[..., None], onehot, self._fallback_logits(params, tokens_BxT))
+
+  def _fallback_logits(self, params, tokens_BxT):
+    shape = tokens_BxT.shape + (self.vocab_size,)
     if self.fallback == "uniform":
-      fb = jnp.zeros(tokens_BxT.shape + (v,), jnp.float32)
-    elif self.fallback == "unigram":
-      fb = jnp.broadcast_to(params["log_unigram"], tokens_BxT.shape + (v,))
-    else:
-      fb = table_logits(params, tokens_BxT)
-    return jnp.where(found_BxT[..., None], onehot, fb)
+      return jnp.zeros(shape, jnp.float32)
+    if self.fallback == "unigram":
+      return jnp.broadcast_to(params["log_unigram"], shape)
+    return table_logits(params, tokens_BxT)
 
 
 def match_scores(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array,
@@ -228,7 +231,88 @@ def best_match(context_BxC: jax.Array, tokens_BxS: jax.Array, pos_BxT: jax.Array
           jnp.where(found_BxT, proposal_BxT, 0))
 
 
-DRAFT_KINDS = {"unigram": UnigramDraft, "bigram": BigramDraft, "prompt_lookup": PromptLookupDraft}
+# ---- corpus lookup (REST-style retrieval over a fixed token corpus) -----------------------------
+CORPUS_KEYS = ("corpus_keys", "corpus_grams", "corpus_next", "corpus_count")
+_HASH_MUL = 0x9E3779B1  # Knuth's multiplicative constant; uint32 arithmetic wraps
+
+
+def suffix_hashes(suffix_XxN: jax.Array) -> jax.Array:
+  """hash_XxN[..., n-1]: a uint32 hash of the n-gram suffix[..., :n] (token 0 the latest, 1 the
+  one before, ...), for every n at once. `data.corpus_index` hashes the corpus with this very
+  function, so a query and the index agree bit for bit; a collision only costs a miss."""
+  def mix(h, tok):
+    h = (h ^ (tok.astype(jnp.uint32) + jnp.uint32(1))) * jnp.uint32(_HASH_MUL)
+    h = h ^ (h >> jnp.uint32(15))
+    return h, h
+  h0 = jnp.full(suffix_XxN.shape[:-1], 0x2545F491, jnp.uint32)
+  _, hs = jax.lax.scan(mix, h0, jnp.moveaxis(suffix_XxN, -1, 0))
+  return jnp.moveaxis(hs, 0, -1)
+
+
+def corpus_match(index: dict, tokens_BxS: jax.Array, pos_BxT: jax.Array, max_ngram: int
+                 ) -> tuple[jax.Array, jax.Array]:
+  """(ngram_BxT, proposal_BxT): the longest n <= max_ngram for which the n tokens ending at
+  history slot pos[b, t] occur in the corpus, and the continuation most often seen after them
+  there (0, 0 where none).
+
+  The index (`data.corpus_index.build_corpus_index`) holds every distinct n-gram of the corpus
+  once, sorted by `suffix_hashes`: a query is N binary searches and one gather, O(N log U),
+  whatever the corpus's size, where `match_scores` compares against every history slot.
+  """
+  keys_U, grams_UxM = index["corpus_keys"], index["corpus_grams"]
+  n = min(max_ngram, grams_UxM.shape[1])
+  s = tokens_BxS.shape[1]
+  k_N = jnp.arange(n, dtype=jnp.int32)
+  qpos_BxTxN = pos_BxT[..., None] - k_N[None, None, :]
+  b_Bx1x1 = jnp.arange(tokens_BxS.shape[0])[:, None, None]
+  suffix_BxTxN = jnp.where(qpos_BxTxN >= 0,
+                           tokens_BxS[b_Bx1x1, jnp.clip(qpos_BxTxN, 0, s - 1)], -2)
+  hash_BxTxN = suffix_hashes(suffix_BxTxN)
+  idx_BxTxN = jnp.clip(jnp.searchsorted(keys_U, hash_BxTxN), 0, keys_U.shape[0] - 1)
+  # The entry must be this very n-gram (hashes collide): its tokens, then -1 past its length.
+  m = grams_UxM.shape[1]
+  in_gram_NxM = jnp.arange(m)[None, :] <= k_N[:, None]
+  want_BxTxNxM = jnp.where(in_gram_NxM[None, None],
+                           jnp.pad(suffix_BxTxN, [(0, 0), (0, 0), (0, m - n)])[:, :, None, :], -1)
+  hit_BxTxN = ((keys_U[idx_BxTxN] == hash_BxTxN)
+               & jnp.all(grams_UxM[idx_BxTxN] == want_BxTxNxM, axis=-1)
+               & jnp.cumprod(suffix_BxTxN >= 0, axis=-1).astype(bool))
+  ngram_BxT = jnp.max(jnp.where(hit_BxTxN, k_N[None, None, :] + 1, 0), axis=-1)
+  best_BxT = jnp.take_along_axis(idx_BxTxN, jnp.maximum(ngram_BxT - 1, 0)[..., None], axis=-1)
+  proposal_BxT = jnp.where(ngram_BxT > 0, index["corpus_next"][best_BxT[..., 0]], 0)
+  return ngram_BxT.astype(jnp.int32), proposal_BxT.astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusLookupDraft(PromptLookupDraft):
+  """Prompt lookup that also retrieves from a fixed corpus (REST, He et al. 2024): where the
+  last n tokens occur in the corpus, the continuation most often seen after them there. The
+  longer match of the two wins, the prompt-and-output one at equal length (it copies this very
+  request); with neither, `fallback`. The corpus index is the params (`CORPUS_KEYS`, built by
+  `data.corpus_index`, e.g. over the target's own replies to training prompts), so one compiled
+  loop serves any corpus of the same size.
+
+  Why: prompt lookup drafts only what the request repeats; the rest of a reply (a function's
+  body, a summary's connective phrases) is often common text the target writes again and again.
+  A draft model learns it; a corpus of the target's own outputs stores it, at no training cost
+  and a few binary searches a token.
+  """
+
+  def _logits(self, params, cache, tokens_BxT, pos_BxT):
+    hist_n, hist_tok = best_match(cache.context_BxC, cache.tokens_BxS, pos_BxT,
+                                  self.max_ngram, self.min_ngram)
+    corp_n, corp_tok = corpus_match(params, cache.tokens_BxS, pos_BxT, self.max_ngram)
+    corp_n = jnp.where(corp_n >= self.min_ngram, corp_n, 0)
+    use_hist = hist_n >= corp_n
+    found_BxT = (hist_n > 0) | (corp_n > 0)
+    proposal_BxT = jnp.where(use_hist, hist_tok, corp_tok)
+    v = self.vocab_size
+    onehot = jnp.where(jax.nn.one_hot(proposal_BxT, v, dtype=bool), 0.0, NEG)
+    return jnp.where(found_BxT[..., None], onehot, self._fallback_logits(params, tokens_BxT))
+
+
+DRAFT_KINDS = {"unigram": UnigramDraft, "bigram": BigramDraft, "prompt_lookup": PromptLookupDraft,
+               "corpus_lookup": CorpusLookupDraft}
 
 
 def make_draft(name: str, target, **kwargs):
@@ -242,5 +326,5 @@ def make_draft(name: str, target, **kwargs):
 
 def needs_tables(draft) -> bool:
   """Whether a model-free draft reads n-gram tables: all but a prompt lookup whose fallback is
-  uniform (its params may then be `{}` or any tables)."""
+  uniform (its params may then be `{}` or any tables; a corpus lookup's are its index)."""
   return not (isinstance(draft, PromptLookupDraft) and draft.fallback == "uniform")

@@ -19,7 +19,7 @@ from absl import logging
 from specdec_jax import seam
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
 from specdec_jax.checkpoints import head_ranking, loader, pairing
-from specdec_jax.data import tasks
+from specdec_jax.data import corpus_index, tasks
 from specdec_jax.models import model_free
 from specdec_jax.models.model import Model
 from specdec_jax.paths import resolve_path
@@ -43,6 +43,7 @@ class DraftSettings:
       mixture's if the file has none for it).
     feature_parallel: the run decodes a feature-level draft's chain in blocks (here:
       a warning when the draft was not block-trained; the drafter is `draft_schemes.plan`'s).
+    lookup_corpus: DRAFT='corpus_lookup''s corpus index (.npz of scripts/corpus_index.py).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -50,13 +51,14 @@ class DraftSettings:
   head_vocab: int = 0
   task: Optional[str] = None
   feature_parallel: bool = False
+  lookup_corpus: Optional[str] = None
 
   @classmethod
   def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int], examples=()) -> DraftSettings:
     """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
                head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples),
-               feature_parallel=cfg.feature.parallel)
+               feature_parallel=cfg.feature.parallel, lookup_corpus=cfg.lookup_corpus)
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
@@ -75,9 +77,34 @@ def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSet
   draft = model_free.make_draft(spec.kind, target)
   if spec.kind == "prompt_lookup":
     return draft, {}
+  if spec.kind == "corpus_lookup":
+    return draft, corpus_params(settings.lookup_corpus, target)
   if tables_fn is None:
     raise ValueError(f"DRAFT={spec.kind!r} needs n-gram tables (RunConfig.ngram_tables)")
   return draft, tables_fn()
+
+
+def corpus_params(path: Optional[str], target) -> dict:
+  """The corpus-lookup draft's params: its index, checked against the target's vocabulary."""
+  if not path:
+    raise ValueError("DRAFT='corpus_lookup' needs RunConfig.lookup_corpus: a corpus index "
+                     "(.npz) written by scripts/corpus_index.py (api.load takes the .npz itself "
+                     "as its draft)")
+  resolved = resolve_path(path)
+  try:
+    index, meta = corpus_index.load_index(resolved)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"RunConfig.lookup_corpus {path!r}: cannot read a corpus index ({e})") from None
+  if meta.get("vocab_size", target.vocab_size) != target.vocab_size:
+    raise ValueError(f"RunConfig.lookup_corpus {path!r} was built over a vocabulary of "
+                     f"{meta['vocab_size']} ids; the target has {target.vocab_size}")
+  try:
+    corpus_index.check_index(index, target.vocab_size)
+  except ValueError as e:
+    raise ValueError(f"RunConfig.lookup_corpus {path!r}: {e}") from None
+  logging.info("corpus lookup: %d n-grams (n <= %d) from %s", index["corpus_keys"].shape[0],
+               index["corpus_grams"].shape[1], meta.get("source", path))
+  return {k: jax.device_put(v) for k, v in index.items()}
 
 
 def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftSettings,

@@ -47,6 +47,8 @@ def of(cfg) -> dict[str, Any]:
   if cfg.prompt_format != "plain":
     fingerprint["prompt_format"] = cfg.prompt_format
     fingerprint["chat_revision"] = chat.REVISION  # the turns' wording (`data.chat.REVISION`)
+  if cfg.lookup_corpus:
+    fingerprint["lookup_corpus"] = cfg.lookup_corpus
   if cfg.feature.lookup_gamma:
     fingerprint["feature_lookup"] = [cfg.feature.lookup_gamma, cfg.feature.lookup_ngram]
   fingerprint["contents"] = _contents(cfg)
@@ -59,7 +61,7 @@ def of(cfg) -> dict[str, Any]:
 def _contents(cfg) -> dict[str, str]:
   """Digest of every local file the outputs depend on, by path: a checkpoint retrained to
   the same directory must not resume onto results of the old weights."""
-  paths = [cfg.target_checkpoint, cfg.vocabulary, cfg.ngram_tables]
+  paths = [cfg.target_checkpoint, cfg.vocabulary, cfg.ngram_tables, cfg.lookup_corpus]
   drafts = cfg.draft_checkpoint
   paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
   # Resolved as `checkpoints.loader` resolves them (a repo-relative zoo path works anywhere).

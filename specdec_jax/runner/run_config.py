@@ -25,7 +25,7 @@ MODEL_DRAFT = "model"
 # A DRAFT='model' checkpoint holding a feature_draft_config.json is a feature-level draft
 # (checkpoints/feature_draft_io.py): its DraftSpec gets this kind; it decodes with FeatureDrafter.
 FEATURE_DRAFT = "feature"
-NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup")
+NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup", "corpus_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = schedule.AUTO, schedule.ADAPTIVE, schedule.TREE  # GAMMA's shorthands
 MATMULS = ("auto", "xla", "kernel", "hybrid")
@@ -112,6 +112,9 @@ class RunConfig:
   # (data.ngram_tables.save_tables), or None to estimate them on the task's train split.
   ngram_tables: str | None = None
   ngram_train_examples: int = 20000
+  # DRAFT='corpus_lookup': the corpus index it retrieves from (an .npz of scripts/corpus_index.py,
+  # e.g. over the target's own replies to training prompts; data/corpus_index.py).
+  lookup_corpus: str | None = None
   # Model drafts: restrict the output head to the K most frequent tokens of the draft checkpoint's
   # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
   # keeps the full head.
