@@ -117,7 +117,12 @@ def main(argv):
     c, calls = acceptance_stats.merge(per_batch), max(sum(d["target_calls"] for d in per_batch), 1)
     rows[name] = {"speedup": ar_s / seconds[name], "seconds": seconds[name],
                   "tokens_per_target_call": c["emitted"] / calls,
-                  "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls}
+                  "lookup_share": sum(d.get("lookup_iterations", 0) for d in per_batch) / calls,
+                  "alpha": c["accepted"] / max(c["drafted"], 1)}
+    if temperature == 0.0:  # greedy: every program must write the autoregressive tokens
+      rows[name]["same_tokens_as_autoregressive"] = all(
+          np.array_equal(np.asarray(a.tokens_BxN), np.asarray(b.tokens_BxN))
+          for a, b in zip(outs, results["autoregressive"]))
     if isinstance(outs[0].stats, AdaptiveStats):  # proposed lengths, every active row's iteration
       hist = sum(np.asarray(r.stats.proposed_hist, np.int64) for r in outs)
       rows[name]["mean_proposed"] = float(hist @ np.arange(len(hist)) / max(hist.sum(), 1))

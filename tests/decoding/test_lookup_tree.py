@@ -222,3 +222,5 @@ def test_scheme_refuses_bad_settings_and_model_drafts():
   target, _, draft, _ = tiny_pair("decoder")
   with pytest.raises(TypeError, match="model-free"):
     Decoder(target, draft, LookupTreeScheme())
+  with pytest.raises(TypeError, match="corpus would be ignored"):
+    Decoder(target, model_free.make_draft("corpus_lookup", target.config), LookupTreeScheme())

@@ -86,6 +86,9 @@ class LookupTreeScheme:
       raise TypeError(f"LookupTreeScheme reads a model-free draft's history; got a "
                       f"{type(decoder.draft).__name__} draft (use model_free.make_draft("
                       f"'prompt_lookup', target), DRAFT='prompt_lookup')")
+    if isinstance(decoder.draft, model_free.CorpusLookupDraft):
+      raise TypeError("LookupTreeScheme branches over the request's own history only; a "
+                      "corpus-lookup draft's corpus would be ignored (its chain: an int gamma)")
 
   def verify_fn(self, sampling: SamplingConfig) -> Callable:
     if callable(self.verifier):
