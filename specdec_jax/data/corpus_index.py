@@ -120,7 +120,7 @@ def save_index(path: str, index: dict[str, np.ndarray], meta: dict) -> None:
   """One .npz (what `RunConfig.lookup_corpus` names), `meta` as JSON beside the arrays;
   written to a temporary name first, so a killed write leaves nothing at `path`."""
   tmp = f"{path}.{os.getpid()}.tmp.npz"
-  np.savez(tmp, meta=np.asarray(json.dumps(meta, sort_keys=True)), **index)
+  np.savez_compressed(tmp, meta=np.asarray(json.dumps(meta, sort_keys=True)), **index)
   os.replace(tmp, path)
 
 
