@@ -49,7 +49,18 @@ def test_target_is_memory_bound_size_and_zoo_fits_budget():
   _, params = load_checkpoint(os.path.join(ZOO, "t5_target"), dtype=jnp.float32)
   assert _bytes(params) > 64 * 2**20  # DESIGN: float32 target beyond the CPU's caches
   on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ZOO) for f in fs)
-  assert on_disk < 90 * 2**20, on_disk  # the zoo stays under ~90 MB in git
+  # the zoo stays under ~100 MB in git (issue 47 allows ~130 MB with SmolLM2's drafts)
+  assert on_disk < 100 * 2**20, on_disk
+
+
+def test_smollm2_code_corpus_is_an_index_over_the_fetched_targets_vocabulary():
+  """The corpus-lookup draft's shipped index (MODEL_CARD.md): readable, sorted, SmolLM2's ids."""
+  from specdec_jax.data import corpus_index
+  index, meta = corpus_index.load_index(os.path.join(ZOO, "smollm2_code_corpus.npz"))
+  corpus_index.check_index(index, 49152)
+  assert meta["vocab_size"] == 49152 and meta["sequences"] == 640 and meta["max_ngram"] == 4
+  assert np.all(np.diff(index["corpus_keys"].astype(np.int64)) > 0)
+  assert index["corpus_keys"].shape[0] == meta["ngrams"]
 
 
 def test_default_config_points_at_the_zoo():
