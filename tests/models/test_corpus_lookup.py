@@ -6,7 +6,7 @@ lookup that loses to a shorter corpus match silently costs acceptance. So: the i
 direct counting does on random corpora, the longer match wins (the request's own at equal
 length), greedy speculative decoding with it equals autoregressive decoding token for token and
 accepts more than prompt lookup alone when the corpus holds the target's outputs, sampling keeps
-the target's law, and bad input is refused by name.
+the target's law (tests/models/test_model_free.py), and bad input is refused by name.
 """
 import collections
 import json
@@ -22,9 +22,8 @@ from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models import model_free as mf
-from specdec_jax.models.model import Model
 from specdec_jax.models.model_config import get_preset
-from specdec_jax.testing import chi_square_gof, exact_joint, tiny_pair
+from specdec_jax.testing import tiny_pair
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -172,30 +171,6 @@ def test_greedy_speculative_equals_autoregressive_and_the_corpus_is_used():
     np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
     accepted[name] = int(np.asarray(spec.counters.accepted_B).sum())
   assert accepted["corpus_lookup"] > accepted["prompt_lookup"] + 20, accepted
-
-
-@pytest.mark.slow
-def test_corpus_lookup_sampling_matches_exact_target_distribution():
-  """Temperature 1: 100k samples of the first 3 tokens against the enumerated target law
-  (V = 6, chi-square), the corpus holding frequent paths of the target."""
-  v, n, num = 6, 100_000, 3
-  cfg = get_preset("decoder_test_draft", vocab_size=v, emb_dim=16, num_decoder_layers=1,
-                   eos_id=-1)
-  target = Model(cfg)
-  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
-  prompt = np.array([3, 5, 3, 2], np.int32)
-  sampling = SamplingConfig(temperature=1.0)
-  index = jax.tree.map(jnp.asarray, corpus_index.build_corpus_index(
-      [[3, 2, 1, 4, 0], [2, 1, 1], [1, 4, 4, 0]], v, max_ngram=2))
-  draft = mf.make_draft("corpus_lookup", cfg)
-  inputs = jnp.asarray(np.broadcast_to(prompt, (n, len(prompt))))
-  out = Decoder(target, draft, Chain(2), sampling, max_decode_len=num).generate(
-      Params(tp, index), inputs, jax.random.key(5))
-  assert int(np.asarray(out.counters.accepted_B).sum()) > 0.05 * n
-  flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :num]).T, (v,) * num)
-  counts = np.bincount(flat, minlength=v ** num)
-  _, _, pvalue = chi_square_gof(counts, exact_joint(target, tp, prompt, num, sampling).ravel())
-  assert pvalue > 1e-3
 
 
 # ---- the script --------------------------------------------------------------------------------

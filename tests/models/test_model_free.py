@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from specdec_jax.data.corpus_index import build_corpus_index
 from specdec_jax.data.ngram_tables import build_ngram_tables
 from specdec_jax.models import model_free as dr
 from specdec_jax.models import ngram
@@ -134,9 +135,11 @@ def test_greedy_speculative_equals_autoregressive(kind, name):
 
 
 @pytest.mark.slow
-def test_prompt_lookup_sampling_matches_exact_target_distribution():
-  """Temperature 1 with a one-hot (deterministic) prompt-lookup draft: 100k samples of the first
-  3 tokens against the enumerated target law (V = 6, chi-square)."""
+@pytest.mark.parametrize("name", ["prompt_lookup", "corpus_lookup"])
+def test_prompt_lookup_sampling_matches_exact_target_distribution(name):
+  """Temperature 1 with a one-hot (deterministic) prompt-lookup draft, alone or with a corpus
+  holding paths of the target: 100k samples of the first 3 tokens against the enumerated target
+  law (V = 6, chi-square)."""
   v, n, num = 6, 100_000, 3
   cfg = get_preset("decoder_test_draft", vocab_size=v, emb_dim=16, num_decoder_layers=1,
                    eos_id=-1)
@@ -144,10 +147,12 @@ def test_prompt_lookup_sampling_matches_exact_target_distribution():
   tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
   prompt = np.array([3, 5, 3, 2], np.int32)
   sampling = SamplingConfig(temperature=1.0)
-  draft = dr.make_draft("prompt_lookup", cfg)
+  draft = dr.make_draft(name, cfg)
+  params = {} if name == "prompt_lookup" else jax.tree.map(jnp.asarray, build_corpus_index(
+      [[3, 2, 1, 4, 0], [2, 1, 1], [1, 4, 4, 0]], v, max_ngram=2))
   inputs = jnp.asarray(np.broadcast_to(prompt, (n, len(prompt))))
   out = Decoder(target, draft, Chain(2), sampling, max_decode_len=num).generate(
-      Params(tp, {}), inputs, jax.random.key(5))
+      Params(tp, params), inputs, jax.random.key(5))
   assert int(np.asarray(out.counters.accepted_B).sum()) > 0.05 * n  # the draft does get used
   flat = np.ravel_multi_index(np.asarray(out.tokens_BxN[:, :num]).T, (v,) * num)
   counts = np.bincount(flat, minlength=v ** num)
