@@ -157,8 +157,11 @@ class PromptLookupDraft(_HistoryDraft):
   def _logits(self, params, cache, tokens_BxT, pos_BxT):
     found_BxT, proposal_BxT = lookup(cache.context_BxC, cache.tokens_BxS, pos_BxT,
                                      self.max_ngram, self.min_ngram)
-    v = self.vocab_size
-    onehot = jnp.where(jax.nn.one_hot(proposal_BxT, v, dtype=bool), 0.0, NEG)
+    return self._proposal_logits(params, tokens_BxT, found_BxT, proposal_BxT)
+
+  def _proposal_logits(self, params, tokens_BxT, found_BxT, proposal_BxT):
+    """One-hot logits at each found proposal, the fallback's elsewhere."""
+    onehot = jnp.where(jax.nn.one_hot(proposal_BxT, self.vocab_size, dtype=bool), 0.0, NEG)
     return jnp.where(found_BxT[..., None], onehot, self._fallback_logits(params, tokens_BxT))
 
   def _fallback_logits(self, params, tokens_BxT):
@@ -306,9 +309,7 @@ class CorpusLookupDraft(PromptLookupDraft):
     use_hist = hist_n >= corp_n
     found_BxT = (hist_n > 0) | (corp_n > 0)
     proposal_BxT = jnp.where(use_hist, hist_tok, corp_tok)
-    v = self.vocab_size
-    onehot = jnp.where(jax.nn.one_hot(proposal_BxT, v, dtype=bool), 0.0, NEG)
-    return jnp.where(found_BxT[..., None], onehot, self._fallback_logits(params, tokens_BxT))
+    return self._proposal_logits(params, tokens_BxT, found_BxT, proposal_BxT)
 
 
 DRAFT_KINDS = {"unigram": UnigramDraft, "bigram": BigramDraft, "prompt_lookup": PromptLookupDraft,
