@@ -33,6 +33,7 @@ class Progress:
     self.output_dir, self.resolved, self.cfg, self.log = output_dir, resolved, cfg, log
     self.writers: dict[str, RunWriter] = {}
     self.totals: dict[str, list] = {}
+    self.rates: dict[str, list[float]] = {}  # key -> [tokens, seconds] so far (this process)
     self.bars: dict[str, object] = {}
     self.t0 = time.perf_counter()
     self.last_log = -float("inf")
@@ -47,6 +48,15 @@ class Progress:
       self.writers[run] = RunWriter(run_dir(self.output_dir, run))
     return self.writers[run]
 
+  def _running(self, key: str, rec) -> float:
+    """Tokens per second over this process's batches so far: the log line's figure. (The
+    per-batch rate goes to TensorBoard, where the series shows it; one batch's rate in a log
+    line read as the run's.)"""
+    tokens_seconds = self.rates.setdefault(key, [0, 0.0])
+    tokens_seconds[0] += rec.emitted
+    tokens_seconds[1] += rec.seconds
+    return tokens_seconds[0] / max(tokens_seconds[1], 1e-9)
+
   def __call__(self, *, temperature: float, done: int, total: int,
                record: BatchRecord | None, resumed: bool) -> None:
     group = keys.group(temperature)
@@ -55,20 +65,22 @@ class Progress:
       self.log(f"[{group}] resuming: {done}/{total} examples already on disk")
       return
     elapsed = time.perf_counter() - self.t0
-    parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s)"]
+    parts = [f"[{group}] {done}/{total} examples ({elapsed:.1f}s); running tok/s"]
     short = []  # the bar's postfix
     ar = record.autoregressive
     if ar is not None:
-      parts.append(f"AR {ar.emitted / max(ar.seconds, 1e-9):.0f} tok/s")
-      short.append(parts[-1])
+      ar_rate = self._running(keys.autoregressive(temperature), ar)
+      parts.append(f"AR {ar_rate:.0f}")
+      short.append(f"AR {ar_rate:.0f} tok/s")
     for key, rec in record.points.items():
       hist = self.totals.setdefault(key, [])
       hist.append(rec.counters)
       running = acceptance_stats.summarize(acceptance_stats.merge(hist))
       tok_s = rec.emitted / max(rec.seconds, 1e-9)
       alpha = f"{running['alpha']:.3f}" if running["alpha"] is not None else "-"
-      parts.append(f"{key}: {tok_s:.0f} tok/s, running alpha {alpha}")
-      short.append(f"spec {tok_s:.0f} tok/s, alpha {alpha}")
+      rate = self._running(key, rec)
+      parts.append(f"{key}: {rate:.0f}, running alpha {alpha}")
+      short.append(f"spec {rate:.0f} tok/s, alpha {alpha}")
       self._writer(key).progress(done, {"examples_done": done, "tokens_per_s": tok_s,
                                         "running_alpha": running["alpha"],
                                         "running_acceptance_rate": running["acceptance_rate"]})
