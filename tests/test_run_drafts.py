@@ -88,3 +88,13 @@ def test_corpus_lookup_runs_beside_prompt_lookup(tmp_path):
   assert [m["draft"] for m in metrics] == ["corpus_lookup", "prompt_lookup"]
   for m in metrics:
     assert 0.0 <= m["alpha"] <= 1.0 and m["num_examples"] == 4
+
+
+def test_a_corpus_no_draft_reads_leaves_the_fingerprint_alone(tmp_path):
+  from specdec_jax.runner import fingerprint, run_config
+  corpus = _corpus(tmp_path)
+  plain = fingerprint.of(run_config.RunConfig(draft="prompt_lookup"))
+  assert fingerprint.of(run_config.RunConfig(draft="prompt_lookup", lookup_corpus=corpus)) == plain
+  used = fingerprint.of(run_config.RunConfig(draft=["prompt_lookup", "corpus_lookup"],
+                                             lookup_corpus=corpus))
+  assert used["lookup_corpus"] == corpus and corpus in used["contents"]

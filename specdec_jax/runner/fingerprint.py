@@ -47,7 +47,7 @@ def of(cfg) -> dict[str, Any]:
   if cfg.prompt_format != "plain":
     fingerprint["prompt_format"] = cfg.prompt_format
     fingerprint["chat_revision"] = chat.REVISION  # the turns' wording (`data.chat.REVISION`)
-  if cfg.lookup_corpus:
+  if _corpus(cfg):
     fingerprint["lookup_corpus"] = cfg.lookup_corpus
   if cfg.feature.lookup_gamma:
     fingerprint["feature_lookup"] = [cfg.feature.lookup_gamma, cfg.feature.lookup_ngram]
@@ -58,10 +58,18 @@ def of(cfg) -> dict[str, Any]:
   return json.loads(json.dumps(fingerprint, default=str))
 
 
+def _corpus(cfg) -> str | None:
+  """The corpus index where a decoded draft reads it. Why: a config may name one for a draft it
+  does not run (the HumanEval config with `--gin.DRAFT="'prompt_lookup'"`), which must resume
+  the runs of that draft made without it."""
+  drafts = cfg.draft if isinstance(cfg.draft, (list, tuple)) else [cfg.draft]
+  return cfg.lookup_corpus if "corpus_lookup" in drafts else None
+
+
 def _contents(cfg) -> dict[str, str]:
   """Digest of every local file the outputs depend on, by path: a checkpoint retrained to
   the same directory must not resume onto results of the old weights."""
-  paths = [cfg.target_checkpoint, cfg.vocabulary, cfg.ngram_tables, cfg.lookup_corpus]
+  paths = [cfg.target_checkpoint, cfg.vocabulary, cfg.ngram_tables, _corpus(cfg)]
   drafts = cfg.draft_checkpoint
   paths += list(drafts) if isinstance(drafts, (list, tuple)) else [drafts]
   # Resolved as `checkpoints.loader` resolves them (a repo-relative zoo path works anywhere).
