@@ -120,7 +120,7 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
   if draft is not None:
     settings = drafts_lib.DraftSettings(vocab_size=preset_vocab, dtype=dtype, seed=seed,
                                         head_vocab=head_vocab, task=task,
-                                        lookup_corpus=_corpus(draft))
+                                        lookup_corpus=_corpus(draft), panels=draft_panels)
     draft_model, draft_params = drafts_lib.load_draft(
         _draft_spec(draft), target_model, target_params, settings,
         tables_fn=_tables_fn(task, vocab, target_model), target_name=target)

@@ -5,20 +5,29 @@ the AOT programs must all build the same (scheme, drafter) pair from the same op
 """
 from __future__ import annotations
 
-from specdec_jax.decoding.drafter import FeatureDrafter, is_feature_draft
+from specdec_jax.decoding.drafter import FeatureDrafter, TokenDrafter, is_feature_draft
 from specdec_jax.decoding.lookup_feature import LookupFeatureDrafter
 from specdec_jax.decoding.speculative import Chain
 
 
 def plan(draft, scheme, *, parallel: bool = False, lookup_gamma: int = 0,
-         lookup_ngram: int = 2):
+         lookup_ngram: int = 2, prompt_cache: str = "auto"):
   """(scheme, drafter) for `draft` (drafter None: the draft's default). `scheme`: a scheme, or an
-  int gamma (a `Chain`). Only a feature-level draft's chain has choices (every scheme takes any
-  drafter; the rest use the default): `parallel` drafts the block in one call; `lookup_gamma` > 0
-  lets prompt lookup draft `lookup_gamma` tokens where its last n-gram matches >= `lookup_ngram`
-  tokens and the feature draft `gamma` elsewhere (`LookupFeatureDrafter(draft_gamma=gamma)`)."""
+  int gamma (a `Chain`). A feature-level draft's chain has choices: `parallel` drafts the block
+  in one call; `lookup_gamma` > 0 lets prompt lookup draft `lookup_gamma` tokens where its last
+  n-gram matches >= `lookup_ngram` tokens and the feature draft `gamma` elsewhere
+  (`LookupFeatureDrafter(draft_gamma=gamma)`). A token draft's one, in any scheme:
+  `prompt_cache` ('auto', 'own', 'target': whether it starts from the target's cache of the
+  prompt, `TokenDrafter`; a feature-level draft always prefills its own, and refuses 'target')."""
   if isinstance(scheme, int):
     scheme = Chain(scheme)
+  if prompt_cache != "auto":
+    if draft is not None and is_feature_draft(draft):
+      if prompt_cache == "target":
+        raise ValueError("prompt_cache='target' is a token draft's option (a self-draft starting "
+                         "from the target's cache); a feature-level draft prefills its own")
+    elif draft is not None:
+      return scheme, TokenDrafter(prompt_cache=prompt_cache)
   if draft is None or not is_feature_draft(draft) or not isinstance(scheme, Chain):
     return scheme, None
   if lookup_gamma:

@@ -140,9 +140,10 @@ def init_state(decoder, params, inputs_BxP: jax.Array, rng: jax.Array) -> st.Dec
                          stats=decoder.scheme.init_stats(batch))
   if draft is None:
     return state
-  draft_cache = draft.prefill(params.draft, inputs_BxP,
-                              cache_len(draft) + getattr(decoder.drafter, "cache_slack", 0),
-                              encoded=encoded)
+  draft_len = cache_len(draft) + getattr(decoder.drafter, "cache_slack", 0)
+  prefill = getattr(decoder.drafter, "prefill", None)  # a self-draft may take the target's cache
+  draft_cache = (prefill(decoder, params.draft, inputs_BxP, draft_len, encoded, cache) if prefill
+                 else draft.prefill(params.draft, inputs_BxP, draft_len, encoded=encoded))
   carry = decoder.drafter.init_carry(decoder, state, inputs_BxP)
   if prime:
     draft_cache, carry = decoder.drafter.prime(decoder, params.draft, draft_cache, inputs_BxP,

@@ -44,6 +44,8 @@ class DraftSettings:
     feature_parallel: the run decodes a feature-level draft's chain in blocks (here:
       a warning when the draft was not block-trained; the drafter is `draft_schemes.plan`'s).
     lookup_corpus: DRAFT='corpus_lookup''s corpus index (.npz of scripts/corpus_index.py).
+    panels: the run's `draft_panels` ('int8': a model draft reads a byte per weight, so even
+      the target itself is a draft a quarter of its cost: the size warning compares bytes).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -52,13 +54,15 @@ class DraftSettings:
   task: Optional[str] = None
   feature_parallel: bool = False
   lookup_corpus: Optional[str] = None
+  panels: str = "auto"
 
   @classmethod
   def for_run(cls, cfg: RunConfig, preset_vocab: Optional[int], examples=()) -> DraftSettings:
     """A run's settings; `examples` (the run's) tell which task a JSONL TASK stands for."""
     return cls(vocab_size=preset_vocab, dtype=cfg.dtype, seed=cfg.seed,
                head_vocab=cfg.draft_head_vocab, task=tasks.standing_for(cfg.task, examples),
-               feature_parallel=cfg.feature.parallel, lookup_corpus=cfg.lookup_corpus)
+               feature_parallel=cfg.feature.parallel, lookup_corpus=cfg.lookup_corpus,
+               panels=cfg.draft_panels)
 
 
 def load_draft(spec: DraftSpec, target: Model, target_params, settings: DraftSettings, *,
@@ -115,7 +119,7 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
     seam.check_pair(target, draft)
   except ValueError as e:
     raise ValueError(f"draft {checkpoint!r}: {e}") from None
-  _warn_if_larger(checkpoint, params, target_name, target_params)
+  _warn_if_larger(checkpoint, params, target_name, target_params, settings.panels)
   if draft.shares_encoder and not loader.is_preset(checkpoint):
     pairing.check(resolve_path(checkpoint), draft_name=checkpoint, target_name=target_name,
                   target_params=target_params)
@@ -192,9 +196,10 @@ def _check_feature_shapes(target, draft) -> None:
 
 
 def chain_options(cfg: RunConfig) -> dict:
-  """How the run builds a feature-level draft's chain: `draft_schemes.plan`'s options
-  (the parallel chain, prompt lookup where it matches), the same at every program it builds."""
-  return dataclasses.asdict(cfg.feature)
+  """How the run builds a draft's chain: `draft_schemes.plan`'s options (a feature-level draft's
+  parallel chain and prompt lookup where it matches; a token draft's prompt cache), the same at
+  every program it builds."""
+  return dict(dataclasses.asdict(cfg.feature), prompt_cache=cfg.draft_prompt_cache)
 
 
 def check_feature_run(cfg: RunConfig, specs) -> None:
@@ -209,15 +214,18 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
                  trees=trees)
 
 
-def _warn_if_larger(checkpoint: str, params, target_name: str, target_params) -> None:
-  """One warning when the draft has at least as many parameters as its target.
+def _warn_if_larger(checkpoint: str, params, target_name: str, target_params,
+                    panels: str = "auto") -> None:
+  """One warning when the draft's weights are at least as many bytes as its target's (int8
+  panels: a quarter of a float32 draft's; the quantized target itself is a draft, the int8
+  self-draft).
 
   Why: a swapped pair (the target named as the draft) ran silently at c = 11.9 and a predicted
   0.03x; the cost calibration warns later, this says it before anything is compiled.
   """
   count = lambda tree: sum(int(np.size(x)) for x in jax.tree.leaves(tree))
   n_draft, n_target = count(params), count(target_params)
-  if n_draft >= n_target:
+  if (n_draft / 4 if panels == "int8" else n_draft) >= n_target:
     logging.warning("draft %s has %s parameters, at least as many as target %s (%s): each "
                     "draft step will cost about as much as a target step, so speculation cannot "
                     "pay; were the two swapped?", checkpoint, f"{n_draft:,}", target_name,

@@ -40,6 +40,8 @@ def of(cfg) -> dict[str, Any]:
     fingerprint["matmul"] = cfg.matmul
   if cfg.draft_panels != "auto":
     fingerprint["draft_panels"] = cfg.draft_panels
+  if cfg.draft_prompt_cache != "auto":
+    fingerprint["draft_prompt_cache"] = cfg.draft_prompt_cache
   if cfg.draft_head_vocab:
     fingerprint["draft_head_vocab"] = cfg.draft_head_vocab
   if cfg.feature.parallel:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
+from specdec_jax.decoding import drafter as drafter_lib
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import fingerprint as fingerprint_lib
 from specdec_jax.runner import keys, prompt_sets, schedule, settings
@@ -30,6 +31,7 @@ CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = schedule.AUTO, schedule.ADAPTIVE, schedule.TREE  # GAMMA's shorthands
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 DRAFT_PANELS = ("auto", "float32", "int8")
+PROMPT_CACHES = drafter_lib.PROMPT_CACHES  # ("auto", "own", "target")
 PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), schedule.WORDS  # = data.chat.FORMATS
 
 
@@ -122,6 +124,11 @@ class RunConfig:
   # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
   # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
   draft_panels: str = "auto"
+  # Model drafts: whether the draft starts from the target's cache of the prompt
+  # (decoding/drafter.py, TokenDrafter): 'auto' (for a draft whose cache is laid out as the
+  # target's, a self-draft such as the target's checkpoint with draft_panels='int8'), 'own'
+  # (it prefills the prompt itself), 'target'.
+  draft_prompt_cache: str = "auto"
   # A feature-level draft's chain options, a `settings.FeatureOptions` (`@FeatureOptions()`,
   # GAMMA = @FeatureChain() or the shorthand keywords below), settled likewise.
   feature: Any = None
@@ -166,7 +173,8 @@ class RunConfig:
       raise ValueError(f"DRAFT_HEAD_VOCAB must be an integer >= 0 (0 = the full head), got "
                        f"{self.draft_head_vocab!r}")
     for name, allowed in (("matmul", MATMULS), ("draft_panels", DRAFT_PANELS), ("prompt_format",
-                          PROMPT_FORMATS), ("calibration", prompt_sets.CALIBRATION_MODES)):
+                          PROMPT_FORMATS), ("calibration", prompt_sets.CALIBRATION_MODES),
+                          ("draft_prompt_cache", PROMPT_CACHES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"RunConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:

@@ -165,11 +165,12 @@ def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
 
 
 def decoding_scheme(value, draft, *, tree=None, adaptive=None, parallel: bool = False,
-                    lookup_gamma: int = 0, lookup_ngram: int = 2) -> tuple[Any, Any]:
+                    lookup_gamma: int = 0, lookup_ngram: int = 2, prompt_cache: str = "auto"
+                    ) -> tuple[Any, Any]:
   """(scheme, drafter) a program decodes `value` with: an int (0: the target alone), 'tree'
   (`tree`), 'adaptive' (`adaptive`) or a scheme object; a feature-level draft's chain with the
-  run's options (`draft_schemes.plan`: its parallel block, prompt lookup first). None: the
-  draft's default drafter."""
+  run's options (`draft_schemes.plan`: its parallel block, prompt lookup first; a token
+  draft's prompt cache). None: the draft's default drafter."""
   if value == TREE:
     value = tree
   elif value == ADAPTIVE:
@@ -179,7 +180,7 @@ def decoding_scheme(value, draft, *, tree=None, adaptive=None, parallel: bool = 
   if value is None:
     raise ValueError("GAMMA 'tree' / 'adaptive' needs its scheme (RunConfig.tree / adaptive)")
   return plan(draft, value, parallel=parallel, lookup_gamma=lookup_gamma,
-              lookup_ngram=lookup_ngram)
+              lookup_ngram=lookup_ngram, prompt_cache=prompt_cache)
 
 
 def check_pair(value, draft, *, parallel: bool = False, lookup_gamma: int = 0,

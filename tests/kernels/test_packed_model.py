@@ -5,6 +5,8 @@ the unpacked one does (full forward and cached decode at ragged offsets), give t
 unchanged, and never reach sharding. 'auto' must choose the kernel on one CPU device and XLA's dot
 on a mesh.
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -207,8 +209,12 @@ def test_int8_draft_panels_are_one_draft_in_every_path(kind, matmul):
   """`panels='int8'` (a draft's layout): every packed projection holds int8 panels with their
   scales, "hybrid"'s XLA kernel is the dequantized matrix (one draft whichever path a call takes),
   the unpacked tree is the dequantized draft, and its logits (full forward and cached decode)
-  are the dequantized draft's under XLA's dot, within float32 summation order."""
+  are the dequantized draft's under XLA's dot, within float32 summation order. A tied head
+  (llama's preset) is untied first and quantized with the rest: its `logits_dense` is the
+  embedding's transpose, rounded."""
   _, _, draft, dp = tiny_pair(kind)
+  tied = draft.config.tie_embeddings
+  assert tied == (kind == "llama")
   pmodel, pparams = packed.pack(draft, dp, matmul, panels="int8")
   flat = {"/".join(k.key for k in path): leaf
           for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
@@ -219,12 +225,18 @@ def test_int8_draft_panels_are_one_draft_in_every_path(kind, matmul):
       np.testing.assert_array_equal(
           np.asarray(flat[k[:-len("_panels")]]),
           np.asarray(kmatmul_unpack(flat[k], flat[k[:-len("_panels")]].shape[-1])))
+  assert "decoder/logits_dense/kernel_panels" in panels
   base, back = packed.unpack(pmodel, pparams)
-  assert base == draft
+  assert base == (dataclasses.replace(draft, config=dataclasses.replace(
+      draft.config, tie_embeddings=False)) if tied else draft)
   back_flat = {"/".join(k.key for k in path): leaf
                for path, leaf in jax.tree_util.tree_flatten_with_path(back)[0]}
   orig_flat = {"/".join(k.key for k in path): leaf
                for path, leaf in jax.tree_util.tree_flatten_with_path(dp)[0]}
+  if tied:  # the input embedding is kept as it was; the head is its rounded transpose
+    np.testing.assert_array_equal(np.asarray(back_flat["token_embedder/embedding"]),
+                                  np.asarray(orig_flat["token_embedder/embedding"]))
+    orig_flat["decoder/logits_dense/kernel"] = np.asarray(orig_flat["token_embedder/embedding"]).T
   names = [k[:-len("_panels")] for k in panels]
   for fused, parts in packed.FUSED.items():  # a fused matrix's columns are its parts'
     names = [n for name in names for n in (
@@ -243,6 +255,22 @@ def test_int8_draft_panels_are_one_draft_in_every_path(kind, matmul):
     want = base.forward(back, None, tokens)
     got = pmodel.forward(pparams, None, tokens)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_int8_untied_head_keeps_a_restricted_heads_ids():
+  """A tied draft with a restricted head (`head_ids`) packed as int8: the untied head holds the
+  embedding rows of those ids only, and the logits stay -inf off them (the same draft, rounded)."""
+  _, _, draft, dp = tiny_pair("llama")
+  ids = (1, 3, 4, 9, 17, 30, 41, 50)
+  restricted = dataclasses.replace(draft, head_ids=ids)
+  pmodel, pparams = packed.pack(restricted, dp, "hybrid", panels="int8")
+  assert pparams["decoder"]["logits_dense"]["kernel"].shape == (draft.config.emb_dim, len(ids))
+  tokens = jnp.asarray([[3, 5, 7, 9, 2, 4]], jnp.int32)
+  got = np.asarray(pmodel.forward(pparams, None, tokens))
+  want = np.asarray(restricted.forward(dp, None, tokens))
+  off = np.setdiff1d(np.arange(draft.config.vocab_size), ids)
+  assert np.isneginf(got[..., off]).all() and np.isneginf(want[..., off]).all()
+  np.testing.assert_allclose(got[..., list(ids)], want[..., list(ids)], rtol=0.05, atol=0.05)
 
 
 def kmatmul_unpack(panels_, features):

@@ -129,3 +129,15 @@ def test_a_task_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
                    '{"en": "Gr\xfc\xdfe"}'.encode("latin-1") + b"\n")
   with pytest.raises(ValueError, match=r"latin1\.jsonl, line 2: not UTF-8"):
     local_tasks.load_examples(str(path))
+
+
+def test_the_target_itself_in_int8_panels_is_no_swapped_pair(caplog):
+  """The int8 self-draft (the target's own checkpoint, `draft_panels='int8'`) reads a quarter of
+  the target's bytes: no size warning. The same draft in float32 is warned about."""
+  target, tparams = loader.load_model("t5_test_target")
+  for panels, warned in (("int8", False), ("auto", True)):
+    caplog.clear()
+    with caplog.at_level(std_logging.WARNING):
+      drafts.load_draft(DraftSpec(kind="model", checkpoint="t5_test_target"), target, tparams,
+                        drafts.DraftSettings(panels=panels), target_name="t5_test_target")
+    assert ("were the two swapped?" in caplog.text) == warned
