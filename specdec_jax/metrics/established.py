@@ -115,10 +115,10 @@ def _within_interval(records):
   return ok, len(groups), note
 
 
-def _smollm2_goal(task: str, goal: float):
+def _smollm2_goal(task: str, goal: float, temperature: float = 0.0):
   def count(records):
     rows = [(n, m) for n, m in _metrics(records) if "smollm2" in str(m.get("target", ""))
-            and m.get("task") == task and float(m.get("temperature", -1)) == 0.0
+            and m.get("task") == task and float(m.get("temperature", -1)) == temperature
             and m.get("speedup_interval95")]
     best = max(rows, key=lambda nm: nm[1]["speedup"], default=None)
     note = f"best {best[1]['speedup']:.2f}x ({best[0]})" if best else ""
@@ -138,6 +138,8 @@ CLAIMS: tuple[tuple[str, str, Callable, float], ...] = (
      "speedup interval at or above 3.0", _smollm2_goal("humaneval", 3.0), 1.0),
     ("SmolLM2 summaries reach 2.0x at T = 0 (issue 47's goal)",
      "speedup interval at or above 2.0", _smollm2_goal("summarize", 2.0), 1.0),
+    ("SmolLM2 summaries reach 1.7x at T = 1 (issue 47's goal)",
+     "speedup interval at or above 1.7", _smollm2_goal("summarize", 1.7, 1.0), 1.0),
     ("the cost formula predicts the measured speedup",
      "held-out prediction within 10 % of the measured speedup", _predicted, 0.9),
     ("a tree is faster than its chain end to end",
