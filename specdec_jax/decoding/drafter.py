@@ -52,6 +52,7 @@ from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.feature_entries import (FeatureCarry, block_logits, feature_first_call,
                                                   is_feature_draft, next_carry, prime_carry)
+from specdec_jax.decoding import prompt_cache
 from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
 
 
@@ -160,24 +161,11 @@ def token_call(model, params, cache, tokens_BxT, offsets=None, visible=None):
   return model.extend_with_mask(params, cache, tokens_BxT, offsets, visible)
 
 
-PROMPT_CACHES = ("auto", "own", "target")
-
-
 @dataclasses.dataclass(frozen=True)
 class TokenDrafter:
-  """Drafts with a token draft (`seam.Decodable`): see the module docstring.
-
-  `prompt_cache`: 'own' (the draft prefills the prompt itself), 'target' (the draft starts from
-  the target's cache of the prompt, its own cache only from the first generated token on), or
-  'auto' (the default): 'target' for a self-draft (`is_self_draft`: the target's architecture,
-  in practice its own checkpoint in a cheaper layout such as int8 panels, whose cache has the
-  target's shapes and nearly its values), else 'own'. Why: a
-  draft's prefill is as many weights times as many prompt tokens as the target's; a
-  self-draft's doubled each summary's 190 ms prompt (SmolLM2, ~1,600-token documents: +383 ms a
-  request against 192) and 'auto' declined it on the held-out documents. The target's values
-  are the better context (the function the draft approximates); exactness never depends on
-  what the draft read (the verifier uses the q it drew from).
-  """
+  """Drafts with a token draft (`seam.Decodable`): see the module docstring. `prompt_cache`:
+  'auto' (the default), 'own' or 'target': whether the draft starts from the target's cache of
+  the prompt instead of prefilling it (a self-draft; `decoding.prompt_cache` says why)."""
 
   prompt_cache: str = "auto"
   feeds_verified = False  # fed its own tokens: a fully accepted block leaves it pending
@@ -188,24 +176,11 @@ class TokenDrafter:
     if is_feature_draft(decoder.draft):
       raise TypeError(f"{type(decoder.draft).__name__} is a feature-level draft (it reads the "
                       "target's states); decode it with FeatureDrafter (the default for it)")
-    if self.prompt_cache not in PROMPT_CACHES:
-      raise ValueError(f"TokenDrafter.prompt_cache must be one of {PROMPT_CACHES}, got "
-                       f"{self.prompt_cache!r}")
-    if self.prompt_cache == "target":
-      check_same_cache(decoder.target, decoder.draft)
-
-  def reads_target_cache(self, decoder) -> bool:
-    """Whether this decode's draft starts from the target's cache of the prompt."""
-    if self.prompt_cache == "auto":
-      return is_self_draft(decoder.target, decoder.draft)
-    return self.prompt_cache == "target"
+    prompt_cache.check(self.prompt_cache, decoder.target, decoder.draft)
 
   def prefill(self, decoder, dparams, inputs_BxP, cache_len: int, encoded, target_cache):
-    if self.reads_target_cache(decoder):
-      if target_cache.length != cache_len:
-        raise ValueError(f"prompt_cache='target': the target's cache has {target_cache.length} "
-                         f"slots, the draft needs {cache_len}")
-      return target_cache
+    if prompt_cache.reads_target_cache(self.prompt_cache, decoder.target, decoder.draft):
+      return prompt_cache.target_start(target_cache, cache_len)
     return decoder.draft.prefill(dparams, inputs_BxP, cache_len, encoded=encoded)
 
   def init_carry(self, decoder, state, inputs_BxP):
@@ -237,42 +212,6 @@ class TokenDrafter:
   def summary(self, carry):
     del carry
     return None
-
-
-def _cache_layout(model):
-  """(kind, layers, key-value heads, head width, dtype, scan) of a model's decode cache; None for
-  a draft without one of that kind (model-free, feature-level)."""
-  cfg = getattr(model, "config", None)
-  if not hasattr(cfg, "kv_heads") or is_feature_draft(model):
-    return None
-  return (cfg.kind, cfg.num_decoder_layers, cfg.kv_heads, cfg.head_dim, cfg.dtype,
-          cfg.scan_layers)
-
-
-def same_cache(target, draft) -> bool:
-  """Whether `draft`'s decode cache is laid out as `target`'s (so it can start from it)."""
-  layout = _cache_layout(draft)
-  return layout is not None and layout == _cache_layout(target)
-
-
-def is_self_draft(target, draft) -> bool:
-  """Whether `draft` has `target`'s architecture (its `ModelConfig`, a tied head counted as
-  untied: int8 panels untie it, `models.packed`): a draft of the target's own size is worth
-  running only as the target's own weights in a cheaper layout."""
-  if not same_cache(target, draft):
-    return False
-  untied = lambda cfg: dataclasses.replace(cfg, tie_embeddings=False)
-  return untied(target.config) == untied(draft.config)
-
-
-def check_same_cache(target, draft) -> None:
-  """Refuses a draft whose decode cache is not laid out as the target's: it cannot start from
-  the target's cache of the prompt."""
-  if not same_cache(target, draft):
-    raise ValueError("prompt_cache='target' needs a model draft whose cache is laid out as the "
-                     "target's (a self-draft: the target's checkpoint in another weight layout); "
-                     f"(kind, layers, kv heads, head width, dtype, scan): target "
-                     f"{_cache_layout(target)}, draft {_cache_layout(draft)}")
 
 
 # ---- feature drafts (their entries: decoding/feature_entries.py) -------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdec_jax.checkpoints import feature_draft_io as feature_ckpt
-from specdec_jax.decoding import drafter as drafter_lib
+from specdec_jax.decoding import prompt_cache
 from specdec_jax.paths import resolve_path
 from specdec_jax.runner import fingerprint as fingerprint_lib
 from specdec_jax.runner import keys, prompt_sets, schedule, settings
@@ -31,7 +31,6 @@ CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = schedule.AUTO, schedule.ADAPTIVE, schedule.TREE  # GAMMA's shorthands
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 DRAFT_PANELS = ("auto", "float32", "int8")
-PROMPT_CACHES = drafter_lib.PROMPT_CACHES  # ("auto", "own", "target")
 PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), schedule.WORDS  # = data.chat.FORMATS
 
 
@@ -117,18 +116,12 @@ class RunConfig:
   # DRAFT='corpus_lookup': the corpus index it retrieves from (an .npz of scripts/corpus_index.py,
   # e.g. over the target's own replies to training prompts; data/corpus_index.py).
   lookup_corpus: str | None = None
-  # Model drafts: restrict the output head to the K most frequent tokens of the draft checkpoint's
-  # head_ranking.json (checkpoints/head_ranking.py; models/head_vocab.py: exact for any K); 0
-  # keeps the full head.
+  # Model drafts: the output head restricted to the K first tokens of the checkpoint's
+  # head_ranking.json (checkpoints/head_ranking.py, models/head_vocab.py: exact); 0: full head.
   draft_head_vocab: int = 0
-  # Model drafts' packed weights (models/packed.py): 'auto' (lossless), 'float32', or 'int8' (a
-  # cheaper, different draft; outputs keep the target's law). int8 needs the CPU kernel.
+  # Model drafts' weights (models/packed.py): 'auto' (lossless), 'float32', 'int8' (lossy; kernel).
   draft_panels: str = "auto"
-  # Model drafts: whether the draft starts from the target's cache of the prompt
-  # (decoding/drafter.py, TokenDrafter): 'auto' (for a draft whose cache is laid out as the
-  # target's, a self-draft such as the target's checkpoint with draft_panels='int8'), 'own'
-  # (it prefills the prompt itself), 'target'.
-  draft_prompt_cache: str = "auto"
+  draft_prompt_cache: str = "auto"  # token drafts: 'auto', 'own', 'target' (decoding/prompt_cache)
   # A feature-level draft's chain options, a `settings.FeatureOptions` (`@FeatureOptions()`,
   # GAMMA = @FeatureChain() or the shorthand keywords below), settled likewise.
   feature: Any = None
@@ -174,7 +167,7 @@ class RunConfig:
                        f"{self.draft_head_vocab!r}")
     for name, allowed in (("matmul", MATMULS), ("draft_panels", DRAFT_PANELS), ("prompt_format",
                           PROMPT_FORMATS), ("calibration", prompt_sets.CALIBRATION_MODES),
-                          ("draft_prompt_cache", PROMPT_CACHES)):
+                          ("draft_prompt_cache", prompt_cache.PROMPT_CACHES)):
       if getattr(self, name) not in allowed:
         raise ValueError(f"RunConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
     if not isinstance(self.top_k, int) or self.top_k < 0:

@@ -15,7 +15,8 @@ import pytest
 
 from specdec_jax.decoding import draft_schemes
 from specdec_jax.decoding.decoder import Decoder, Params
-from specdec_jax.decoding.drafter import TokenDrafter, is_self_draft
+from specdec_jax.decoding.drafter import TokenDrafter
+from specdec_jax.decoding.prompt_cache import is_self_draft
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.models.model import Model
