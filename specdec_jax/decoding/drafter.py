@@ -49,10 +49,10 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax import seam
+from specdec_jax.decoding import prompt_cache
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.feature_entries import (FeatureCarry, block_logits, feature_first_call,
                                                   is_feature_draft, next_carry, prime_carry)
-from specdec_jax.decoding import prompt_cache
 from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits, sample
 
 

@@ -97,6 +97,19 @@ inline float ToFloat(uint16_t w) {
   return f;
 }
 
+#if SPECDEC_AVX2
+// The prefetch a pass over panel w_Dx16 issues at its row d (see Prefetch).
+template <typename W, Prefetch kPrefetch>
+inline void PrefetchAt(const W* w_Dx16, int64_t D, int64_t d) {
+  if (kPrefetch == kAhead) {
+    _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + d * kPanel) + kPrefetchBytes, _MM_HINT_T0);
+  } else if (kPrefetch == kNextPanel) {
+    _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (PanelRows<W>(D) + d) * kPanel),
+                 _MM_HINT_T1);
+  }
+}
+#endif
+
 #if SPECDEC_AVX512
 // int8 panels with AVX-512: a panel row of 16 weights widens into one zmm register, and each row
 // of x sums over d in kI8Chains interleaved chains (chain u takes d = u mod kI8Chains), joined
@@ -120,13 +133,7 @@ void PanelChunkI8(const float* x, int64_t D, const int8_t* w_Dx16, float* out, i
   }
   const int64_t full = D - D % kI8Chains;
   for (int64_t d = 0; d < full; d += kI8Chains) {  // 4 rows of 16 int8: one 64-byte line
-    if (kPrefetch == kAhead) {
-      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + d * kPanel) + kPrefetchBytes,
-                   _MM_HINT_T0);
-    } else if (kPrefetch == kNextPanel) {
-      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (PanelRows<int8_t>(D) + d) * kPanel),
-                   _MM_HINT_T1);
-    }
+    PrefetchAt<int8_t, kPrefetch>(w_Dx16, D, d);
     __m512 w[kI8Chains];
 #pragma GCC unroll 4
     for (int u = 0; u < kI8Chains; ++u) {
@@ -178,13 +185,7 @@ void PanelChunk(const float* x, int64_t D, const W* w_Dx16, float* out, int64_t 
     acc1[r] = _mm256_setzero_ps();
   }
   for (int64_t d = 0; d < D; ++d) {
-    if (kPrefetch == kAhead) {
-      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + d * kPanel) + kPrefetchBytes,
-                   _MM_HINT_T0);
-    } else if (kPrefetch == kNextPanel) {
-      _mm_prefetch(reinterpret_cast<const char*>(w_Dx16 + (PanelRows<W>(D) + d) * kPanel),
-                   _MM_HINT_T1);
-    }
+    PrefetchAt<W, kPrefetch>(w_Dx16, D, d);
     __m256 w0, w1;
     LoadRow(w_Dx16 + d * kPanel, w0, w1);
 #pragma GCC unroll 8
