@@ -45,22 +45,15 @@ def is_self_draft(target, draft) -> bool:
   return untied(target.config) == untied(draft.config)
 
 
-def check_same_cache(target, draft) -> None:
-  """Refuses a draft whose decode cache is not laid out as the target's: it cannot start from
-  the target's cache of the prompt."""
-  if not same_cache(target, draft):
-    raise ValueError("prompt_cache='target' needs a model draft whose cache is laid out as the "
-                     "target's (a self-draft: the target's checkpoint in another weight layout); "
-                     f"(kind, layers, kv heads, head width, dtype, scan): target "
-                     f"{_cache_layout(target)}, draft {_cache_layout(draft)}")
-
-
 def check(mode: str, target, draft) -> None:
   """Refuses an unknown mode, and 'target' for a draft laid out otherwise."""
   if mode not in PROMPT_CACHES:
     raise ValueError(f"TokenDrafter.prompt_cache must be one of {PROMPT_CACHES}, got {mode!r}")
-  if mode == "target":
-    check_same_cache(target, draft)
+  if mode == "target" and not same_cache(target, draft):
+    raise ValueError("prompt_cache='target' needs a model draft whose cache is laid out as the "
+                     "target's (a self-draft: the target's checkpoint in another weight layout); "
+                     f"(kind, layers, kv heads, head width, dtype, scan): target "
+                     f"{_cache_layout(target)}, draft {_cache_layout(draft)}")
 
 
 def reads_target_cache(mode: str, target, draft) -> bool:
