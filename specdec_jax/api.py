@@ -233,10 +233,10 @@ class Pair:
       parallel: a feature-level draft proposes the whole block in one call
         (`decoding.drafter.FeatureDrafter(parallel=True)`: mask entries, trained by the block
         loss; the run's `RunConfig.feature.parallel`); False: one call per drafted token.
-      lookup_gamma: > 0 with a feature-level draft: prompt lookup drafts this many tokens in
-        the iterations whose last n-gram matches at least `lookup_ngram` tokens, the feature
-        draft `gamma` elsewhere (`decoding.lookup_feature`; the run's
-        `RunConfig.feature.lookup_gamma`).
+      lookup_gamma: > 0 with a feature-level draft or a model self-draft: prompt lookup drafts
+        this many tokens in the iterations whose last n-gram matches at least `lookup_ngram`
+        tokens, the draft `gamma` elsewhere (`decoding.lookup_feature`; a self-draft drafting in
+        the target's cache, `decoding.lookup_token`; the run's `RunConfig.feature.lookup_gamma`).
     """
     if gamma is None:
       gamma = 0 if self.draft is None else 4

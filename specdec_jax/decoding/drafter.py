@@ -21,7 +21,9 @@ The protocol (all traceable; `decoder` is the `Decoder`, `dparams` the draft's p
   `prime(...)`: with a decoder-only target, that state after the prompt's target states.
 - `prefill(decoder, dparams, inputs_BxP, cache_len, encoded, target_cache)` (optional; without
   it the draft prefills the prompt itself): the draft's cache after the prompt. A
-  `TokenDrafter(prompt_cache='target')` takes the target's own (a self-draft: see there).
+  `TokenDrafter(prompt_cache='target')` takes the target's own (a self-draft: see there); one
+  with 'shared' has none (None): it drafts in the target's (`shares_target_cache`, a chain's
+  `speculative.handoff`).
 - `first_call(decoder, dparams, state)` -> (logits for x_1 [B, V], logits at the previous bonus
   position [B, V] or None, output features [B, 1, D] or None, cache rolled back to the last
   verified slot).
@@ -153,6 +155,14 @@ def token_first_call(draft, dparams, state: st.DecodeState):
           logits_Bx2xV[:, 0], cache)
 
 
+def shared_first_call(draft, dparams, state: st.DecodeState):
+  """A draft in the target's cache ('shared'): its first call feeds the last token at the last
+  verified slot, where the target's cache stands (every earlier position is there, the target's
+  own): (logits for x_1 [B, V], the target's cache with that slot written by the draft)."""
+  logits_Bx1xV, cache = draft.extend(dparams, state.target_cache, st.last_tokens(state)[:, None])
+  return logits_Bx1xV[:, 0], cache
+
+
 def token_call(model, params, cache, tokens_BxT, offsets=None, visible=None):
   """A model's call over tokens: `extend` for a chain, `extend_with_mask` for a tree's layout
   (`offsets` / `visible`): (logits [B, T, V], cache)."""
@@ -168,17 +178,32 @@ class TokenDrafter:
   the prompt instead of prefilling it (a self-draft; `decoding.prompt_cache` says why)."""
 
   prompt_cache: str = "auto"
-  feeds_verified = False  # fed its own tokens: a fully accepted block leaves it pending
   greedy_ids = True       # temperature 0 with an exact rule: draft and verify as token ids
   cache_slack = 0         # its feeds fit the verification slack (`start.slack`)
+
+  @property
+  def shares_target_cache(self) -> bool:
+    """Drafts in the target's cache ('shared'; `speculative.handoff` verifies on its writes)."""
+    return self.prompt_cache == "shared"
+
+  @property
+  def feeds_verified(self) -> bool:
+    """Fed its own tokens, a fully accepted block leaves it pending; not in the target's cache,
+    which the verify call fills with every verified position."""
+    return self.shares_target_cache
 
   def check(self, decoder) -> None:
     if is_feature_draft(decoder.draft):
       raise TypeError(f"{type(decoder.draft).__name__} is a feature-level draft (it reads the "
                       "target's states); decode it with FeatureDrafter (the default for it)")
     prompt_cache.check(self.prompt_cache, decoder.target, decoder.draft)
+    if self.shares_target_cache and not getattr(decoder.scheme, "chain", False):
+      raise ValueError(f"prompt_cache='shared' drafts a chain in the target's cache; the "
+                       f"{type(decoder.scheme).__name__} scheme drafts otherwise (use 'target')")
 
   def prefill(self, decoder, dparams, inputs_BxP, cache_len: int, encoded, target_cache):
+    if self.shares_target_cache:
+      return None  # no cache of its own
     if prompt_cache.reads_target_cache(self.prompt_cache, decoder.target, decoder.draft):
       return prompt_cache.target_start(target_cache, cache_len)
     return decoder.draft.prefill(dparams, inputs_BxP, cache_len, encoded=encoded)
@@ -188,6 +213,9 @@ class TokenDrafter:
     return None
 
   def first_call(self, decoder, dparams, state):
+    if self.shares_target_cache:
+      logits_BxV, cache = shared_first_call(decoder.draft, dparams, state)
+      return logits_BxV, None, None, cache
     logits_BxV, bonus_BxV, cache = token_first_call(decoder.draft, dparams, state)
     return logits_BxV, bonus_BxV, None, cache
 

@@ -5,13 +5,14 @@ a value of the drafter seam (`decoding.drafter`), not a scheme of its own.
 
 Why: on code the feature draft and prompt lookup propose about as many tokens per target call,
 but a lookup step costs almost nothing and a feature-draft step a good part of a target step, so
-each wins where the other is weak: the lookup where the output copies a long n-gram of the prompt
-or of itself, the draft where nothing matches. Each iteration's first tokens come from one of
-them, chosen before drafting from the history alone (`LookupFeatureDrafter.choice`; at batch > 1
-the lookup only when every active row matches), and the lookup continues them up to the chain's
-gamma either way. The choice depends on the tokens written so far, not on this iteration's
-draws, so any acceptance rule stays exact (the lookup's q is its one-hot, uniform past a miss,
-as `PromptLookupDraft`'s; a drafted token's q is the draft's).
+each wins where the other is weak: the lookup (`decoding.lookup_first`) where the output copies
+a long n-gram of the prompt or of itself, the draft where nothing matches. Each iteration's
+first tokens come from one of them, chosen before drafting from the history alone
+(`LookupFirst.choice`; at batch > 1 the lookup only when every active row matches), and the
+lookup continues them up to the chain's gamma either way. The choice depends on the tokens
+written so far, not on this iteration's draws, so any acceptance rule stays exact (the lookup's
+q is its one-hot, uniform past a miss, as `PromptLookupDraft`'s; a drafted token's q is the
+draft's).
 
 One verify width for both (lookup_gamma + 1 tokens); only the draft's side is a `lax.cond`, so
 the target's cache never passes through a conditional (on CPU a cond over the whole state copies
@@ -27,18 +28,15 @@ features, as in training.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec_jax import seam
 from specdec_jax.decoding import state as st
-from specdec_jax.decoding.drafter import FeatureDrafter, Proposal, chain_draft, check_feature_pair
+from specdec_jax.decoding.drafter import FeatureDrafter, chain_draft, check_feature_pair
 from specdec_jax.decoding.feature_entries import FeatureCarry, last_output, prime_carry
-from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.models.model_free import NEG, best_match
+from specdec_jax.decoding.lookup_first import LookupFirst, lookup_step
 
 
 @flax.struct.dataclass
@@ -55,69 +53,6 @@ class LookupFeatureCarry:
   count_B: jax.Array
   prompt_BxP: jax.Array
   lookups_B: jax.Array
-
-
-# ---- the lookup side -------------------------------------------------------------------------
-class History(NamedTuple):
-  """What the lookup searches, in `model_free.match_scores`' coordinates: the context (T5's
-  source, pads -1; [B, 0] for a decoder-only target), the stream (`tokens_BxS`) and the slot of
-  its last token (`pos_B`)."""
-
-  context_BxC: jax.Array
-  tokens_BxS: jax.Array
-  pos_B: jax.Array
-
-
-def history(target, state: st.DecodeState, prompt_BxP: jax.Array) -> History:
-  """The lookup's history in the target's cache coordinates: T5, the source and the output;
-  decoder-only, the prompt then the output (slot s < base: the prompt's; s >= base: buffer slot
-  s - base), so an n-gram may span both, as in `PromptLookupDraft`'s history."""
-  if seam.is_encoder_decoder(target):
-    context = jnp.where(prompt_BxP != target.pad_id, prompt_BxP, -1)
-    return History(context, state.tokens_BxL, state.num_B - 1)
-  plen, length = prompt_BxP.shape[1], state.tokens_BxL.shape[1]
-  s_S = jnp.arange(plen + length, dtype=jnp.int32)
-  from_out_BxS = s_S[None, :] >= state.base_B[:, None]
-  out_BxS = jnp.take_along_axis(state.tokens_BxL,
-                                jnp.clip(s_S[None, :] - state.base_B[:, None], 0, length - 1),
-                                axis=1)
-  prompt_BxS = jnp.pad(prompt_BxP, ((0, 0), (0, length)))
-  return History(jnp.zeros((prompt_BxP.shape[0], 0), jnp.int32),
-                 jnp.where(from_out_BxS, out_BxS, prompt_BxS), state.base_B + state.num_B - 1)
-
-
-def lookup_step(hist: History, key, gamma: int, ngrams: tuple[int, int], vocab_size: int,
-                sampling: SamplingConfig, *, first=None, drafted=None) -> Proposal:
-  """gamma chained lookups, each on the history extended by the tokens drawn before it: q_i is
-  the one-hot of the match's continuation, uniform where none, x_i ~ q_i; what the chain of a
-  `PromptLookupDraft` (fallback 'uniform') proposes from the same history.
-
-  ngrams: (max_ngram, min_ngram) of the match. first: the first lookup's (ngram_Bx1,
-  proposal_Bx1) when the caller has it (the scheme's choice reads it). drafted: (use_B,
-  tokens_BxF, q_BxFxV): where use_B, the first F positions are those tokens, drawn by another
-  draft from those q, and the lookup continues after them."""
-  context_BxC, hist_BxS, pos_B = hist
-  b_B = jnp.arange(hist_BxS.shape[0])
-  keys = jax.random.split(key, gamma)
-  xs, qs = [], []
-  for i in range(gamma):  # gamma is small and static
-    ngram_Bx1, prop_Bx1 = (first if i == 0 and first is not None else
-                           best_match(context_BxC, hist_BxS, (pos_B + i)[:, None], *ngrams))
-    onehot_BxV = jnp.where(jax.nn.one_hot(prop_Bx1[:, 0], vocab_size, dtype=bool), 0.0, NEG)
-    q_BxV = process_logits(jnp.where(ngram_Bx1 > 0, onehot_BxV, 0.0), sampling)
-    x_B = sample(keys[i], q_BxV)
-    if drafted is not None and i < drafted[1].shape[1]:
-      use_B, tokens_BxF, q_BxFxV = drafted
-      x_B = jnp.where(use_B, tokens_BxF[:, i], x_B)
-      q_BxV = jnp.where(use_B[:, None], q_BxFxV[:, i], q_BxV)
-    hist_BxS = hist_BxS.at[b_B, pos_B + i + 1].set(x_B, mode="drop")
-    xs.append(x_B)
-    qs.append(q_BxV)
-  gamma_B = jnp.full(pos_B.shape, gamma, jnp.int32)
-  # fed_B = gamma + 1: the feature draft is fed the verified positions from the log, never a
-  # pending bonus token, so `commit` never marks it pending (as the feature chain).
-  return Proposal(jnp.stack(xs, axis=1), jnp.stack(qs, axis=1), proposed_B=gamma_B,
-                  fed_B=gamma_B + 1, bonus_q_BxV=jnp.zeros_like(qs[0]))
 
 
 # ---- the feature-draft side ------------------------------------------------------------------
@@ -199,10 +134,12 @@ class LookupFeatureDrafter(FeatureDrafter):
     if self.parallel:
       raise ValueError("the lookup-or-feature drafter drafts with the feature chain where the "
                        "lookup does not match; the parallel block is not combined with it")
-    if not 1 <= self.min_ngram <= self.lookup_ngram <= self.max_ngram:
-      raise ValueError(f"need 1 <= min_ngram <= lookup_ngram <= max_ngram (the match length at "
-                       f"which the lookup drafts), got {self.min_ngram}, {self.lookup_ngram}, "
-                       f"{self.max_ngram}")
+    self.lookup  # pylint: disable=pointless-statement  (refuses bad n-gram lengths)
+
+  @property
+  def lookup(self) -> LookupFirst:
+    """When and how the lookup drafts (`lookup_first.LookupFirst`)."""
+    return LookupFirst(self.lookup_ngram, self.max_ngram, self.min_ngram)
 
   @property
   def cache_slack(self) -> int:
@@ -245,20 +182,14 @@ class LookupFeatureDrafter(FeatureDrafter):
                                             self.draft_gamma, self.catchup_width)
     return logits_BxV, None, out_BxD[:, None], cache
 
-  def choice(self, decoder, state: st.DecodeState):
-    """(the lookup's `History`, its first lookup, whether this iteration's first tokens come
-    from the lookup []): every active row's last n-gram matches >= `lookup_ngram` tokens."""
-    hist = history(decoder.target, state, state.draft_carry.prompt_BxP)
-    first = best_match(*hist[:2], hist.pos_B[:, None], self.max_ngram, self.min_ngram)
-    return hist, first, jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
-
   def propose(self, decoder, dparams, state, key):
-    """Lookup, or the feature draft's draft_gamma tokens continued by the lookup (`choice`):
-    (Proposal of the chain's gamma tokens, draft cache, the carry with this iteration's choice
-    counted: pending entries kept only where the lookup drafted, `observe` adds the written)."""
+    """Lookup, or the feature draft's draft_gamma tokens continued by the lookup
+    (`LookupFirst.choice`): (Proposal of the chain's gamma tokens, draft cache, the carry with
+    this iteration's choice counted: pending entries kept only where the lookup drafted,
+    `observe` adds the written)."""
     sampling, carry = decoder.sampling, state.draft_carry
     k_draft, k_lookup = jax.random.split(key)
-    hist, first, use_lookup = self.choice(decoder, state)
+    hist, first, use_lookup = self.lookup.choice(decoder.target, state, carry.prompt_BxP)
     batch, vocab = hist.pos_B.shape[0], decoder.target.vocab_size
 
     def by_draft(_):
@@ -272,8 +203,8 @@ class LookupFeatureDrafter(FeatureDrafter):
 
     # Only the draft's side is conditional (the module docstring).
     x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
-    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma,
-                           (self.max_ngram, self.min_ngram), vocab, sampling, first=first,
+    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma, self.lookup.ngrams, vocab,
+                           sampling, first=first,
                            drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
     active_B = ~state.done_B
     carry = carry.replace(count_B=jnp.where(use_lookup, carry.count_B, 0),

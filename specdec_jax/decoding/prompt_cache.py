@@ -1,9 +1,14 @@
-"""Whether a token draft starts from the target's cache of the prompt (`TokenDrafter.prompt_cache`).
+"""Whether a token draft reads the target's cache (`TokenDrafter.prompt_cache`).
 
 'own': the draft prefills the prompt itself. 'target': it starts from the target's cache, its own
-entries only from the first generated token on. 'auto' (the default): 'target' for a self-draft
-(`is_self_draft`: the target's architecture; in practice its own checkpoint in a cheaper layout
-such as int8 panels, whose cache has the target's shapes and nearly its values), else 'own'.
+entries only from the first generated token on. 'shared': it has no cache of its own and drafts
+in the target's, a chain only (`speculative.handoff`): each iteration it reads every verified
+position's target entries and writes its drafts into the slots the verify call then overwrites,
+so it is never behind (no pending token, nothing to catch up after an iteration it did not
+draft: `lookup_token`) and the loop carries one cache. 'auto' (the default): 'target' for a
+self-draft (`is_self_draft`: the target's architecture; in practice its own checkpoint in a
+cheaper layout such as int8 panels, whose cache has the target's shapes and nearly its values),
+else 'own'.
 Why: a draft's prefill is as many weights times as many prompt tokens as the target's; a
 self-draft's doubled each summary's prompt (SmolLM2, ~1,600-token documents: 383 ms a request
 before the first token against 192) and 'auto' declined it on the held-out documents. The
@@ -16,7 +21,7 @@ import dataclasses
 
 from specdec_jax.decoding.feature_entries import is_feature_draft
 
-PROMPT_CACHES = ("auto", "own", "target")
+PROMPT_CACHES = ("auto", "own", "target", "shared")
 
 
 def _cache_layout(model):
@@ -27,6 +32,12 @@ def _cache_layout(model):
     return None
   return (cfg.kind, cfg.num_decoder_layers, cfg.kv_heads, cfg.head_dim, cfg.dtype,
           cfg.scan_layers)
+
+
+def has_cache(draft) -> bool:
+  """Whether `draft` is a model token draft (a decode cache of keys and values; not a
+  model-free or feature-level draft)."""
+  return draft is not None and _cache_layout(draft) is not None
 
 
 def same_cache(target, draft) -> bool:
@@ -46,11 +57,11 @@ def is_self_draft(target, draft) -> bool:
 
 
 def check(mode: str, target, draft) -> None:
-  """Refuses an unknown mode, and 'target' for a draft laid out otherwise."""
+  """Refuses an unknown mode, and 'target' / 'shared' for a draft laid out otherwise."""
   if mode not in PROMPT_CACHES:
     raise ValueError(f"TokenDrafter.prompt_cache must be one of {PROMPT_CACHES}, got {mode!r}")
-  if mode == "target" and not same_cache(target, draft):
-    raise ValueError("prompt_cache='target' needs a model draft whose cache is laid out as the "
+  if mode in ("target", "shared") and not same_cache(target, draft):
+    raise ValueError(f"prompt_cache={mode!r} needs a model draft whose cache is laid out as the "
                      "target's (a self-draft: the target's checkpoint in another weight layout); "
                      f"(kind, layers, kv heads, head width, dtype, scan): target "
                      f"{_cache_layout(target)}, draft {_cache_layout(draft)}")
@@ -58,7 +69,7 @@ def check(mode: str, target, draft) -> None:
 
 def reads_target_cache(mode: str, target, draft) -> bool:
   """Whether a decode in `mode` starts `draft` from `target`'s cache of the prompt."""
-  return is_self_draft(target, draft) if mode == "auto" else mode == "target"
+  return is_self_draft(target, draft) if mode == "auto" else mode in ("target", "shared")
 
 
 def target_start(target_cache, cache_len: int):

@@ -26,7 +26,7 @@ from specdec_jax.decoding.sampling import SamplingConfig, argmax, process_logits
 from specdec_jax.seam import Cache
 
 __all__ = ["Chain", "Proposal", "commit", "commit_with", "count", "draft_step", "greedy_accept",
-           "greedy_commit", "verify_step", "write_back", "GREEDY_RULES"]
+           "greedy_commit", "handoff", "verify_step", "write_back", "GREEDY_RULES"]
 
 
 def draft_step(decoder, draft_params, state: st.DecodeState, key: jax.Array
@@ -72,6 +72,18 @@ def greedy_commit(state: st.DecodeState, proposal: Proposal, target_BxG1: jax.Ar
   beta_BxG1 = greedy_beta(state, proposal.tokens_BxG, target_BxG1, bonus_draft_B)
   p_n_BxV = jax.nn.one_hot(next_B, vocab, dtype=jnp.float32)
   return commit_with(state, proposal, n_B, next_B, beta_BxG1, p_n_BxV, eos_id, max_decode_len)
+
+
+def handoff(drafter, state: st.DecodeState, draft_cache) -> tuple[Cache, Cache | None]:
+  """(the cache the target verifies on, the draft cache the loop keeps) after the draft's calls.
+  A drafter that drafts in the target's cache (`shares_target_cache`: a self-draft with
+  prompt_cache 'shared') hands its writes on, rolled back to the last verified slot: the verify
+  call writes every slot the draft wrote before anything reads it, and verifying on that buffer
+  rather than the state's lets XLA write it in place (two live versions of one cache would be
+  copied every iteration)."""
+  if getattr(drafter, "shares_target_cache", False):
+    return draft_cache.rollback(state.target_cache.index_B), None
+  return state.target_cache, draft_cache
 
 
 def verify_step(target, target_params, cache: Cache, last_B: jax.Array,
@@ -128,7 +140,8 @@ def write_back(state: st.DecodeState, num_B, done_B, counters: st.Counters, pend
       num_B=num_B, done_B=done_B, counters=counters, draft_pending_B=pending_B,
       bonus_p_BxV=jnp.where(pending_B[:, None], p_last_BxV, 0.0),
       target_cache=state.target_cache.rollback(last_slot_B),
-      draft_cache=state.draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
+      draft_cache=None if state.draft_cache is None else  # None: it drafts in the target's
+      state.draft_cache.rollback(last_slot_B - pending_B.astype(jnp.int32)))
 
 
 def count(c: st.Counters, active_B: jax.Array, done_B: jax.Array, pending_B: jax.Array,
@@ -215,9 +228,10 @@ class Chain:
     if drafter.greedy_ids and decoder.sampling.greedy and decoder.rule in GREEDY_RULES:
       return self._greedy_iteration(decoder, params, state.replace(rng=rng))
     proposal, draft_cache, carry = drafter.propose(decoder, params.draft, state, k_draft)
+    verify_on, draft_cache = handoff(drafter, state, draft_cache)
     block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
-    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target,
-                                                         state.target_cache, block_BxG1)
+    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target, verify_on,
+                                                         block_BxG1)
     p_BxG1xV = process_logits(logits_BxG1xV, decoder.sampling)
     n_B, next_B = acc.get_rule(decoder.rule)(k_accept, proposal.tokens_BxG, proposal.q_BxGxV,
                                              p_BxG1xV)
@@ -231,9 +245,10 @@ class Chain:
     drafter = decoder.drafter
     proposal, bonus_draft_B, draft_cache = greedy_chain_draft(drafter, decoder, params.draft,
                                                               state, self.gamma)
+    verify_on, draft_cache = handoff(drafter, state, draft_cache)
     block_BxG1 = jnp.concatenate([st.last_tokens(state)[:, None], proposal.tokens_BxG], axis=1)
-    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target,
-                                                         state.target_cache, block_BxG1)
+    logits_BxG1xV, hidden, target_cache = drafter.verify(decoder, params.target, verify_on,
+                                                         block_BxG1)
     new = greedy_commit(state.replace(target_cache=target_cache, draft_cache=draft_cache),
                         proposal, argmax(logits_BxG1xV.astype(jnp.float32)), bonus_draft_B,
                         logits_BxG1xV.shape[-1], decoder.target.eos_id, decoder.max_decode_len)

@@ -13,7 +13,7 @@ from typing import Any
 
 from specdec_jax.metrics import acceptance_stats, code_exec, quality, report
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
-from specdec_jax.runner.run_config import FEATURE_DRAFT, RunConfig, temperatures
+from specdec_jax.runner.run_config import FEATURE_DRAFT, MODEL_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
 from specdec_jax.runner.costs import loop_key
 from specdec_jax.runner.pipeline import Loaded
@@ -75,13 +75,15 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
     extra["draft_kind"] = FEATURE_DRAFT
     if cfg.feature.parallel:  # FeatureDrafter(parallel=True): one call per block
       extra["feature_scheme"] = "parallel"
-    if cfg.feature.lookup_gamma:  # LookupFeatureDrafter: prompt lookup where it matches
-      calls = sum(r.counters.get("target_calls", 0) for r in spec_records)
+  if cfg.feature.lookup_gamma and point.draft.kind in (FEATURE_DRAFT, MODEL_DRAFT):
+    # LookupFeatureDrafter / LookupTokenDrafter: prompt lookup where it matches
+    calls = sum(r.counters.get("target_calls", 0) for r in spec_records)
+    if point.draft.kind == FEATURE_DRAFT:
       extra["feature_scheme"] = "lookup"
-      extra["lookup"] = {
-          "gamma": cfg.feature.lookup_gamma, "ngram": cfg.feature.lookup_ngram,
-          "share_of_target_calls": (sum(r.counters.get("lookup_iterations", 0)
-                                        for r in spec_records) / calls) if calls else None}
+    extra["lookup"] = {
+        "gamma": cfg.feature.lookup_gamma, "ngram": cfg.feature.lookup_ngram,
+        "share_of_target_calls": (sum(r.counters.get("lookup_iterations", 0)
+                                      for r in spec_records) / calls) if calls else None}
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label

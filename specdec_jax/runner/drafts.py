@@ -211,7 +211,7 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
       cfg.tree_candidate_schemes() if AUTO in gammas else [])
   schedule.check(gammas, feature=next((s.name for s in specs if s.kind == FEATURE_DRAFT), None),
                  parallel=cfg.feature.parallel, lookup_gamma=cfg.feature.lookup_gamma,
-                 trees=trees)
+                 trees=trees, model=any(s.kind == MODEL_DRAFT for s in specs))
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params,

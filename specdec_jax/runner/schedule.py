@@ -41,6 +41,7 @@ from specdec_jax.decoding.adaptive import AdaptiveConfig
 from specdec_jax.decoding.autoregressive import Autoregressive
 from specdec_jax.decoding.draft_schemes import plan
 from specdec_jax.decoding.drafter import is_feature_draft
+from specdec_jax.decoding.prompt_cache import has_cache
 from specdec_jax.decoding.speculative import Chain
 from specdec_jax.decoding.tree.dynamic import DynamicTreeScheme
 from specdec_jax.decoding.tree.lookup_scheme import LookupTreeScheme
@@ -119,7 +120,7 @@ def check_value(g) -> None:
 
 
 def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
-          lookup_gamma: int = 0, trees: Sequence[Any] = ()) -> None:
+          lookup_gamma: int = 0, trees: Sequence[Any] = (), model: bool = False) -> None:
   """Refuses a feature-level draft's chain options without one, or combined in ways not built,
   before anything is loaded or compiled. The run (`RunConfig.feature_parallel`,
   `feature_lookup_gamma`) and the API (`parallel=`, `lookup_gamma=`) ask the same question.
@@ -128,8 +129,10 @@ def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
     gammas: the GAMMA values decoded (shorthand).
     feature: the name of the run's (or pair's) feature-level draft; None without one.
     parallel: the parallel chain (`FeatureDrafter(parallel=True)`).
-    lookup_gamma: > 0: prompt lookup where it matches, the feature draft elsewhere.
+    lookup_gamma: > 0: prompt lookup where it matches, the feature draft (or a model
+      self-draft, `LookupTokenDrafter`) elsewhere.
     trees: the tree schemes decoded ('tree') or weighed ('auto').
+    model: the run (or pair) has a model token draft (lookup_gamma's self-draft).
   Trees, static and dynamic, and the adaptive chain are drafted from the target's states
   (every scheme takes the feature drafter, `decoding.drafter`); a mesh is fine.
   """
@@ -139,10 +142,15 @@ def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
     raise ValueError("the parallel chain (RunConfig.feature_parallel, parallel=True) drafts a "
                      "block in one call of a feature-level draft: this run or pair has none (a "
                      "DRAFT_CHECKPOINT holding feature_draft_config.json)")
-  if lookup_gamma and feature is None:
+  if lookup_gamma and feature is None and not model:
     raise ValueError("lookup_gamma (RunConfig.feature_lookup_gamma) combines prompt lookup with "
-                     "a feature-level draft: this run or pair has none (a DRAFT_CHECKPOINT "
-                     "holding feature_draft_config.json)")
+                     "a feature-level draft or a model self-draft: this run or pair has neither "
+                     "(a DRAFT_CHECKPOINT)")
+  if lookup_gamma and words:
+    raise ValueError(f"lookup_gamma (RunConfig.feature_lookup_gamma) decodes at fixed int "
+                     f"GAMMAs only, got {words[0]!r}: 'auto' predicts a chain's speedup from "
+                     "its acceptance, which a decode that switches drafts per iteration does "
+                     "not follow; 'adaptive' and 'tree' are not combined with it (not built)")
   if feature is None:
     return
   if parallel and (ADAPTIVE in gammas or trees):
@@ -153,11 +161,6 @@ def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
       raise ValueError("lookup_gamma (RunConfig.feature_lookup_gamma) drafts with the feature "
                        "chain where the lookup does not match; it is not combined with "
                        "feature_parallel (parallel=True)")
-    if words:
-      raise ValueError(f"lookup_gamma (RunConfig.feature_lookup_gamma) decodes at fixed int "
-                       f"GAMMAs only, got {words[0]!r}: 'auto' predicts a chain's speedup from "
-                       "its acceptance, which a decode that switches drafts per iteration does "
-                       "not follow; 'adaptive' and 'tree' are not combined with it (not built)")
   other = [t for t in trees if not isinstance(t, (TreeScheme, DynamicTreeScheme))]
   if other:
     raise ValueError(f"{type(other[0]).__name__} drafts from tokens; a feature-level draft "
@@ -187,4 +190,4 @@ def check_pair(value, draft, *, parallel: bool = False, lookup_gamma: int = 0,
                trees: Sequence[Any] = ()) -> None:
   """`check` for one decoder (the API's `Pair.decoder`): the draft object instead of a name."""
   check([value], feature="the draft" if draft is not None and is_feature_draft(draft) else None,
-        parallel=parallel, lookup_gamma=lookup_gamma, trees=trees)
+        parallel=parallel, lookup_gamma=lookup_gamma, trees=trees, model=has_cache(draft))

@@ -97,13 +97,17 @@ class FeatureChain:
 
 @dataclasses.dataclass(frozen=True)
 class FeatureOptions:
-  """How a feature-level draft's chains draft (`RunConfig.feature`; token drafts ignore it).
+  """How a feature-level draft's chains draft (`RunConfig.feature`; token drafts ignore it, but
+  for a model self-draft's lookup_gamma).
 
   Attributes:
     parallel: the whole block in one draft call (`FeatureDrafter(parallel=True)`; a
       block-trained draft). Default False.
     lookup_gamma: > 0: prompt lookup drafts this many tokens where the last n-gram matches at
       least `lookup_ngram` tokens, the feature draft GAMMA elsewhere (int GAMMAs only). Default 0.
+      With a model token draft, the same with the draft in the target's cache
+      (`decoding.lookup_token.LookupTokenDrafter`: a self-draft, e.g. the target's checkpoint in
+      int8 panels); model-free drafts ignore it.
     lookup_ngram: that match length (default 2).
   None: unset (`settle`); shorthands `RunConfig.feature_parallel`, `feature_lookup_gamma`,
   `feature_lookup_ngram`.

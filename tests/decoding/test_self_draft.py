@@ -67,7 +67,7 @@ def test_auto_gives_a_self_draft_the_targets_prompt_cache_and_others_their_own(k
                        other.prefill(op, inputs, state.draft_cache.length))
 
 
-@pytest.mark.parametrize("prompt_cache", ["auto", "own", "target"])
+@pytest.mark.parametrize("prompt_cache", ["auto", "own", "target", "shared"])
 def test_greedy_self_draft_equals_autoregressive(prompt_cache):
   target, tp, draft, dp = _self_pair()
   inputs = jnp.asarray(PROMPTS, jnp.int32)
@@ -80,9 +80,11 @@ def test_greedy_self_draft_equals_autoregressive(prompt_cache):
   assert 0 < int(np.sum(counters.accepted_B)) < int(np.sum(counters.drafted_B))
 
 
-def test_self_draft_from_the_targets_cache_samples_the_targets_distribution():
+@pytest.mark.parametrize("prompt_cache", ["target", "shared"])
+def test_self_draft_from_the_targets_cache_samples_the_targets_distribution(prompt_cache):
   """Chi-square over every 3-token continuation (vocabulary 6), T = 1: the draft reads the
-  target's cache of the prompt, its q is its own (perturbed weights), the law the target's."""
+  target's cache of the prompt ('target') or drafts in it ('shared'), its q is its own
+  (perturbed weights), the law the target's."""
   cfg = get_preset("decoder_test_draft", vocab_size=6, emb_dim=16, num_decoder_layers=1,
                    eos_id=-1)
   target = Model(cfg)
@@ -91,7 +93,7 @@ def test_self_draft_from_the_targets_cache_samples_the_targets_distribution():
   assert is_self_draft(target, target)
   p, out = law_pvalue((target, tp, target, dp), SamplingConfig(temperature=1.0), Chain(2),
                       np.array([3, 5, 2], np.int32), 3, 100_000,
-                      drafter=TokenDrafter(prompt_cache="target"))
+                      drafter=TokenDrafter(prompt_cache=prompt_cache))
   assert p > 1e-3, p
   accepted, drafted = int(np.sum(out.counters.accepted_B)), int(np.sum(out.counters.drafted_B))
   assert 0.2 * drafted < accepted < 0.98 * drafted  # q is not p: the test has something to do
@@ -102,6 +104,8 @@ def test_prompt_cache_target_refuses_a_draft_laid_out_otherwise():
   with pytest.raises(ValueError, match="laid out as the target's"):
     Decoder(target, draft, Chain(2), GREEDY, drafter=TokenDrafter(prompt_cache="target"))
   with pytest.raises(ValueError, match="prompt_cache must be one of"):
+    Decoder(target, draft, Chain(2), GREEDY, drafter=TokenDrafter(prompt_cache="nope"))
+  with pytest.raises(ValueError, match="laid out as the target's"):
     Decoder(target, draft, Chain(2), GREEDY, drafter=TokenDrafter(prompt_cache="shared"))
   # The same layers, heads and widths but another MLP: the cache fits ('target' allowed), but
   # it is not a self-draft, so 'auto' keeps its own prefill.

@@ -248,8 +248,8 @@ def test_sharded_run_with_a_feature_draft_equals_the_unsharded_run(tmp_path):
 
 
 def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
-  """RunConfig.feature_lookup_gamma: refused by name without a feature draft, with 'auto' (its
-  prediction assumes one chain) and with the parallel chain; `chain_options` builds the
+  """RunConfig.feature_lookup_gamma: refused by name without a feature or model draft, with
+  'auto' (its prediction assumes one chain) and with the parallel chain; `chain_options` builds the
   LookupFeatureDrafter at every program of the run."""
   path = _save_feature_draft(tmp_path / "fd")
   target, tp = loader.load_model("t5_test_target", seed=0)
@@ -263,8 +263,10 @@ def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
   token = drafts_lib.load_draft(rc.DraftSpec("prompt_lookup"), target, tp,
                                drafts_lib.DraftSettings())[0]
   assert plan(token, 2, **drafts_lib.chain_options(cfg)) == (Chain(2), None)  # token: off
-  with pytest.raises(ValueError, match="has none"):
-    drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))
+  lookups = rc.RunConfig(draft="prompt_lookup", feature_lookup_gamma=4, gamma=2)
+  with pytest.raises(ValueError, match="has neither"):  # no feature draft, no model draft
+    drafts_lib.check_feature_run(lookups, rc.draft_specs(lookups))
+  drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))  # a model draft: its self-draft may
   for bad, match in ((dict(gamma="auto"), "fixed int GAMMAs"),
                      (dict(feature_parallel=True), "feature_parallel")):
     c = rc.RunConfig(draft="model", draft_checkpoint=path, feature_lookup_gamma=4, **bad)

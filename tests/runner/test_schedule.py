@@ -87,17 +87,18 @@ def test_one_check_for_the_run_and_the_api():
   schedule.check([2], lookup_gamma=4, **ok)
   for kwargs, match in (
       (dict(gammas=[2], feature=None, parallel=True), "has none"),
-      (dict(gammas=[2], feature=None, lookup_gamma=3), "has none"),
+      (dict(gammas=[2], feature=None, lookup_gamma=3), "has neither"),
       (dict(gammas=["adaptive"], feature="fd", parallel=True), "not combined"),
       (dict(gammas=[2], feature="fd", parallel=True, trees=[TreeScheme((2,))]), "not combined"),
       (dict(gammas=[2], feature="fd", parallel=True, lookup_gamma=3), "feature_parallel"),
       (dict(gammas=["auto"], feature="fd", lookup_gamma=3), "fixed int GAMMAs"),
+      (dict(gammas=["auto"], feature=None, model=True, lookup_gamma=3), "fixed int GAMMAs"),
       (dict(gammas=["tree"], feature="fd", trees=[LookupTreeScheme()]), "drafts from tokens")):
     gammas = kwargs.pop("gammas")
     with pytest.raises(ValueError, match=match):
       schedule.check(gammas, **kwargs)
   pair = sd.load("t5_test_target", "t5_test_draft", vocabulary=False)
-  with pytest.raises(ValueError, match="has none"):
+  with pytest.raises(ValueError, match="laid out as the target's"):  # a draft, not a self-draft
     pair.decoder(2, lookup_gamma=3)
 
 
@@ -115,8 +116,10 @@ def test_the_api_takes_the_scheme_objects_a_run_takes():
   with pytest.raises(ValueError, match="would be ignored"):
     pair.decoder(tree, tree=(3, 1))
   assert schedule.decoding_scheme("tree", None, tree=tree) == (tree, None)
-  with pytest.raises(ValueError, match="has none"):  # a feature chain needs a feature draft
-    pair.decoder(schedule.FeatureChain(2, lookup_gamma=4))
+  with pytest.raises(ValueError, match="laid out as the target's"):  # its lookup: a feature
+    pair.decoder(schedule.FeatureChain(2, lookup_gamma=4))  # draft or a self-draft
+  with pytest.raises(ValueError, match="has none"):  # the parallel chain: a feature draft
+    pair.decoder(schedule.FeatureChain(2, parallel=True))
   assert schedule.decoding_scheme(0, None) == (Autoregressive(), None)
 
 
