@@ -121,7 +121,7 @@ class RunConfig:
   draft_head_vocab: int = 0
   # Model drafts' weights (models/packed.py): 'auto' (lossless), 'float32', 'int8' (lossy; kernel).
   draft_panels: str = "auto"
-  draft_prompt_cache: str = "auto"  # token drafts: 'auto', 'own', 'target' (decoding/prompt_cache)
+  draft_prompt_cache: str = "auto"  # 'auto', 'own', 'target', 'shared' (decoding/prompt_cache)
   # A feature-level draft's chain options, a `settings.FeatureOptions` (`@FeatureOptions()`,
   # GAMMA = @FeatureChain() or the shorthand keywords below), settled likewise.
   feature: Any = None
