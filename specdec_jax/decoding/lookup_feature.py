@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.drafter import FeatureDrafter, chain_draft, check_feature_pair
 from specdec_jax.decoding.feature_entries import FeatureCarry, last_output, prime_carry
-from specdec_jax.decoding.lookup_first import LookupFirst, lookup_step
+from specdec_jax.decoding.lookup_first import LookupFirstOptions, lookup_step
 
 
 @flax.struct.dataclass
@@ -112,34 +112,23 @@ def log_features(g_BxLxD: jax.Array, num_B: jax.Array, g_BxG1xD: jax.Array) -> j
 
 
 @dataclasses.dataclass(frozen=True)
-class LookupFeatureDrafter(FeatureDrafter):
+class LookupFeatureDrafter(FeatureDrafter, LookupFirstOptions):
   """A feature-level drafter that lets prompt lookup draft first (the module docstring); decodes
-  with `Chain(lookup_gamma)`. draft_gamma: the feature draft's tokens where the lookup does not
-  match; lookup_ngram: the match length at which it does; max_ngram / min_ngram: the lookup's
-  (`PromptLookupDraft`'s defaults); catchup_width: entries per catch-up call. Hashable."""
+  with `Chain(lookup_gamma)`. Its options: `LookupFirstOptions` (draft_gamma: the feature
+  draft's tokens) and catchup_width, entries per catch-up call. Hashable."""
 
-  draft_gamma: int = 2
-  lookup_ngram: int = 2
-  max_ngram: int = 3
-  min_ngram: int = 1
   catchup_width: int = 16
 
-  greedy_ids = False  # the lookup's q rows are its one-hot proposals, at every temperature
+  greedy_ids = False  # FeatureDrafter's True yields to the lookup's one-hot q rows
 
   def __post_init__(self):
-    for name in ("draft_gamma", "catchup_width"):
-      v = getattr(self, name)
-      if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    self.check_options()
+    v = self.catchup_width
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+      raise ValueError(f"catchup_width must be an integer >= 1, got {v!r}")
     if self.parallel:
       raise ValueError("the lookup-or-feature drafter drafts with the feature chain where the "
                        "lookup does not match; the parallel block is not combined with it")
-    self.lookup  # pylint: disable=pointless-statement  (refuses bad n-gram lengths)
-
-  @property
-  def lookup(self) -> LookupFirst:
-    """When and how the lookup drafts (`lookup_first.LookupFirst`)."""
-    return LookupFirst(self.lookup_ngram, self.max_ngram, self.min_ngram)
 
   @property
   def cache_slack(self) -> int:
@@ -154,10 +143,7 @@ class LookupFeatureDrafter(FeatureDrafter):
     if not getattr(decoder.scheme, "chain", False):
       raise ValueError(f"LookupFeatureDrafter drafts a chain (Chain(lookup_gamma)); the "
                        f"{type(decoder.scheme).__name__} scheme drafts otherwise")
-    if decoder.scheme.gamma < self.draft_gamma:
-      raise ValueError(f"the chain's gamma ({decoder.scheme.gamma}, the lookup's tokens) is the "
-                       f"verify width of every iteration and must be >= draft_gamma "
-                       f"({self.draft_gamma}): the lookup continues the draft's tokens up to it")
+    self.check_options(decoder.scheme)
 
   def init_carry(self, decoder, state, inputs_BxP) -> LookupFeatureCarry:
     """An empty feature log as long as the buffer, nothing pending, the prompt for the lookup."""

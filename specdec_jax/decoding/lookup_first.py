@@ -112,3 +112,38 @@ class LookupFirst:
     hist = history(target, state, prompt_BxP)
     first = best_match(*hist[:2], hist.pos_B[:, None], self.max_ngram, self.min_ngram)
     return hist, first, jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupFirstOptions:
+  """The lookup-first drafters' options (a base of both): draft_gamma, the draft's tokens where
+  the lookup does not match; lookup_ngram, the match length at which it does; max_ngram /
+  min_ngram, the lookup's (`PromptLookupDraft`'s defaults)."""
+
+  draft_gamma: int = 2
+  lookup_ngram: int = 2
+  max_ngram: int = 3
+  min_ngram: int = 1
+
+  greedy_ids = False  # the lookup's q rows are its one-hot proposals, at every temperature
+
+  @property
+  def lookup(self) -> LookupFirst:
+    """When and how the lookup drafts."""
+    return LookupFirst(self.lookup_ngram, self.max_ngram, self.min_ngram)
+
+  def check_options(self, scheme=None) -> None:
+    """Refuses bad n-gram lengths or draft_gamma, and with a scheme one narrower than it."""
+    self.lookup  # pylint: disable=pointless-statement  (LookupFirst refuses bad lengths)
+    check_draft_gamma(scheme, self.draft_gamma)
+
+
+def check_draft_gamma(scheme, draft_gamma: int) -> None:
+  """Refuses a chain narrower than the draft's tokens: the chain's gamma (the lookup's tokens)
+  is every iteration's verify width, and the lookup continues the draft's tokens up to it."""
+  if not isinstance(draft_gamma, int) or isinstance(draft_gamma, bool) or draft_gamma < 1:
+    raise ValueError(f"draft_gamma must be an integer >= 1, got {draft_gamma!r}")
+  if scheme is not None and scheme.gamma < draft_gamma:
+    raise ValueError(f"the chain's gamma ({scheme.gamma}, the lookup's tokens) is the verify "
+                     f"width of every iteration and must be >= draft_gamma ({draft_gamma}): "
+                     "the lookup continues the draft's tokens up to it")

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.drafter import TokenDrafter
-from specdec_jax.decoding.lookup_first import LookupFirst, lookup_step
+from specdec_jax.decoding.lookup_first import LookupFirstOptions, lookup_step
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
 
 
@@ -65,41 +65,25 @@ def draft_calls(draft, dparams, cache, last_B: jax.Array, calls: jax.Array, widt
 
 
 @dataclasses.dataclass(frozen=True)
-class LookupTokenDrafter(TokenDrafter):
+class LookupTokenDrafter(TokenDrafter, LookupFirstOptions):
   """A self-draft that lets prompt lookup draft first (the module docstring); decodes with
-  `Chain(lookup_gamma)`. draft_gamma: the draft's tokens where the lookup does not match;
-  lookup_ngram: the match length at which it does; max_ngram / min_ngram: the lookup's
-  (`PromptLookupDraft`'s defaults). Always in the target's cache ('shared'). Hashable."""
+  `Chain(lookup_gamma)`. Its options: `LookupFirstOptions` (draft_gamma: the self-draft's
+  tokens). Always in the target's cache (prompt_cache 'shared'). Hashable."""
 
   prompt_cache: str = "shared"
-  draft_gamma: int = 4
-  lookup_ngram: int = 2
-  max_ngram: int = 3
-  min_ngram: int = 1
 
-  greedy_ids = False  # the lookup's q rows are its one-hot proposals, at every temperature
+  greedy_ids = False  # TokenDrafter's True yields to the lookup's one-hot q rows
 
   def __post_init__(self):
-    if (not isinstance(self.draft_gamma, int) or isinstance(self.draft_gamma, bool)
-        or self.draft_gamma < 1):
-      raise ValueError(f"draft_gamma must be an integer >= 1, got {self.draft_gamma!r}")
+    self.check_options()
     if self.prompt_cache != "shared":
       raise ValueError(f"LookupTokenDrafter drafts in the target's cache (prompt_cache "
                        f"'shared'), got {self.prompt_cache!r}: a draft with a cache of its own "
                        "would have to catch up after every lookup iteration")
-    self.lookup  # pylint: disable=pointless-statement  (refuses bad n-gram lengths)
-
-  @property
-  def lookup(self) -> LookupFirst:
-    """When and how the lookup drafts (`lookup_first.LookupFirst`)."""
-    return LookupFirst(self.lookup_ngram, self.max_ngram, self.min_ngram)
 
   def check(self, decoder) -> None:
     super().check(decoder)  # a self-draft's cache layout, a chain
-    if decoder.scheme.gamma < self.draft_gamma:
-      raise ValueError(f"the chain's gamma ({decoder.scheme.gamma}, the lookup's tokens) is the "
-                       f"verify width of every iteration and must be >= draft_gamma "
-                       f"({self.draft_gamma}): the lookup continues the draft's tokens up to it")
+    self.check_options(decoder.scheme)
 
   def init_carry(self, decoder, state, inputs_BxP) -> LookupTokenCarry:
     del decoder
