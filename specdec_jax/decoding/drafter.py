@@ -155,8 +155,9 @@ class TokenDrafter:
 
   @property
   def feeds_verified(self) -> bool:
-    """Fed its own tokens, a fully accepted block leaves it pending; not in the target's cache,
-    which the verify call fills with every verified position."""
+    """Whether it sees every verified position without feeding it: in the target's cache
+    ('shared') the verify call writes them; otherwise it feeds its own tokens, and a fully
+    accepted block leaves the last one pending."""
     return self.shares_target_cache
 
   def check(self, decoder) -> None:
