@@ -8,8 +8,8 @@ but a lookup step costs almost nothing and a feature-draft step a good part of a
 each wins where the other is weak: the lookup (`decoding.lookup_first`) where the output copies
 a long n-gram of the prompt or of itself, the draft where nothing matches. Each iteration's
 first tokens come from one of them, chosen before drafting from the history alone
-(`LookupFirst.choice`; at batch > 1 the lookup only when every active row matches), and the
-lookup continues them up to the chain's gamma either way. The choice depends on the tokens
+(`LookupFirstOptions.choice`; at batch > 1 the lookup only when every active row matches), and
+the lookup continues them up to the chain's gamma either way. The choice depends on the tokens
 written so far, not on this iteration's draws, so any acceptance rule stays exact (the lookup's
 q is its one-hot, uniform past a miss, as `PromptLookupDraft`'s; a drafted token's q is the
 draft's).
@@ -170,12 +170,12 @@ class LookupFeatureDrafter(FeatureDrafter, LookupFirstOptions):
 
   def propose(self, decoder, dparams, state, key):
     """Lookup, or the feature draft's draft_gamma tokens continued by the lookup
-    (`LookupFirst.choice`): (Proposal of the chain's gamma tokens, draft cache, the carry with
-    this iteration's choice counted: pending entries kept only where the lookup drafted,
+    (`LookupFirstOptions.choice`): (Proposal of the chain's gamma tokens, draft cache, the carry
+    with this iteration's choice counted: pending entries kept only where the lookup drafted,
     `observe` adds the written)."""
     sampling, carry = decoder.sampling, state.draft_carry
     k_draft, k_lookup = jax.random.split(key)
-    hist, first, use_lookup = self.lookup.choice(decoder.target, state, carry.prompt_BxP)
+    hist, first, use_lookup = self.choice(decoder.target, state, carry.prompt_BxP)
     batch, vocab = hist.pos_B.shape[0], decoder.target.vocab_size
 
     def by_draft(_):
@@ -189,7 +189,7 @@ class LookupFeatureDrafter(FeatureDrafter, LookupFirstOptions):
 
     # Only the draft's side is conditional (the module docstring).
     x_BxF, q_BxFxV, draft_cache = jax.lax.cond(use_lookup, skip, by_draft, None)
-    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma, self.lookup.ngrams, vocab,
+    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma, self.ngrams, vocab,
                            sampling, first=first,
                            drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
     active_B = ~state.done_B

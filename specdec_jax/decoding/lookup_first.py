@@ -79,31 +79,34 @@ def lookup_step(hist: History, key, gamma: int, ngrams: tuple[int, int], vocab_s
     xs.append(x_B)
     qs.append(q_BxV)
   gamma_B = jnp.full(pos_B.shape, gamma, jnp.int32)
-  # fed_B = gamma + 1: the feature draft is fed the verified positions from the log, never a
-  # pending bonus token, so `commit` never marks it pending (as the feature chain).
+  # fed_B = gamma + 1: neither drafter is ever left pending (the feature draft is fed the
+  # verified positions from its log, the token draft reads them in the target's cache).
   return Proposal(jnp.stack(xs, axis=1), jnp.stack(qs, axis=1), proposed_B=gamma_B,
                   fed_B=gamma_B + 1, bonus_q_BxV=jnp.zeros_like(qs[0]))
 
 
 @dataclasses.dataclass(frozen=True)
-class LookupFirst:
-  """When and how the lookup drafts: where every active row's last n-gram matches at least
-  `lookup_ngram` tokens (`max_ngram` / `min_ngram`: the match's, `PromptLookupDraft`'s
-  defaults). Hashable: part of a drafter."""
+class LookupFirstOptions:
+  """The lookup-first drafters' options and choice (a base of both; hashable): draft_gamma, the
+  draft's tokens where the lookup does not match; lookup_ngram, the match length at which it
+  does; max_ngram / min_ngram, the match's (`PromptLookupDraft`'s defaults)."""
 
+  draft_gamma: int = 2
   lookup_ngram: int = 2
   max_ngram: int = 3
   min_ngram: int = 1
 
-  def __post_init__(self):
+  @property
+  def ngrams(self) -> tuple[int, int]:
+    return self.max_ngram, self.min_ngram
+
+  def check_options(self, scheme=None) -> None:
+    """Refuses bad n-gram lengths or draft_gamma, and with a scheme one narrower than it."""
     if not 1 <= self.min_ngram <= self.lookup_ngram <= self.max_ngram:
       raise ValueError(f"need 1 <= min_ngram <= lookup_ngram <= max_ngram (the match length at "
                        f"which the lookup drafts), got {self.min_ngram}, {self.lookup_ngram}, "
                        f"{self.max_ngram}")
-
-  @property
-  def ngrams(self) -> tuple[int, int]:
-    return self.max_ngram, self.min_ngram
+    check_draft_gamma(scheme, self.draft_gamma)
 
   def choice(self, target, state: st.DecodeState, prompt_BxP: jax.Array):
     """(the lookup's `History`, its first lookup, whether this iteration's first tokens come
@@ -112,30 +115,6 @@ class LookupFirst:
     hist = history(target, state, prompt_BxP)
     first = best_match(*hist[:2], hist.pos_B[:, None], self.max_ngram, self.min_ngram)
     return hist, first, jnp.all((first[0][:, 0] >= self.lookup_ngram) | state.done_B)
-
-
-@dataclasses.dataclass(frozen=True)
-class LookupFirstOptions:
-  """The lookup-first drafters' options (a base of both): draft_gamma, the draft's tokens where
-  the lookup does not match; lookup_ngram, the match length at which it does; max_ngram /
-  min_ngram, the lookup's (`PromptLookupDraft`'s defaults)."""
-
-  draft_gamma: int = 2
-  lookup_ngram: int = 2
-  max_ngram: int = 3
-  min_ngram: int = 1
-
-  greedy_ids = False  # the lookup's q rows are its one-hot proposals, at every temperature
-
-  @property
-  def lookup(self) -> LookupFirst:
-    """When and how the lookup drafts."""
-    return LookupFirst(self.lookup_ngram, self.max_ngram, self.min_ngram)
-
-  def check_options(self, scheme=None) -> None:
-    """Refuses bad n-gram lengths or draft_gamma, and with a scheme one narrower than it."""
-    self.lookup  # pylint: disable=pointless-statement  (LookupFirst refuses bad lengths)
-    check_draft_gamma(scheme, self.draft_gamma)
 
 
 def check_draft_gamma(scheme, draft_gamma: int) -> None:

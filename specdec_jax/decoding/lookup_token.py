@@ -9,9 +9,9 @@ Why: a self-draft (the target's checkpoint in int8 panels) accepts ~99 % of its 
 of its calls costs about half a target step, while prompt lookup costs nothing and, where the
 output copies an n-gram of the prompt or of itself (code repeating its signature and names, a
 summary quoting its document), proposes tokens the target keeps. Each iteration's first tokens
-come from one of them, chosen before drafting from the history alone (`LookupFirst.choice`),
-and the lookup continues them up to the chain's gamma either way; exact for every rule as the
-lookup-or-feature drafter is (`lookup_first`'s docstring).
+come from one of them, chosen before drafting from the history alone
+(`LookupFirstOptions.choice`), and the lookup continues them up to the chain's gamma either
+way; exact for every rule as the lookup-or-feature drafter is (`lookup_first`'s docstring).
 
 It drafts in the target's cache (`TokenDrafter(prompt_cache='shared')`; a self-draft only): each
 draft call reads every verified position's target entries, so an iteration the lookup drafted
@@ -90,18 +90,18 @@ class LookupTokenDrafter(TokenDrafter, LookupFirstOptions):
     return LookupTokenCarry(inputs_BxP.astype(jnp.int32), jnp.zeros_like(state.num_B))
 
   def propose(self, decoder, dparams, state, key):
-    """Lookup, or the draft's draft_gamma tokens continued by the lookup (`LookupFirst.choice`):
-    (Proposal of the chain's gamma tokens, the target's cache with the draft's writes, the
-    carry with this iteration's choice counted)."""
+    """Lookup, or the draft's draft_gamma tokens continued by the lookup
+    (`LookupFirstOptions.choice`): (Proposal of the chain's gamma tokens, the target's cache
+    with the draft's writes, the carry with this iteration's choice counted)."""
     sampling, carry = decoder.sampling, state.draft_carry
     k_draft, k_lookup = jax.random.split(key)
-    hist, first, use_lookup = self.lookup.choice(decoder.target, state, carry.prompt_BxP)
+    hist, first, use_lookup = self.choice(decoder.target, state, carry.prompt_BxP)
     calls = jnp.where(use_lookup, 0, self.draft_gamma)
     x_BxF, q_BxFxV, cache = draft_calls(decoder.draft, dparams, state.target_cache,
                                         st.last_tokens(state), calls, self.draft_gamma, k_draft,
                                         sampling)
     batch = hist.pos_B.shape[0]
-    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma, self.lookup.ngrams,
+    proposal = lookup_step(hist, k_lookup, decoder.scheme.gamma, self.ngrams,
                            decoder.target.vocab_size, sampling, first=first,
                            drafted=(jnp.broadcast_to(~use_lookup, (batch,)), x_BxF, q_BxFxV))
     active_B = ~state.done_B
