@@ -20,7 +20,7 @@ from specdec_jax import seam
 from specdec_jax.decoding import state as st
 from specdec_jax.decoding.drafter import Proposal
 from specdec_jax.decoding.sampling import SamplingConfig, process_logits, sample
-from specdec_jax.models.model_free import NEG, best_match
+from specdec_jax.models.model_free import best_match
 
 
 class History(NamedTuple):
@@ -64,12 +64,19 @@ def lookup_step(hist: History, key, gamma: int, ngrams: tuple[int, int], vocab_s
   context_BxC, hist_BxS, pos_B = hist
   b_B = jnp.arange(hist_BxS.shape[0])
   keys = jax.random.split(key, gamma)
+  # q of a match is process_logits of its one-hot logits (one logit 1e9 above the rest), which
+  # is the one-hot itself (at any temperature below ~1e7 nothing else survives the softmax;
+  # top-k and top-p keep the one); q of no match is process_logits of a row of zeros, the same
+  # row for every row: computed once. Why not per row: top-p's 31 masked sums over the
+  # vocabulary (~49k entries for SmolLM2) at every position, every iteration, also where the
+  # self-draft's tokens replace them.
+  nomatch_1xV = process_logits(jnp.zeros((1, vocab_size), jnp.float32), sampling)
   xs, qs = [], []
   for i in range(gamma):  # gamma is small and static
     ngram_Bx1, prop_Bx1 = (first if i == 0 and first is not None else
                            best_match(context_BxC, hist_BxS, (pos_B + i)[:, None], *ngrams))
-    onehot_BxV = jnp.where(jax.nn.one_hot(prop_Bx1[:, 0], vocab_size, dtype=bool), 0.0, NEG)
-    q_BxV = process_logits(jnp.where(ngram_Bx1 > 0, onehot_BxV, 0.0), sampling)
+    q_BxV = jnp.where(ngram_Bx1 > 0, jax.nn.one_hot(prop_Bx1[:, 0], vocab_size,
+                                                    dtype=jnp.float32), nomatch_1xV)
     x_B = sample(keys[i], q_BxV)
     if drafted is not None and i < drafted[1].shape[1]:
       use_B, tokens_BxF, q_BxFxV = drafted

@@ -32,6 +32,8 @@ TARGET_NAME_BF16 = "specdec_packed_matmul_bf16"  # the same product over bfloat1
 SYMBOL_BF16 = "SpecdecPackedMatmulBf16"
 TARGET_NAME_INT8 = "specdec_packed_matmul_int8"  # over int8 panels with their column scales
 SYMBOL_INT8 = "SpecdecPackedMatmulI8"
+TARGET_NAME_Q4 = "specdec_packed_matmul_q4"  # over q4 panels (4-bit blocks of 32, Q4_1's layout)
+SYMBOL_Q4 = "SpecdecPackedMatmulQ4"
 TARGET_NAME_CACHE_WRITE = "specdec_cache_write"  # a cache block written in place (cache_write)
 SYMBOL_CACHE_WRITE = "SpecdecCacheWrite"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
@@ -116,7 +118,7 @@ def load() -> bool:
       build(cxx, path)
     lib = ctypes.cdll.LoadLibrary(path)
     for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16),
-                         (TARGET_NAME_INT8, SYMBOL_INT8),
+                         (TARGET_NAME_INT8, SYMBOL_INT8), (TARGET_NAME_Q4, SYMBOL_Q4),
                          (TARGET_NAME_CACHE_WRITE, SYMBOL_CACHE_WRITE)):
       jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (RuntimeError, OSError, AttributeError) as e:

@@ -18,6 +18,15 @@ float32 bytes, so a panel is one contiguous stream and the layout one array. The
 a draft may propose from any distribution (the verifier uses the q it actually drew from, so the
 output stays the target's), and its step inside the loop is paced by the bytes it reads back from
 L3 after each target call (DESIGN.md, "Machine facts"). Never for a target.
+
+q4 panels (`pack_q4_panels`, uint8) are lossy the same way, at 5 bits a weight: GGUF's Q4_1
+layout (4-bit codes in blocks of 32 inputs, a float16 scale and minimum per column and block,
+w = scale x code + minimum). Why: SmolLM2-135M's GGUF stores its projections as Q4_1, so
+re-quantizing their float32 dequantization recovers those codes, and a q4 self-draft computes
+with the target's own weights (up to float16 rounding of scale and minimum) from 5/32 of the
+float32 bytes, where int8 panels give a coarser copy (one scale per column) from 8/32. A panel
+is D / 32 blocks of 20 rows of 16 bytes: 16 rows of code pairs (row k of a block: input 2k in
+the low nibble, 2k + 1 in the high one), the 16 scales (2 rows), the 16 minimums (2 rows).
 """
 from __future__ import annotations
 
@@ -30,10 +39,16 @@ PANEL = 16
 PANEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
 INT8 = jnp.dtype(jnp.int8)
 SCALE_ROWS = 4  # an int8 panel's 16 float32 column scales, as 4 rows of 16 bytes
+Q4 = jnp.dtype(jnp.uint8)
+Q4_BLOCK = 32  # inputs per q4 block (Q4_1's)
+Q4_ROWS = Q4_BLOCK // 2 + 4  # a block's rows: 16 of code pairs, 2 of scales, 2 of minimums
 
 
 def panel_inputs(w_PxDx16: jax.Array) -> int:
-  """D, the input features of panels (an int8 panel's rows include its scales)."""
+  """D, the input features of panels (an int8 panel's rows include its scales; a q4 panel is
+  D / 32 blocks of Q4_ROWS rows)."""
+  if w_PxDx16.dtype == Q4:
+    return w_PxDx16.shape[-2] // Q4_ROWS * Q4_BLOCK
   return w_PxDx16.shape[-2] - (SCALE_ROWS if w_PxDx16.dtype == INT8 else 0)
 
 
@@ -79,6 +94,61 @@ def pack_int8_panels(w_DxF) -> jax.Array:
   return jnp.concatenate([q_PxDx16, scale_Px4x16], axis=-2)
 
 
+def pack_q4_panels(w_DxF) -> jax.Array:
+  """[..., D, F] -> q4 panels [..., ceil(F / 16), D / 32 x 20, 16] uint8 (module docstring): per
+  column and block of 32 inputs the minimum m and scale d = (max - min) / 15, both rounded to
+  float16, the codes round((w - m) / d) in [0, 15] (a constant block: d = 0, codes 0). D must be
+  a multiple of 32. Lossy (a draft's layout, never a target's)."""
+  if w_DxF.ndim < 2:
+    raise ValueError(f"pack_q4_panels expects an [..., in, out] kernel, got shape {w_DxF.shape}")
+  *lead, d, f = w_DxF.shape
+  if d % Q4_BLOCK:
+    raise ValueError(f"pack_q4_panels: the input dimension {d} is not a multiple of {Q4_BLOCK} "
+                     "(q4 blocks run over 32 inputs); use int8 panels for this model")
+  nb, p = d // Q4_BLOCK, num_panels(f)
+  w = jnp.asarray(w_DxF, jnp.float32).reshape(*lead, nb, Q4_BLOCK, f)
+  lo_BxF, hi_BxF = jnp.min(w, axis=-2), jnp.max(w, axis=-2)
+  m16 = lo_BxF.astype(jnp.float16)
+  d16 = ((hi_BxF - m16.astype(jnp.float32)) / 15.0).astype(jnp.float16)
+  d32 = d16.astype(jnp.float32)
+  safe = jnp.where(d32 > 0, d32, 1.0)
+  q = jnp.where(d32[..., None, :] > 0,
+                jnp.round((w - m16.astype(jnp.float32)[..., None, :]) / safe[..., None, :]), 0.0)
+  q = jnp.clip(q, 0, 15).astype(jnp.uint8)  # [..., nb, 32, F]
+  pairs = q[..., 0::2, :] | (q[..., 1::2, :] << 4)  # [..., nb, 16, F]
+  pad = [(0, 0)] * (len(lead) + 2) + [(0, p * PANEL - f)]
+
+  def rows_of(v_BxF):  # [..., nb, F] float16 -> [..., nb, p, 2, 16]: a panel's 16 as 32 bytes
+    raw = jax.lax.bitcast_convert_type(v_BxF, jnp.uint8)  # [..., nb, F, 2]
+    raw = jnp.pad(raw, [(0, 0)] * (len(lead) + 1) + [(0, p * PANEL - f), (0, 0)])
+    return raw.reshape(*lead, nb, p, 2, PANEL)
+
+  codes = jnp.pad(pairs, pad).reshape(*lead, nb, Q4_BLOCK // 2, p, PANEL)
+  d_rows, m_rows = rows_of(d16), rows_of(m16)
+  codes = jnp.moveaxis(codes, -2, -3)  # [..., nb, p, 16, 16]
+  block = jnp.concatenate([codes, d_rows, m_rows], axis=-2)  # [..., nb, p, 20, 16]
+  block = jnp.moveaxis(block, -4, -3)  # [..., p, nb, 20, 16]
+  return block.reshape(*lead, p, nb * Q4_ROWS, PANEL)
+
+
+def dequantize_q4_panels(w_PxRx16: jax.Array) -> jax.Array:
+  """float32 panels [..., P, D, 16] holding what q4 panels compute with (d x code + m)."""
+  *lead, p, rows, _ = w_PxRx16.shape
+  nb = rows // Q4_ROWS
+  block = w_PxRx16.reshape(*lead, p, nb, Q4_ROWS, PANEL)
+  pairs = block[..., :Q4_BLOCK // 2, :]
+  codes = jnp.stack([pairs & 0xF, pairs >> 4], axis=-2)  # [..., p, nb, 16, 2, 16]
+  codes = codes.reshape(*lead, p, nb, Q4_BLOCK, PANEL).astype(jnp.float32)
+
+  def halves(rows_2x16):  # [..., p, nb, 2, 16] bytes -> [..., p, nb, 1, 16] float32
+    raw = rows_2x16.reshape(*lead, p, nb, PANEL, 2)
+    return jax.lax.bitcast_convert_type(raw, jnp.float16).astype(jnp.float32)[..., None, :]
+
+  scale = halves(block[..., Q4_BLOCK // 2:Q4_BLOCK // 2 + 2, :])
+  minimum = halves(block[..., Q4_BLOCK // 2 + 2:, :])
+  return (codes * scale + minimum).reshape(*lead, p, nb * Q4_BLOCK, PANEL)
+
+
 def pack_panels_raw(w_DxF) -> jax.Array:
   """[..., D, F] -> [..., ceil(F / 16), D, 16] keeping the dtype (columns past F zero)."""
   *lead, d, f = w_DxF.shape
@@ -103,17 +173,19 @@ def dequantize_panels(w_PxDx16: jax.Array) -> jax.Array:
 
 def unpack_panels(w_PxDx16, features: int) -> jax.Array:
   """The inverse of `pack_panels`, float32 (tests, and a packed tree's way back to the T5X
-  layout); int8 panels come back dequantized."""
+  layout); int8 and q4 panels come back dequantized."""
   if w_PxDx16.dtype == INT8:
     w_PxDx16 = dequantize_panels(w_PxDx16)
+  elif w_PxDx16.dtype == Q4:
+    w_PxDx16 = dequantize_q4_panels(w_PxDx16)
   *lead, p, d, _ = w_PxDx16.shape
   w_PxDx16 = jnp.asarray(w_PxDx16, jnp.float32)
   return jnp.moveaxis(w_PxDx16, -3, -2).reshape(*lead, d, p * PANEL)[..., :features]
 
 
 def packed_matmul(x_NxD: jax.Array, w_PxDx16: jax.Array, features: int) -> jax.Array:
-  """x [..., D] @ W [D, features] with W given as panels (float32, bfloat16 or int8 with its
-  scales); float32 in and out.
+  """x [..., D] @ W [D, features] with W given as panels (float32, bfloat16, int8 with its
+  scales, or q4); float32 in and out.
 
   Leading dimensions of x are flattened into rows: batch x tokens rows share one pass over the
   weights. Not differentiable (inference only: training never sees packed weights).
@@ -123,16 +195,18 @@ def packed_matmul(x_NxD: jax.Array, w_PxDx16: jax.Array, features: int) -> jax.A
   if panel_inputs(w_PxDx16) != d or panel != PANEL or num_panels(features) != p:
     raise ValueError(f"packed_matmul: x [..., {d}] does not fit panels {w_PxDx16.shape} for "
                      f"{features} output features (need [ceil(F / 16), D, 16]; int8: "
-                     f"[ceil(F / 16), D + {SCALE_ROWS}, 16])")
+                     f"[ceil(F / 16), D + {SCALE_ROWS}, 16]; q4: [ceil(F / 16), D / 32 x "
+                     f"{Q4_ROWS}, 16])")
   x2 = jnp.asarray(x_NxD, jnp.float32).reshape(-1, d)
   dtype = w_PxDx16.dtype
   if build.load():
     name = {jnp.dtype(jnp.bfloat16): build.TARGET_NAME_BF16,
-            INT8: build.TARGET_NAME_INT8}.get(dtype, build.TARGET_NAME)
+            INT8: build.TARGET_NAME_INT8, Q4: build.TARGET_NAME_Q4}.get(dtype, build.TARGET_NAME)
     call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((x2.shape[0], features), jnp.float32))
     y = call(x2, w_PxDx16 if name != build.TARGET_NAME else jnp.asarray(w_PxDx16, jnp.float32))
   else:  # no compiler: the same product through XLA's dot (one log line said so)
-    w = dequantize_panels(w_PxDx16) if dtype == INT8 else jnp.asarray(w_PxDx16, jnp.float32)
+    w = (dequantize_panels(w_PxDx16) if dtype == INT8 else dequantize_q4_panels(w_PxDx16)
+         if dtype == Q4 else jnp.asarray(w_PxDx16, jnp.float32))
     y = jnp.einsum("nd,pdk->npk", x2, w).reshape(x2.shape[0], p * PANEL)[:, :features]
   return y.reshape(*lead, features)
 

@@ -19,6 +19,10 @@
 // column scales as float32 bytes (4 rows of 16), so one buffer holds both and a panel stays one
 // contiguous stream; y[:, j] = scale_j * sum_d x[:, d] * q[d, j] (with AVX-512 in four
 // interleaved partial sums, PanelChunkI8; else in the same order as the other layouts).
+// q4 panels (uint8) are lossy too, drafts only: 4-bit weights in blocks of 32 inputs with a
+// float16 scale and minimum per column and block, the layout of GGUF's Q4_1 (SmolLM2-135M's
+// projections are stored so, so a q4 self-draft computes with the target's own weights from a
+// 5/32 of their float32 bytes; PanelChunkQ4); y[:, j] = sum_b (d_bj sum_i x_i q_ij + m_bj sum_i x_i).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -28,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -49,17 +54,45 @@ namespace {
 
 constexpr int64_t kPanel = 16;    // output columns per panel: two 8-float AVX2 registers
 constexpr int kMaxChunkRows = 6;  // rows per pass over a panel (register budget, see above)
+constexpr int kMaxChunkRowsQ4 = 4;  // the same for q4 panels (PanelChunkQ4)
 // Below this many weight floats a call runs on the calling thread: waking a pool thread costs
 // more than streaming a panel or two (the test models, the zoo drafts' small matrices).
 constexpr int64_t kMinParallelFloats = 64 * 1024;
 constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kClaimFloats = 64 * 1024;  // 256 KB of weights per claim at most
 constexpr int64_t kScaleRows = 4;             // int8 panels: 16 float32 scales = 4 rows of 16
+// q4 panels: a block of kQ4Block inputs is kQ4Rows rows of 16 bytes: 16 rows of nibble pairs
+// (row k: inputs 2k in the low nibble, 2k + 1 in the high one, one byte per column), then the 16
+// columns' float16 scales (2 rows) and float16 minimums (2 rows).
+constexpr int64_t kQ4Block = 32;
+constexpr int64_t kQ4Pairs = kQ4Block / 2;
+constexpr int64_t kQ4Rows = kQ4Pairs + 4;
 
-// Rows a panel holds for D inputs: int8 panels carry their scales after the weights.
+// Rows a panel holds for D inputs: int8 panels carry their scales after the weights; q4 panels
+// are D / 32 blocks of kQ4Rows rows.
 template <typename W>
 constexpr int64_t PanelRows(int64_t d) {
-  return std::is_same_v<W, int8_t> ? d + kScaleRows : d;
+  return std::is_same_v<W, int8_t> ? d + kScaleRows
+         : std::is_same_v<W, uint8_t> ? d / kQ4Block * kQ4Rows : d;
+}
+
+// An IEEE float16 (a q4 panel's scale or minimum) as float32, exactly.
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1Fu) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else {  // zero or subnormal: mant x 2^-24, exact in float32
+    float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 // How a pass over a panel prefetches: one core alone keeps too few cache misses in flight to read
@@ -165,6 +198,116 @@ void PanelChunkI8(const float* x, int64_t D, const int8_t* w_Dx16, float* out, i
 }
 #endif
 
+// q4 panels: rows [0, R) of x times one panel of D / 32 blocks. sx holds each row's sums over
+// each block (row stride D / 32), for the minimums' term. Per block the weights widen to float32
+// (a nibble is exact) and sum against x in 4 chains (at one row each chain would otherwise wait
+// on its own FMA), then y += scale * that + minimum * the block's sum of x. The same order for
+// every R, so a row's result does not depend on the rows it comes with; R <= kMaxChunkRowsQ4
+// (R x 4 accumulators + R sums + 4 weights fit the 32 zmm registers).
+#if SPECDEC_AVX512
+template <int R, Prefetch kPrefetch>
+void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, float* out,
+                  int64_t ldo, int64_t cols) {
+  constexpr int C = 4;
+  const int64_t nb = D / kQ4Block;
+  const int64_t block_bytes = kQ4Rows * kPanel;
+  const __m512i low = _mm512_set1_epi32(0xF);
+  __m512 y[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes;
+    if (kPrefetch == kAhead) {
+#pragma GCC unroll 5
+      for (int l = 0; l < 5; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+      }
+    } else if (kPrefetch == kNextPanel) {
+#pragma GCC unroll 5
+      for (int l = 0; l < 5; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + nb * block_bytes) + 64 * l, _MM_HINT_T1);
+      }
+    }
+    const float* xb = x + b * kQ4Block;
+    __m512 acc[R][C];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int u = 0; u < C; ++u) acc[r][u] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < kQ4Pairs; k += 2) {
+      const __m512i v0 = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + k * kPanel)));
+      const __m512i v1 = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (k + 1) * kPanel)));
+      const __m512 w0 = _mm512_cvtepi32_ps(_mm512_and_si512(v0, low));
+      const __m512 w1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v0, 4));
+      const __m512 w2 = _mm512_cvtepi32_ps(_mm512_and_si512(v1, low));
+      const __m512 w3 = _mm512_cvtepi32_ps(_mm512_srli_epi32(v1, 4));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const float* xr = xb + r * D + 2 * k;
+        acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w1, acc[r][1]);
+        acc[r][2] = _mm512_fmadd_ps(_mm512_set1_ps(xr[2]), w2, acc[r][2]);
+        acc[r][3] = _mm512_fmadd_ps(_mm512_set1_ps(xr[3]), w3, acc[r][3]);
+      }
+    }
+    const __m512 scale = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4Pairs * kPanel)));
+    const __m512 minimum = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (kQ4Pairs + 2) * kPanel)));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 q = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]),
+                                     _mm512_add_ps(acc[r][2], acc[r][3]));
+      y[r] = _mm512_fmadd_ps(scale, q, y[r]);
+      y[r] = _mm512_fmadd_ps(minimum, _mm512_set1_ps(sx[r * nb + b]), y[r]);
+    }
+  }
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);  // cols <= 16
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + r * ldo, mask, y[r]);
+}
+#else  // no AVX-512: the same layout and sums, scalar
+template <int R, Prefetch kPrefetch>
+void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, float* out,
+                  int64_t ldo, int64_t cols) {
+  const int64_t nb = D / kQ4Block;
+  float y[R][kPanel] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kQ4Rows * kPanel;
+    float acc[R][kPanel] = {};
+    for (int64_t k = 0; k < kQ4Pairs; ++k) {
+      for (int64_t c = 0; c < kPanel; ++c) {
+        const uint8_t byte = blk[k * kPanel + c];
+        const float lo = static_cast<float>(byte & 0xF), hi = static_cast<float>(byte >> 4);
+        for (int r = 0; r < R; ++r) {
+          const float* xr = x + r * D + b * kQ4Block + 2 * k;
+          acc[r][c] += xr[0] * lo + xr[1] * hi;
+        }
+      }
+    }
+    for (int64_t c = 0; c < kPanel; ++c) {
+      uint16_t hs, hm;
+      std::memcpy(&hs, blk + kQ4Pairs * kPanel + 2 * c, sizeof(hs));
+      std::memcpy(&hm, blk + (kQ4Pairs + 2) * kPanel + 2 * c, sizeof(hm));
+      const float scale = HalfToFloat(hs), minimum = HalfToFloat(hm);
+      for (int r = 0; r < R; ++r) y[r][c] += scale * acc[r][c] + minimum * sx[r * nb + b];
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(out + r * ldo, y[r], cols * sizeof(float));
+}
+#endif
+
+using ChunkFnQ4 = void (*)(const float*, const float*, int64_t, const uint8_t*, float*, int64_t,
+                           int64_t);
+template <Prefetch kPrefetch>
+constexpr ChunkFnQ4 kChunksQ4[kMaxChunkRowsQ4 + 1] = {
+    nullptr, PanelChunkQ4<1, kPrefetch>, PanelChunkQ4<2, kPrefetch>, PanelChunkQ4<3, kPrefetch>,
+    PanelChunkQ4<4, kPrefetch>};
+
 // Rows [0, R) of x (row stride D) times one panel w_Dx16 -> out (row stride ldo), first `cols`
 // columns. R is a template parameter so the accumulators stay in registers.
 template <typename W, int R, Prefetch kPrefetch>
@@ -264,6 +407,7 @@ struct Job {
   const float* x;
   const W* w;
   float* y;
+  std::vector<float> sx;  // q4 panels only: each row's sum over each block of 32 inputs [N, D / 32]
   int64_t n, d, f, panels, grain;
   std::atomic<int64_t> next{0};  // first panel not yet claimed
   std::atomic<int64_t> done{0};  // panels finished
@@ -273,7 +417,8 @@ struct Job {
 // as 5 + 4, not 6 + 3, so both passes keep their accumulators busy).
 template <typename W>
 void RunPanels(const Job<W>& job, int64_t p0, int64_t p1) {
-  const int64_t chunks = (job.n + kMaxChunkRows - 1) / kMaxChunkRows;
+  constexpr int64_t kRows = std::is_same_v<W, uint8_t> ? kMaxChunkRowsQ4 : kMaxChunkRows;
+  const int64_t chunks = (job.n + kRows - 1) / kRows;
   for (int64_t p = p0; p < p1; ++p) {
     const W* w = job.w + p * PanelRows<W>(job.d) * kPanel;
     const int64_t cols = std::min(kPanel, job.f - p * kPanel);
@@ -281,9 +426,16 @@ void RunPanels(const Job<W>& job, int64_t p0, int64_t p1) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t rows = (job.n - row) / (chunks - c);  // ceil-balanced remaining split
       const int64_t r = rows + ((job.n - row) % (chunks - c) != 0);
-      const ChunkFn<W>* fns = c == 0 ? kChunks<W, kAhead>
-                              : c + 1 == chunks ? kChunks<W, kNextPanel> : kChunks<W, kNone>;
-      fns[r](job.x + row * job.d, job.d, w, job.y + row * job.f + p * kPanel, job.f, cols);
+      if constexpr (std::is_same_v<W, uint8_t>) {
+        const ChunkFnQ4* fns = c == 0 ? kChunksQ4<kAhead>
+                               : c + 1 == chunks ? kChunksQ4<kNextPanel> : kChunksQ4<kNone>;
+        fns[r](job.x + row * job.d, job.sx.data() + row * (job.d / kQ4Block), job.d, w,
+               job.y + row * job.f + p * kPanel, job.f, cols);
+      } else {
+        const ChunkFn<W>* fns = c == 0 ? kChunks<W, kAhead>
+                                : c + 1 == chunks ? kChunks<W, kNextPanel> : kChunks<W, kNone>;
+        fns[r](job.x + row * job.d, job.d, w, job.y + row * job.f + p * kPanel, job.f, cols);
+      }
       row += r;
     }
   }
@@ -317,6 +469,11 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
         std::to_string(yd.size()));
   }
   const int64_t n = xd[0], d = xd[1], panels = wd[0], f = yd[1];
+  if (std::is_same_v<W, uint8_t> && d % kQ4Block != 0) {
+    return ffi::Error::InvalidArgument("specdec_packed_matmul: q4 panels need D a multiple of " +
+                                       std::to_string(kQ4Block) + "; got D = " +
+                                       std::to_string(d));
+  }
   if (wd[1] != PanelRows<W>(d) || wd[2] != kPanel || yd[0] != n || f > panels * kPanel ||
       f <= (panels - 1) * kPanel) {
     return ffi::Error::InvalidArgument(
@@ -339,6 +496,17 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   job->d = d;
   job->f = f;
   job->panels = panels;
+  if constexpr (std::is_same_v<W, uint8_t>) {
+    const int64_t nb = d / kQ4Block;
+    job->sx.assign(n * nb, 0.0f);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < kQ4Block; ++i) s += job->x[r * d + b * kQ4Block + i];
+        job->sx[r * nb + b] = s;
+      }
+    }
+  }
   const int64_t threads = panels * PanelRows<W>(d) * kPanel < kMinParallelFloats
                               ? 1 : std::max<int64_t>(1, std::min(pool.num_threads(), MaxThreads()));
   // At least eight claims per thread and at most kClaimFloats weights per claim: even shares
@@ -378,6 +546,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulI8, PackedMatmulImpl<ffi::S8>,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // x [N, D]
                                   .Arg<ffi::Buffer<ffi::S8>>()   // w [P, D + 4, 16], int8 + scales
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulQ4, PackedMatmulImpl<ffi::U8>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // x [N, D]
+                                  .Arg<ffi::Buffer<ffi::U8>>()   // w [P, D / 32 x 20, 16], q4
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y [N, F]
 );
 

@@ -29,7 +29,11 @@ kernel streams each weight once for any number of rows, but it needs the weights
   draft drew from). "hybrid" then keeps the DEQUANTIZED matrix as `kernel`, so XLA's dot computes
   the same draft. A tied head becomes an untied `logits_dense` first (`_untied`), so the head
   is int8 too. Never a target's layout (`for_backend` refuses it for one).
-- `unpack(packed_model, packed_params)` gives the T5X-layout tree back (int8: dequantized).
+- `panels='q4'` (drafts only, the same way) packs them into q4 panels (`kmatmul.pack_q4_panels`:
+  GGUF's Q4_1 layout, 4-bit codes in blocks of 32 inputs with a float16 scale and minimum): 5 bits
+  a weight against int8's 8, and for a checkpoint converted from Q4_1 (SmolLM2-135M's
+  projections) the target's own weights come back. The output head stays int8 (`_lossy_layout`).
+- `unpack(packed_model, packed_params)` gives the T5X-layout tree back (int8, q4: dequantized).
 - A feature-level draft (`models.feature_draft.FeatureDraft`) packs the same way: the same
   draft with `matmul` set, its block, fusion, input projection and head in panels.
 - Checkpoints, training and sharding see only unpacked trees: a packed tree has no logical-axis
@@ -60,7 +64,8 @@ Params = Any
 MATMULS = ("auto", "xla", "kernel", "hybrid")
 PACKED_MATMULS = ("kernel", "hybrid")
 PACKED_NAME = "kernel_panels"
-PANELS = ("auto", "float32", "int8")
+PANELS = ("auto", "float32", "int8", "q4")
+LOSSY_PANELS = ("int8", "q4")  # a draft's layouts only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +110,23 @@ def _packed_shapes(model: PackedModel) -> Params:
 # Per leaf, so the leaves that are not packed stay the very same arrays (no copy).
 _pack_jit = jax.jit(kmatmul.pack_panels, static_argnums=1)
 _unpack_jit = jax.jit(kmatmul.unpack_panels, static_argnums=1)
-_pack_int8_jit = jax.jit(kmatmul.pack_int8_panels)
+_pack_lossy_jit = {"int8": jax.jit(kmatmul.pack_int8_panels),
+                   "q4": jax.jit(kmatmul.pack_q4_panels)}
+
+
+def _lossy_layout(panels: str, here: tuple) -> str | None:
+  """A leaf's lossy layout under `panels` (None: lossless). 'q4' keeps the output head
+  (`logits_dense`) in int8: SmolLM2's GGUF stores its head as 8-bit (Q8_0), and a 4-bit head
+  cost its q4 self-draft acceptance and time on held-out HumanEval problems (DESIGN.md, "Machine
+  facts"); the projections of a layer are where the bytes are."""
+  if panels not in LOSSY_PANELS:
+    return None
+  return "int8" if panels == "q4" and "logits_dense" in here else panels
+
+
+def _lossy_rows(panels: str, d: int) -> int:
+  """Rows of a lossy panel for D inputs (`kmatmul`: int8 adds its scales, q4 is 32-input blocks)."""
+  return d + kmatmul.SCALE_ROWS if panels == "int8" else d // kmatmul.Q4_BLOCK * kmatmul.Q4_ROWS
 
 
 def _rebuild(template: Params, tree: Params, convert, path=()) -> Params:
@@ -158,12 +179,13 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
   """(PackedModel, packed params) from a model and its T5X-layout params; a `FeatureDraft` gives
   the same draft with `matmul` set. `panels`: 'auto' packs a matrix whose entries are all
   bfloat16 values into bfloat16 panels (lossless, half the bytes), others into float32;
-  'float32' packs every matrix into float32 panels."""
+  'float32' packs every matrix into float32 panels; 'int8' and 'q4' are a draft's lossy layouts
+  (the module docstring)."""
   if panels not in PANELS:
     raise ValueError(f"pack: panels must be one of {PANELS}, got {panels!r}")
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
-  if panels == "int8" and not isinstance(model, FeatureDraft) and model.config.tie_embeddings:
+  if panels in LOSSY_PANELS and not isinstance(model, FeatureDraft) and model.config.tie_embeddings:
     model, params = _untied(model, params)
   if isinstance(model, FeatureDraft):
     if matmul not in PACKED_MATMULS:
@@ -180,13 +202,14 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
     return node
 
   def convert(tree, name, shape, here):
+    layout = _lossy_layout(panels, here)
     if name == PACKED_NAME:
       if "kernel" not in tree:
         raise ValueError(f"pack: params have no {'/'.join(here[:-1] + ('kernel',))}")
       kernel = tree["kernel"]
-      if panels == "int8":
-        packed_w = _pack_int8_jit(kernel)
-        expected = shape.shape[:-2] + (shape.shape[-2] + kmatmul.SCALE_ROWS, shape.shape[-1])
+      if layout:
+        packed_w = _pack_lossy_jit[layout](kernel)
+        expected = shape.shape[:-2] + (_lossy_rows(layout, shape.shape[-2]), shape.shape[-1])
       else:
         exact = panels == "auto" and kmatmul.is_bfloat16_exact(kernel)
         packed_w = _pack_jit(kernel, jnp.bfloat16 if exact else jnp.float32)
@@ -197,9 +220,9 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
       return packed_w
     if name not in tree:
       raise ValueError(f"pack: params have no {'/'.join(here)}")
-    if name == "kernel" and panels == "int8" and PACKED_NAME in template_of(here):
-      # "hybrid" with int8 panels: XLA's dot computes with what the panels hold
-      return _unpack_jit(_pack_int8_jit(tree[name]), tree[name].shape[-1])
+    if name == "kernel" and layout and PACKED_NAME in template_of(here):
+      # "hybrid" with lossy panels: XLA's dot computes with what the panels hold
+      return _unpack_jit(_pack_lossy_jit[layout](tree[name]), tree[name].shape[-1])
     return tree[name]
 
   return packed_model, _rebuild(template, params, convert)
@@ -278,7 +301,7 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
                 role: str = "target") -> tuple[Model, Params]:
   """(model, params) to decode with: packed for the kernel, or unchanged for XLA's dot.
 
-  `panels`: see `pack`; 'int8' only with `role='draft'` (a lossy layout: never a target's), and
+  `panels`: see `pack`; 'int8' / 'q4' only with `role='draft'` (lossy: never a target's), and
   only where the model is packed (a CPU run on one device; elsewhere it is an error, not a
   silent float32 draft).
 
@@ -290,8 +313,9 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
   """
   if panels not in PANELS:
     raise ValueError(f"panels must be one of {PANELS}, got {panels!r}")
-  if panels == "int8" and role != "draft":
-    raise ValueError("int8 panels are lossy: a draft's layout (role='draft'), never a target's")
+  if panels in LOSSY_PANELS and role != "draft":
+    raise ValueError(f"{panels} panels are lossy: a draft's layout (role='draft'), never a "
+                     "target's")
   if is_packed(model) or not isinstance(model, (Model, FeatureDraft)):  # model-free drafts
     return model, params
   chosen = resolve_matmul(matmul, mesh)
@@ -299,7 +323,7 @@ def for_backend(model: Model, params: Params, matmul: str = "auto",
     if not build.load():  # asked for explicitly: the packed tree still computes (XLA's dot)
       logging.warning("matmul=%r without a kernel library: packed weights use XLA's dot", chosen)
     return pack(model, params, chosen, panels)
-  if panels == "int8":
-    raise ValueError(f"int8 draft panels need the packed CPU kernel (one CPU device, matmul "
+  if panels in LOSSY_PANELS:
+    raise ValueError(f"{panels} draft panels need the packed CPU kernel (one CPU device, matmul "
                      f"'auto', 'kernel' or 'hybrid'); this run's matmul resolves to {chosen!r}")
   return model, params

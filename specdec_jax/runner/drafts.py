@@ -44,8 +44,8 @@ class DraftSettings:
     feature_parallel: the run decodes a feature-level draft's chain in blocks (here:
       a warning when the draft was not block-trained; the drafter is `draft_schemes.plan`'s).
     lookup_corpus: DRAFT='corpus_lookup''s corpus index (.npz of scripts/corpus_index.py).
-    panels: the run's `draft_panels` ('int8': a model draft reads a byte per weight, so even
-      the target itself is a draft a quarter of its cost: the size warning compares bytes).
+    panels: the run's `draft_panels` ('int8' / 'q4': a model draft reads a byte / 5 bits per
+      weight, so even the target itself is a cheaper draft: the size warning compares bytes).
   """
   vocab_size: Optional[int] = None
   dtype: Optional[str] = None
@@ -217,15 +217,15 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params,
                     panels: str = "auto") -> None:
   """One warning when the draft's weights are at least as many bytes as its target's (int8
-  panels: a quarter of a float32 draft's; the quantized target itself is a draft, the int8
-  self-draft).
+  panels: a quarter of a float32 draft's, q4 5/32; the quantized target itself is a draft, the
+  int8 or q4 self-draft).
 
   Why: a swapped pair (the target named as the draft) ran silently at c = 11.9 and a predicted
   0.03x; the cost calibration warns later, this says it before anything is compiled.
   """
   count = lambda tree: sum(int(np.size(x)) for x in jax.tree.leaves(tree))
   n_draft, n_target = count(params), count(target_params)
-  if (n_draft / 4 if panels == "int8" else n_draft) >= n_target:
+  if n_draft * {"int8": 8 / 32, "q4": 5 / 32}.get(panels, 1.0) >= n_target:
     logging.warning("draft %s has %s parameters, at least as many as target %s (%s): each "
                     "draft step will cost about as much as a target step, so speculation cannot "
                     "pay; were the two swapped?", checkpoint, f"{n_draft:,}", target_name,

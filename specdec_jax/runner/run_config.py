@@ -30,7 +30,7 @@ NON_MODEL_DRAFTS = ("unigram", "bigram", "prompt_lookup", "corpus_lookup")
 CHECKPOINT_DRAFTS = (MODEL_DRAFT, FEATURE_DRAFT)
 AUTO, ADAPTIVE, TREE = schedule.AUTO, schedule.ADAPTIVE, schedule.TREE  # GAMMA's shorthands
 MATMULS = ("auto", "xla", "kernel", "hybrid")
-DRAFT_PANELS = ("auto", "float32", "int8")
+DRAFT_PANELS = ("auto", "float32", "int8", "q4")
 PROMPT_FORMATS, GAMMA_WORDS = ("plain", "chat"), schedule.WORDS  # = data.chat.FORMATS
 
 
@@ -119,7 +119,7 @@ class RunConfig:
   # Model drafts: the output head restricted to the K first tokens of the checkpoint's
   # head_ranking.json (checkpoints/head_ranking.py, models/head_vocab.py: exact); 0: full head.
   draft_head_vocab: int = 0
-  # Model drafts' weights (models/packed.py): 'auto' (lossless), 'float32', 'int8' (lossy; kernel).
+  # Model drafts' weights (models/packed.py): 'auto' (lossless), 'float32', 'int8', 'q4' (lossy).
   draft_panels: str = "auto"
   draft_prompt_cache: str = "auto"  # 'auto', 'own', 'target', 'shared' (decoding/prompt_cache)
   # A feature-level draft's chain options, a `settings.FeatureOptions` (`@FeatureOptions()`,

@@ -94,3 +94,35 @@ def test_speculative_with_kernel_matches_exact_target_distribution(dist_models, 
   counts = dist._spec_counts(packed_models[draft_panels], sampling)  # pylint: disable=protected-access
   _, _, pvalue = chi_square_gof(counts, probs)
   assert pvalue > 1e-3
+
+
+@pytest.mark.parametrize("kind,matmul", [("llama", "hybrid"), ("t5", "kernel")])
+def test_greedy_with_a_q4_self_draft_equals_autoregressive(kind, matmul):
+  """The target's own checkpoint in q4 panels drafting for it (`draft_panels='q4'`): a different,
+  cheaper draft, the target's greedy tokens unchanged."""
+  target, tp, _, _ = tiny_pair(kind)
+  ptarget, ptp = packed.pack(target, tp, matmul)
+  pdraft, pdp = packed.pack(target, tp, matmul, panels="q4")
+  inputs = jnp.asarray(INPUTS[kind], jnp.int32)
+  ar = Decoder(ptarget, sampling=GREEDY, max_decode_len=14).generate(Params(ptp), inputs)
+  spec = Decoder(ptarget, pdraft, Chain(3), GREEDY, max_decode_len=14).generate(
+      Params(ptp, pdp), inputs)
+  np.testing.assert_array_equal(np.asarray(spec.tokens_BxN), np.asarray(ar.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(spec.lengths_B), np.asarray(ar.lengths_B))
+  assert 0 < int(np.sum(spec.counters.accepted_B)) < int(np.sum(spec.counters.drafted_B))
+
+
+@pytest.mark.slow  # 100k samples: ~45 s on the 2-core machine
+def test_a_q4_self_draft_keeps_the_target_distribution():
+  """tests/decoding/test_distribution's setting with a target 32 wide (q4 blocks are 32 inputs)
+  drafted for by its own q4 panels, T = 1: the target's distribution, though q differs from p."""
+  cfg = dist.get_preset("decoder_test_draft", vocab_size=dist.V, emb_dim=32, num_heads=4,
+                        num_decoder_layers=1, eos_id=-1)
+  target = dist.Model(cfg)
+  tp = jax.tree_util.tree_map(lambda x: 2.0 * x, target.init(jax.random.key(11)))
+  pair = (*packed.pack(target, tp, "kernel"), *packed.pack(target, tp, "kernel", "q4"))
+  sampling = dist.CONFIGS["t1"]
+  probs = dist._exact((target, tp, None, None), sampling)  # pylint: disable=protected-access
+  counts = dist._spec_counts(pair, sampling)  # pylint: disable=protected-access
+  _, _, pvalue = chi_square_gof(counts, probs)
+  assert pvalue > 1e-3

@@ -184,3 +184,63 @@ def test_int8_panels_without_the_kernel_compute_the_same(monkeypatch):
   np.testing.assert_allclose(without, with_kernel, rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match="does not fit panels"):
     km.packed_matmul(jnp.ones((2, 44)), p8, 37)  # D + 4 rows: the scales are not inputs
+
+
+@pytest.mark.parametrize("d,f", [(64, 48), (96, 53), (32, 1), (256, 1030)])
+def test_q4_panels_compute_their_dequantized_weights(d, f):
+  """q4 panels (a draft's lossy layout, GGUF's Q4_1): per column and block of 32 inputs a
+  float16 minimum and scale (max - min) / 15, codes in [0, 15] within half a step of each weight
+  (a constant column: scale 0, every weight its minimum); the kernel computes x @ dequantized to
+  float32 accuracy for every row count (1..16: one to three passes per panel), each row bitwise
+  the same whatever rows it comes with. (256, 1030) runs on the thread pool."""
+  rng = np.random.default_rng(d + 13 * f)
+  w = rng.standard_normal((d, f)).astype(np.float32)
+  w[:, 0] = 0.25
+  p4 = km.pack_q4_panels(w)
+  assert p4.dtype == jnp.uint8 and p4.shape == (km.num_panels(f), d // 32 * km.Q4_ROWS, 16)
+  assert km.panel_inputs(p4) == d
+  deq = np.asarray(km.unpack_panels(p4, f))
+  blocks = w.reshape(d // 32, 32, f)
+  lo, hi = blocks.min(axis=1), blocks.max(axis=1)
+  step = (hi - lo) / 15
+  err = np.abs(deq - w).reshape(d // 32, 32, f)
+  assert (err <= (step / 2 + np.abs(lo) * 2 ** -10 + hi * 2 ** -10)[:, None, :] + 1e-6).all()
+  np.testing.assert_array_equal(deq[:, 0], np.full(d, 0.25, np.float32))
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  x = rng.standard_normal((16, d)).astype(np.float32)
+  alone = np.asarray(mm(x[:1], p4, f))
+  for t in range(1, 17):
+    y = mm(x[:t], p4, f)
+    _check(y, x[:t], deq)
+    np.testing.assert_array_equal(np.asarray(y)[:1], alone)
+  hlo = mm.lower(x, p4, f).compile().as_text()
+  assert f'custom_call_target="{build.TARGET_NAME_Q4}"' in hlo
+
+
+def test_q4_panels_recover_q4_1_weights_exactly():
+  """Weights that are Q4_1 values (float16 scale and minimum per block of 32, codes 0..15 with
+  both ends used, as llama.cpp's quantizer leaves them: SmolLM2's GGUF projections) come back
+  bit for bit: a q4 self-draft of a Q4_1 checkpoint computes with the target's own weights."""
+  rng = np.random.default_rng(7)
+  d, f = 96, 40
+  codes = rng.integers(0, 16, (d // 32, 32, f))
+  codes[:, 3, :], codes[:, 17, :] = 0, 15
+  scale = (rng.random((d // 32, 1, f)) * 0.02 + 1e-3).astype(np.float16).astype(np.float32)
+  minimum = (-rng.random((d // 32, 1, f)) * 0.1).astype(np.float16).astype(np.float32)
+  w = (scale * codes + minimum).reshape(d, f).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(km.unpack_panels(km.pack_q4_panels(w), f)), w)
+
+
+def test_q4_panels_without_the_kernel_compute_the_same(monkeypatch):
+  """No compiler: XLA's dot over the dequantized panels, the same product; an input width that
+  is not a multiple of 32 is refused by name."""
+  rng = np.random.default_rng(6)
+  w = rng.standard_normal((64, 37)).astype(np.float32)
+  x = rng.standard_normal((3, 64)).astype(np.float32)
+  p4 = km.pack_q4_panels(w)
+  with_kernel = np.asarray(km.packed_matmul(x, p4, 37))
+  monkeypatch.setattr(build, "load", lambda: False)
+  without = np.asarray(km.packed_matmul(x, p4, 37))
+  np.testing.assert_allclose(without, with_kernel, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="not a multiple of 32"):
+    km.pack_q4_panels(np.ones((48, 16), np.float32))

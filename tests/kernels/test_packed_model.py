@@ -348,3 +348,38 @@ def test_write_in_place_writes_what_write_writes_and_refuses_a_block_past_the_en
   k = v = jnp.ones((3, 2, 2, 4), jnp.float32)
   with pytest.raises(Exception, match="example 2 writes slots 11..12 of a cache of 12"):
     jax.block_until_ready(jax.jit(kv.write_in_place)(k, v, jnp.asarray([0, 3, 11], jnp.int32)))
+
+
+@pytest.mark.parametrize("kind,matmul", [("t5", "hybrid"), ("llama", "kernel")])
+def test_q4_self_draft_is_one_draft_in_every_path(kind, matmul):
+  """`panels='q4'` on a target's own checkpoint (the self-draft it is for; every input width a
+  multiple of 32): every packed projection of a layer holds q4 panels (uint8), the output head
+  int8 ones (`packed._lossy_layout`; a tied head untied first), "hybrid"'s XLA kernel is the
+  dequantized matrix, and the logits
+  (full forward) are the dequantized model's under XLA's dot. A draft whose widths are not
+  multiples of 32 is refused by name, not packed some other way."""
+  model, params, draft, dp = tiny_pair(kind)
+  pmodel, pparams = packed.pack(model, params, matmul, panels="q4")
+  flat = {"/".join(k.key for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(pparams)[0]}
+  panels = [k for k in flat if k.endswith("kernel_panels")]
+  head = "decoder/logits_dense/kernel_panels"
+  assert head in panels
+  assert flat[head].dtype == jnp.int8
+  assert len(panels) > 1 and all(flat[k].dtype == jnp.uint8 for k in panels if k != head)
+  if matmul == "hybrid":
+    for k in panels:
+      np.testing.assert_array_equal(
+          np.asarray(flat[k[:-len("_panels")]]),
+          np.asarray(kmatmul_unpack(flat[k], flat[k[:-len("_panels")]].shape[-1])))
+  base, back = packed.unpack(pmodel, pparams)
+  tokens = jnp.asarray([[3, 5, 7, 9, 2, 4], [6, 8, 1, 0, 0, 0]], jnp.int32)
+  inputs = jnp.asarray(T5_INPUTS[:2], jnp.int32) if kind == "t5" else None
+  want = base.forward(back, inputs, tokens)
+  got = pmodel.forward(pparams, inputs, tokens)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+  assert not np.allclose(np.asarray(got), np.asarray(model.forward(params, inputs, tokens)))
+  with pytest.raises(ValueError, match="not a multiple of 32"):
+    packed.pack(draft, dp, matmul, panels="q4")
+  with pytest.raises(ValueError, match="never a target's"):
+    packed.for_backend(model, params, "auto", panels="q4")
