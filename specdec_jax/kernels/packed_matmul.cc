@@ -19,10 +19,11 @@
 // column scales as float32 bytes (4 rows of 16), so one buffer holds both and a panel stays one
 // contiguous stream; y[:, j] = scale_j * sum_d x[:, d] * q[d, j] (with AVX-512 in four
 // interleaved partial sums, PanelChunkI8; else in the same order as the other layouts).
-// q4 panels (uint8) are lossy too, drafts only: 4-bit weights in blocks of 32 inputs with a
-// float16 scale and minimum per column and block, the layout of GGUF's Q4_1 (SmolLM2-135M's
-// projections are stored so, so a q4 self-draft computes with the target's own weights from a
-// 5/32 of their float32 bytes; PanelChunkQ4); y[:, j] = sum_b (d_bj sum_i x_i q_ij + m_bj sum_i x_i).
+// q4 panels (uint8) are lossy too, drafts only: Q4_1's quantization (GGUF's; its bytes are laid
+// out otherwise), 4-bit codes in blocks of 32 inputs with a float16 scale and minimum per column
+// and block. SmolLM2-135M's projections are stored so, so a q4 self-draft computes with the
+// target's own weights from 5/32 of their float32 bytes (PanelChunkQ4);
+// y[:, j] = sum_b (d_bj sum_i x_i q_ij + m_bj sum_i x_i).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -54,7 +55,7 @@ namespace {
 
 constexpr int64_t kPanel = 16;    // output columns per panel: two 8-float AVX2 registers
 constexpr int kMaxChunkRows = 6;  // rows per pass over a panel (register budget, see above)
-constexpr int kMaxChunkRowsQ4 = 4;  // the same for q4 panels (PanelChunkQ4)
+constexpr int kMaxChunkRowsQ4 = SPECDEC_AVX512 ? 4 : 2;  // the same for q4 panels (PanelChunkQ4)
 // Below this many weight floats a call runs on the calling thread: waking a pool thread costs
 // more than streaming a panel or two (the test models, the zoo drafts' small matrices).
 constexpr int64_t kMinParallelFloats = 64 * 1024;
@@ -270,7 +271,82 @@ void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, 
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + r * ldo, mask, y[r]);
 }
-#else  // no AVX-512: the same layout and sums, scalar
+#elif SPECDEC_AVX2
+// AVX2 (no AVX-512): a panel row of 16 codes is two 8-column halves; per block each row sums the
+// low-nibble inputs and the high-nibble inputs in two chains per half (4 accumulators a row), R
+// <= 2 (kMaxChunkRowsQ4: 16 ymm registers).
+template <int R, Prefetch kPrefetch>
+void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, float* out,
+                  int64_t ldo, int64_t cols) {
+  const int64_t nb = D / kQ4Block;
+  const int64_t block_bytes = kQ4Rows * kPanel;
+  const __m256i low = _mm256_set1_epi32(0xF);
+  __m256 y0[R], y1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) y0[r] = y1[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes;
+    if (kPrefetch == kAhead) {
+#pragma GCC unroll 5
+      for (int l = 0; l < 5; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+      }
+    } else if (kPrefetch == kNextPanel) {
+#pragma GCC unroll 5
+      for (int l = 0; l < 5; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + nb * block_bytes) + 64 * l, _MM_HINT_T1);
+      }
+    }
+    const float* xb = x + b * kQ4Block;
+    __m256 acc[R][4];  // [lo half 0, lo half 1, hi half 0, hi half 1]
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kQ4Pairs; ++k) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + k * kPanel));
+      const __m256i v0 = _mm256_cvtepu8_epi32(v), v1 = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+      const __m256 lo0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, low));
+      const __m256 lo1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, low));
+      const __m256 hi0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));
+      const __m256 hi1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 a = _mm256_broadcast_ss(xb + r * D + 2 * k);
+        const __m256 c = _mm256_broadcast_ss(xb + r * D + 2 * k + 1);
+        acc[r][0] = _mm256_fmadd_ps(a, lo0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(a, lo1, acc[r][1]);
+        acc[r][2] = _mm256_fmadd_ps(c, hi0, acc[r][2]);
+        acc[r][3] = _mm256_fmadd_ps(c, hi1, acc[r][3]);
+      }
+    }
+    const __m128i hs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4Pairs * kPanel));
+    const __m128i hs1 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4Pairs * kPanel + 16));
+    const __m128i hm =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kQ4Pairs + 2) * kPanel));
+    const __m128i hm1 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kQ4Pairs + 2) * kPanel + 16));
+    const __m256 s0 = _mm256_cvtph_ps(hs), s1 = _mm256_cvtph_ps(hs1);  // F16C (AVX2 hosts have it)
+    const __m256 m0 = _mm256_cvtph_ps(hm), m1 = _mm256_cvtph_ps(hm1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 t = _mm256_set1_ps(sx[r * nb + b]);
+      y0[r] = _mm256_fmadd_ps(s0, _mm256_add_ps(acc[r][0], acc[r][2]), y0[r]);
+      y1[r] = _mm256_fmadd_ps(s1, _mm256_add_ps(acc[r][1], acc[r][3]), y1[r]);
+      y0[r] = _mm256_fmadd_ps(m0, t, y0[r]);
+      y1[r] = _mm256_fmadd_ps(m1, t, y1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float row[kPanel];
+    _mm256_store_ps(row, y0[r]);
+    _mm256_store_ps(row + 8, y1[r]);
+    std::memcpy(out + r * ldo, row, cols * sizeof(float));
+  }
+}
+#else  // no AVX2/FMA: the same layout and sums, scalar
 template <int R, Prefetch kPrefetch>
 void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, float* out,
                   int64_t ldo, int64_t cols) {
@@ -304,9 +380,9 @@ void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, 
 using ChunkFnQ4 = void (*)(const float*, const float*, int64_t, const uint8_t*, float*, int64_t,
                            int64_t);
 template <Prefetch kPrefetch>
-constexpr ChunkFnQ4 kChunksQ4[kMaxChunkRowsQ4 + 1] = {
+constexpr ChunkFnQ4 kChunksQ4[5] = {
     nullptr, PanelChunkQ4<1, kPrefetch>, PanelChunkQ4<2, kPrefetch>, PanelChunkQ4<3, kPrefetch>,
-    PanelChunkQ4<4, kPrefetch>};
+    PanelChunkQ4<4, kPrefetch>};  // entries past kMaxChunkRowsQ4 are never called
 
 // Rows [0, R) of x (row stride D) times one panel w_Dx16 -> out (row stride ldo), first `cols`
 // columns. R is a template parameter so the accumulators stay in registers.
@@ -464,7 +540,7 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
   const auto yd = y_NxF->dimensions();
   if (xd.size() != 2 || wd.size() != 3 || yd.size() != 2) {
     return ffi::Error::InvalidArgument(
-        "specdec_packed_matmul: expected x [N, D], w [P, D, 16], y [N, F]; got ranks " +
+        "specdec_packed_matmul: expected x [N, D], w [P, rows, 16], y [N, F]; got ranks " +
         std::to_string(xd.size()) + ", " + std::to_string(wd.size()) + ", " +
         std::to_string(yd.size()));
   }
@@ -481,7 +557,7 @@ ffi::Error PackedMatmulImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x_NxD,
         std::to_string(d) + "], w [" + std::to_string(wd[0]) + ", " + std::to_string(wd[1]) +
         ", " + std::to_string(wd[2]) + "], y [" + std::to_string(yd[0]) + ", " +
         std::to_string(f) + "]; w must hold ceil(F / 16) panels of D x 16 (int8: D + 4 x 16, the " +
-        "scales after the weights)");
+        "scales after the weights; q4: D / 32 blocks of 20 x 16)");
   }
   if (n == 0 || f == 0) return ffi::Error::Success();
   if (d == 0) {

@@ -60,3 +60,45 @@ def test_library_is_cached_by_key(monkeypatch, tmp_path):
   monkeypatch.setattr(build, "FLAGS", build.FLAGS + ("-DSPECDEC_TEST_FLAG",))
   assert build.library_path(cxx) != path  # flags are part of the key
   assert not os.path.exists(path)
+
+
+# Instruction sets below this machine's: the kernel's narrower paths, built and run here.
+NARROWER_PATHS = {"avx2": ("-mno-avx512f",), "scalar": ("-mno-avx512f", "-mno-avx2", "-mno-fma")}
+
+
+@pytest.mark.slow  # two extra builds of the library: ~1 minute on the 2-core machine
+@pytest.mark.parametrize("path", list(NARROWER_PATHS))
+def test_narrower_instruction_paths_compute_the_same_products(path, tmp_path):
+  """The library built with AVX-512 off (the AVX2 loops), and with AVX2 and FMA off too (the
+  scalar fallback), computes every panel layout's product as this machine's build does, to
+  float32 accuracy: a host without AVX-512 runs code this machine's `-march=native` build
+  never compiles (q4 panels' AVX2 loop, for one)."""
+  cxx = build.compiler()
+  if cxx is None:
+    pytest.skip("no C++ compiler")
+  assert build.load()
+  lib = tmp_path / "lib.so"
+  with open(tmp_path / build.SOURCE, "wb") as f:
+    f.write(build._source_bytes())  # pylint: disable=protected-access
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import ctypes  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  proc = subprocess.run([cxx, *build.FLAGS, *NARROWER_PATHS[path], "-I", jax.ffi.include_dir(),
+                         str(tmp_path / build.SOURCE), "-o", str(lib)], capture_output=True,
+                        text=True, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  handle = ctypes.cdll.LoadLibrary(str(lib))
+  rng = np.random.default_rng(3)
+  d, f = 96, 53
+  w = rng.standard_normal((d, f)).astype(np.float32)
+  layouts = {build.SYMBOL: km.pack_panels(w), build.SYMBOL_BF16: km.pack_panels(w, jnp.bfloat16),
+             build.SYMBOL_INT8: km.pack_int8_panels(w), build.SYMBOL_Q4: km.pack_q4_panels(w)}
+  for symbol, panels in layouts.items():
+    name = f"specdec_test_{path}_{symbol}"
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(handle, symbol)), platform="cpu")
+    for rows in (1, 2, 3, 5, 9):
+      x = rng.standard_normal((rows, d)).astype(np.float32)
+      call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((rows, f), jnp.float32))
+      got = np.asarray(call(jnp.asarray(x), panels))
+      want = np.asarray(km.packed_matmul(jnp.asarray(x), panels, f))
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=f"{symbol} {rows}")

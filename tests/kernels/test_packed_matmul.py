@@ -204,7 +204,7 @@ def test_q4_panels_compute_their_dequantized_weights(d, f):
   lo, hi = blocks.min(axis=1), blocks.max(axis=1)
   step = (hi - lo) / 15
   err = np.abs(deq - w).reshape(d // 32, 32, f)
-  assert (err <= (step / 2 + np.abs(lo) * 2 ** -10 + hi * 2 ** -10)[:, None, :] + 1e-6).all()
+  assert (err <= (step / 2 + (np.abs(lo) + np.abs(hi)) * 2 ** -10)[:, None, :] + 1e-6).all()
   np.testing.assert_array_equal(deq[:, 0], np.full(d, 0.25, np.float32))
   mm = jax.jit(km.packed_matmul, static_argnums=2)
   x = rng.standard_normal((16, d)).astype(np.float32)
