@@ -114,6 +114,9 @@ def main(argv):
                         int(np.sum(c.drafted_B))]
           outs[k].append(np.asarray(r.tokens_BxN[0]).tolist())
     print(j, {k: round(float(v[:j + 1, 0].sum()), 2) for k, v in rows.items()}, flush=True)
+    # Each prompt length compiles every variant's program anew; kept, they ran a 40-problem
+    # run out of memory (23 GB) at its 39th problem.
+    jax.clear_caches()
   summary = {}
   for k, v in rows.items():
     tot = v.sum(axis=0)

@@ -95,9 +95,8 @@ def load(target: str, draft: Optional[str] = None, *, task: Optional[str] = None
     seed: the random init of a preset (a preset draft gets seed + 1, so it is not a copy).
     draft_panels: a model draft's packed weights (the run's `draft_panels`): 'auto' (lossless
       bfloat16 or float32 panels), 'float32', 'int8' (per-column int8: a cheaper, different
-      draft; outputs keep the target's distribution) or 'q4' (4-bit blocks of 32, GGUF's Q4_1
-      layout: SmolLM2's own projection weights at 5 bits each). 'int8' and 'q4' need the CPU
-      kernel (one CPU device).
+      draft; outputs keep the target's distribution) or 'q4' (Q4_1's 4-bit blocks: SmolLM2's
+      own projection weights); 'int8' and 'q4' need the CPU kernel (one CPU device).
 
   Returns:
     A `Pair`, its weights packed for the CPU matmul kernel where that is faster (one CPU device).

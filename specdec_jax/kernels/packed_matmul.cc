@@ -199,6 +199,20 @@ void PanelChunkI8(const float* x, int64_t D, const int8_t* w_Dx16, float* out, i
 }
 #endif
 
+#if SPECDEC_AVX2
+// The prefetch a pass over a q4 panel issues at block `blk` (its 5 lines; see Prefetch): ahead
+// in this panel, or the same block of the next panel, `panel_bytes` on.
+template <Prefetch kPrefetch>
+inline void PrefetchQ4Block(const uint8_t* blk, int64_t panel_bytes) {
+  const char* at = reinterpret_cast<const char*>(blk);
+#pragma GCC unroll 5
+  for (int l = 0; l < 5; ++l) {
+    if (kPrefetch == kAhead) _mm_prefetch(at + kPrefetchBytes + 64 * l, _MM_HINT_T0);
+    if (kPrefetch == kNextPanel) _mm_prefetch(at + panel_bytes + 64 * l, _MM_HINT_T1);
+  }
+}
+#endif
+
 // q4 panels: rows [0, R) of x times one panel of D / 32 blocks. sx holds each row's sums over
 // each block (row stride D / 32), for the minimums' term. Per block the weights widen to float32
 // (a nibble is exact) and sum against x in 4 chains (at one row each chain would otherwise wait
@@ -218,17 +232,7 @@ void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, 
   for (int r = 0; r < R; ++r) y[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * block_bytes;
-    if (kPrefetch == kAhead) {
-#pragma GCC unroll 5
-      for (int l = 0; l < 5; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * l, _MM_HINT_T0);
-      }
-    } else if (kPrefetch == kNextPanel) {
-#pragma GCC unroll 5
-      for (int l = 0; l < 5; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + nb * block_bytes) + 64 * l, _MM_HINT_T1);
-      }
-    }
+    PrefetchQ4Block<kPrefetch>(blk, nb * block_bytes);
     const float* xb = x + b * kQ4Block;
     __m512 acc[R][C];
 #pragma GCC unroll 8
@@ -286,17 +290,7 @@ void PanelChunkQ4(const float* x, const float* sx, int64_t D, const uint8_t* w, 
   for (int r = 0; r < R; ++r) y0[r] = y1[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * block_bytes;
-    if (kPrefetch == kAhead) {
-#pragma GCC unroll 5
-      for (int l = 0; l < 5; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64 * l, _MM_HINT_T0);
-      }
-    } else if (kPrefetch == kNextPanel) {
-#pragma GCC unroll 5
-      for (int l = 0; l < 5; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + nb * block_bytes) + 64 * l, _MM_HINT_T1);
-      }
-    }
+    PrefetchQ4Block<kPrefetch>(blk, nb * block_bytes);
     const float* xb = x + b * kQ4Block;
     __m256 acc[R][4];  // [lo half 0, lo half 1, hi half 0, hi half 1]
 #pragma GCC unroll 8

@@ -33,6 +33,20 @@ def _check(y, x, w):
   np.testing.assert_array_less(np.abs(np.asarray(y, np.float64) - ref) / scale, 1e-5)
 
 
+def _check_every_row_count(rng, panels, deq_DxF, target_name):
+  """`panels` times 1..16 rows is x @ `deq_DxF` to float32 accuracy, a row's result the same
+  whatever rows come with it, through the custom call `target_name`."""
+  d, f = deq_DxF.shape
+  mm = jax.jit(km.packed_matmul, static_argnums=2)
+  x = rng.standard_normal((16, d)).astype(np.float32)
+  alone = np.asarray(mm(x[:1], panels, f))
+  for t in range(1, 17):
+    y = mm(x[:t], panels, f)
+    _check(y, x[:t], deq_DxF)
+    np.testing.assert_array_equal(np.asarray(y)[:1], alone)
+  assert f'custom_call_target="{target_name}"' in mm.lower(x, panels, f).compile().as_text()
+
+
 @pytest.mark.parametrize("d,f", SHAPES)
 def test_matches_reference_for_every_row_count_up_to_16(d, f):
   rng = np.random.default_rng(d * 1000 + f)
@@ -161,29 +175,28 @@ def test_int8_panels_compute_their_dequantized_weights(d, f):
   assert (np.abs(deq - w) <= scale_F / 2 * (1 + 1e-5)).all()
   np.testing.assert_allclose(deq / scale_F, np.round(w / scale_F), atol=1e-4)
   assert not deq[:, 0].any()
-  mm = jax.jit(km.packed_matmul, static_argnums=2)
-  x = rng.standard_normal((16, d)).astype(np.float32)
-  alone = np.asarray(mm(x[:1], p8, f))
-  for t in range(1, 17):
-    y = mm(x[:t], p8, f)
-    _check(y, x[:t], deq)
-    np.testing.assert_array_equal(np.asarray(y)[:1], alone)
-  hlo = mm.lower(x, p8, f).compile().as_text()
-  assert f'custom_call_target="{build.TARGET_NAME_INT8}"' in hlo
+  _check_every_row_count(rng, p8, deq, build.TARGET_NAME_INT8)
 
 
-def test_int8_panels_without_the_kernel_compute_the_same(monkeypatch):
-  """No compiler: XLA's dot over the dequantized panels, the same product."""
+@pytest.mark.parametrize("layout", ["int8", "q4"])
+def test_lossy_panels_without_the_kernel_compute_the_same(layout, monkeypatch):
+  """No compiler: XLA's dot over the dequantized panels, the same product. Refused by name: x
+  as wide as an int8 panel's rows (its scales are not inputs), a q4 width not a multiple of 32."""
   rng = np.random.default_rng(5)
-  w = rng.standard_normal((40, 37)).astype(np.float32)
-  x = rng.standard_normal((3, 40)).astype(np.float32)
-  p8 = km.pack_int8_panels(w)
-  with_kernel = np.asarray(km.packed_matmul(x, p8, 37))
+  d = 40 if layout == "int8" else 64
+  w = rng.standard_normal((d, 37)).astype(np.float32)
+  x = rng.standard_normal((3, d)).astype(np.float32)
+  pw = km.pack_int8_panels(w) if layout == "int8" else km.pack_q4_panels(w)
+  with_kernel = np.asarray(km.packed_matmul(x, pw, 37))
   monkeypatch.setattr(build, "load", lambda: False)
-  without = np.asarray(km.packed_matmul(x, p8, 37))
+  without = np.asarray(km.packed_matmul(x, pw, 37))
   np.testing.assert_allclose(without, with_kernel, rtol=1e-5, atol=1e-5)
-  with pytest.raises(ValueError, match="does not fit panels"):
-    km.packed_matmul(jnp.ones((2, 44)), p8, 37)  # D + 4 rows: the scales are not inputs
+  if layout == "int8":
+    with pytest.raises(ValueError, match="does not fit panels"):
+      km.packed_matmul(jnp.ones((2, 44)), pw, 37)
+  else:
+    with pytest.raises(ValueError, match="not a multiple of 32"):
+      km.pack_q4_panels(np.ones((48, 16), np.float32))
 
 
 @pytest.mark.parametrize("d,f", [(64, 48), (96, 53), (32, 1), (256, 1030)])
@@ -206,15 +219,7 @@ def test_q4_panels_compute_their_dequantized_weights(d, f):
   err = np.abs(deq - w).reshape(d // 32, 32, f)
   assert (err <= (step / 2 + (np.abs(lo) + np.abs(hi)) * 2 ** -10)[:, None, :] + 1e-6).all()
   np.testing.assert_array_equal(deq[:, 0], np.full(d, 0.25, np.float32))
-  mm = jax.jit(km.packed_matmul, static_argnums=2)
-  x = rng.standard_normal((16, d)).astype(np.float32)
-  alone = np.asarray(mm(x[:1], p4, f))
-  for t in range(1, 17):
-    y = mm(x[:t], p4, f)
-    _check(y, x[:t], deq)
-    np.testing.assert_array_equal(np.asarray(y)[:1], alone)
-  hlo = mm.lower(x, p4, f).compile().as_text()
-  assert f'custom_call_target="{build.TARGET_NAME_Q4}"' in hlo
+  _check_every_row_count(rng, p4, deq, build.TARGET_NAME_Q4)
 
 
 def test_q4_panels_recover_q4_1_weights_exactly():
@@ -229,18 +234,3 @@ def test_q4_panels_recover_q4_1_weights_exactly():
   minimum = (-rng.random((d // 32, 1, f)) * 0.1).astype(np.float16).astype(np.float32)
   w = (scale * codes + minimum).reshape(d, f).astype(np.float32)
   np.testing.assert_array_equal(np.asarray(km.unpack_panels(km.pack_q4_panels(w), f)), w)
-
-
-def test_q4_panels_without_the_kernel_compute_the_same(monkeypatch):
-  """No compiler: XLA's dot over the dequantized panels, the same product; an input width that
-  is not a multiple of 32 is refused by name."""
-  rng = np.random.default_rng(6)
-  w = rng.standard_normal((64, 37)).astype(np.float32)
-  x = rng.standard_normal((3, 64)).astype(np.float32)
-  p4 = km.pack_q4_panels(w)
-  with_kernel = np.asarray(km.packed_matmul(x, p4, 37))
-  monkeypatch.setattr(build, "load", lambda: False)
-  without = np.asarray(km.packed_matmul(x, p4, 37))
-  np.testing.assert_allclose(without, with_kernel, rtol=1e-5, atol=1e-5)
-  with pytest.raises(ValueError, match="not a multiple of 32"):
-    km.pack_q4_panels(np.ones((48, 16), np.float32))
