@@ -35,7 +35,7 @@ INPUTS = {
 }
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
+@pytest.mark.parametrize("kind", [pytest.param("t5", marks=pytest.mark.slow), "decoder"])
 def test_greedy_adaptive_feature_equals_autoregressive(kind):
   target, tp, draft, dp = tiny_feature_pair(kind, 8)
   inputs = jnp.asarray(INPUTS[kind], jnp.int32)

@@ -31,7 +31,7 @@ def _pair(kind, name):
   return unrolled, params, scanned, stacked
 
 
-@pytest.mark.parametrize("kind", ["t5", "decoder"])
+@pytest.mark.parametrize("kind", [pytest.param("t5", marks=pytest.mark.slow), "decoder"])
 def test_scanned_equals_unrolled(kind):
   unrolled, params, scanned, stacked = _pair(kind, "target")
   shapes = flatten(scanned.param_shapes())
