@@ -19,11 +19,12 @@ a draft may propose from any distribution (the verifier uses the q it actually d
 output stays the target's), and its step inside the loop is paced by the bytes it reads back from
 L3 after each target call (DESIGN.md, "Machine facts"). Never for a target.
 
-q4 panels (`pack_q4_panels`, uint8) are lossy the same way, at 5 bits a weight: GGUF's Q4_1
-layout (4-bit codes in blocks of 32 inputs, a float16 scale and minimum per column and block,
-w = scale x code + minimum). Why: SmolLM2-135M's GGUF stores its projections as Q4_1, so
-re-quantizing their float32 dequantization recovers those codes, and a q4 self-draft computes
-with the target's own weights (up to float16 rounding of scale and minimum) from 5/32 of the
+q4 panels (`pack_q4_panels`, uint8) are lossy the same way, at 5 bits a weight: Q4_1's
+quantization (GGUF's; the bytes are laid out in panels, not as GGUF stores them): 4-bit codes in
+blocks of 32 inputs, a float16 scale and minimum per column and block, w = scale x code +
+minimum. Why: SmolLM2-135M's GGUF stores its projections as Q4_1, so re-quantizing their float32
+dequantization recovers those codes, and a q4 self-draft computes with the target's own weights
+(its products differ from the target's in float32 rounding only) from 5/32 of the
 float32 bytes, where int8 panels give a coarser copy (one scale per column) from 8/32. A panel
 is D / 32 blocks of 20 rows of 16 bytes: 16 rows of code pairs (row k of a block: input 2k in
 the low nibble, 2k + 1 in the high one), the 16 scales (2 rows), the 16 minimums (2 rows).

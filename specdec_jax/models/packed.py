@@ -30,7 +30,7 @@ kernel streams each weight once for any number of rows, but it needs the weights
   the same draft. A tied head becomes an untied `logits_dense` first (`_untied`), so the head
   is int8 too. Never a target's layout (`for_backend` refuses it for one).
 - `panels='q4'` (drafts only, the same way) packs them into q4 panels (`kmatmul.pack_q4_panels`:
-  GGUF's Q4_1 layout, 4-bit codes in blocks of 32 inputs with a float16 scale and minimum): 5 bits
+  Q4_1's quantization, 4-bit codes in blocks of 32 inputs with a float16 scale and minimum): 5 bits
   a weight against int8's 8, and for a checkpoint converted from Q4_1 (SmolLM2-135M's
   projections) the target's own weights come back. The output head stays int8 (`_lossy_layout`).
 - `unpack(packed_model, packed_params)` gives the T5X-layout tree back (int8, q4: dequantized).
@@ -117,8 +117,8 @@ _pack_lossy_jit = {"int8": jax.jit(kmatmul.pack_int8_panels),
 def _lossy_layout(panels: str, here: tuple) -> str | None:
   """A leaf's lossy layout under `panels` (None: lossless). 'q4' keeps the output head
   (`logits_dense`) in int8: SmolLM2's GGUF stores its head as 8-bit (Q8_0), and a 4-bit head
-  cost its q4 self-draft acceptance and time on held-out HumanEval problems (DESIGN.md, "Machine
-  facts"); the projections of a layer are where the bytes are."""
+  cost its q4 self-draft acceptance and time on held-out HumanEval problems (DESIGN.md, "q4
+  panels"); the projections of a layer are where the bytes are."""
   if panels not in LOSSY_PANELS:
     return None
   return "int8" if panels == "q4" and "logits_dense" in here else panels
