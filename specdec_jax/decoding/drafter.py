@@ -35,7 +35,9 @@ The protocol (all traceable; `decoder` is the `Decoder`, `dparams` the draft's p
   or None, cache): the one target call.
 - `observe(decoder, dparams, before, new, hidden, carry)`: the state after `commit` with the
   newly written positions' target states turned into pending entries.
-- `summary(carry)`: the result's `draft_stats` (None but for `LookupFeatureDrafter`).
+- `summary(carry)`: the result's `draft_stats` (None but for the lookup-first drafters).
+- `chooses_per_batch` (False unless set): one choice per iteration for the whole batch (the
+  lookup-first drafters), so a calibration decodes it in the run's batch shape.
 - `cache_slack`: draft cache slots past the target's a drafter's widest feed may write into (0
   but for `LookupFeatureDrafter`, whose catch-up feeds `catchup_width` entries from the oldest
   pending one); `start.init_state` sizes the draft's cache with them, so no write falls past its

@@ -103,6 +103,11 @@ class LookupFirstOptions:
   max_ngram: int = 3
   min_ngram: int = 1
 
+  # One choice per iteration for the whole batch (`choice`), so how often the lookup drafts
+  # depends on the batch: a calibration decodes such a drafter in the run's batch shape
+  # (`runner.measure.Calibration.decode`; a batch of 48 prompts hardly ever looked up).
+  chooses_per_batch = True
+
   @property
   def ngrams(self) -> tuple[int, int]:
     return self.max_ngram, self.min_ngram

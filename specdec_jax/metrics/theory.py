@@ -121,6 +121,20 @@ def loop_speedup(tokens_per_iteration: float, ar_iteration: float, iteration: fl
           / (spec_fixed + spec_tokens / tokens_per_iteration * iteration))
 
 
+def mixed_iteration(iteration: float, share_timed: float, share: float,
+                    draft_calls: float) -> float:
+  """A lookup-first iteration's mean cost at lookup share `share`, from its loop timed at
+  `share_timed` (`iteration`, any unit): an iteration the lookup drafts skips the draft's calls
+  (`draft_calls`: draft_gamma draft steps) and shares the verify and the glue with the others, so
+  the mean is linear in the share: iteration + (share_timed - share) * draft_calls. Why: the
+  loop is timed on a few prompts (4 HumanEval problems) whose share is not the calibration
+  prompts' (48), and a lookup iteration costs about a third of a draft one (SmolLM2, q4
+  self-draft)."""
+  if not (0.0 <= share_timed <= 1.0 and 0.0 <= share <= 1.0):
+    raise ValueError(f"lookup shares must lie in [0, 1], got {share_timed} and {share}")
+  return iteration + (share_timed - share) * draft_calls
+
+
 def predicted_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
   """Walltime improvement over autoregressive decoding in the lone-extend model (Leviathan et
   al.'s formula with the verify cost v): one target step is the unit; gamma = 0 is 1.0."""

@@ -116,17 +116,35 @@ def calibration_gamma(gamma: int, gamma_max: int, fixed: Sequence[int] = ()) -> 
   return max([gamma, gamma_max, *fixed])
 
 
-def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows: int,
+def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows,
                            seed: int) -> dict[str, Any]:
   """{'alpha', 'accept_at_least'} of a short speculative decode (`decoder`, at the calibration
   gamma) of `inputs_BxP` over its first `rows` rows (the rest pads the batch to a data-parallel
   mesh and is not a prompt): alpha = sum beta / positions; accept_at_least[i - 1] = fraction of
-  target calls that kept at least i drafts (A_i of metrics/theory.py), i = 1..gamma."""
-  res = decoder.generate(params, inputs_BxP, jax.random.key(seed + 7919))
-  counters = distributed.gather(res.counters)  # rows of every process
-  stats = acceptance_stats.summarize(acceptance_stats.counters_to_dict(counters, rows))
-  return {"alpha": acceptance_stats.alpha_of(counters, rows),
-          "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
+  target calls that kept at least i drafts (A_i of metrics/theory.py), i = 1..gamma.
+
+  `inputs_BxP` may be a sequence of batches with `rows` the sequence of their real rows: a
+  drafter that chooses once per batch (`chooses_per_batch`: lookup-first) decoded in the run's
+  batch shape (`runner.measure.Calibration.decode`), the totals merged. Where the drafter counts
+  its lookup iterations, 'lookup_share' (of the target calls) and 'tokens_per_target_call' come
+  too: what a lookup-first row is predicted from (`predict_lookup_first`)."""
+  many = isinstance(inputs_BxP, (list, tuple))
+  batches, counts = (inputs_BxP, rows) if many else ([inputs_BxP], [rows])
+  totals, lookups = [], []
+  for x, n in zip(batches, counts):
+    res = decoder.generate(params, x, jax.random.key(seed + 7919))
+    stats = None if res.draft_stats is None else distributed.gather(res.draft_stats)
+    totals.append(acceptance_stats.counters_to_dict(distributed.gather(res.counters), n,
+                                                    draft_stats=stats))
+    lookups.append(totals[-1].get("lookup_iterations"))
+  merged = acceptance_stats.merge(totals)
+  stats = acceptance_stats.summarize(merged)
+  out = {"alpha": (merged["beta_sum"] / merged["beta_count"]) if merged["beta_count"] else 0.0,
+         "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
+  if all(x is not None for x in lookups) and merged["target_calls"]:
+    out["lookup_share"] = sum(lookups) / merged["target_calls"]
+    out["tokens_per_target_call"] = stats["tokens_per_target_call"]
+  return out
 
 
 # ---- resolving points ----------------------------------------------------------------------------

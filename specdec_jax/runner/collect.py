@@ -11,7 +11,7 @@ import math
 import os
 from typing import Any
 
-from specdec_jax.metrics import acceptance_stats, code_exec, quality, report
+from specdec_jax.metrics import acceptance_stats, code_exec, quality, report, theory
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.run_config import FEATURE_DRAFT, MODEL_DRAFT, RunConfig, temperatures
 from specdec_jax.runner import keys
@@ -84,6 +84,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
         "gamma": cfg.feature.lookup_gamma, "ngram": cfg.feature.lookup_ngram,
         "share_of_target_calls": (sum(r.counters.get("lookup_iterations", 0)
                                       for r in spec_records) / calls) if calls else None}
+    extra.update(lookup_prediction(point, costs.get(point.draft), spec_records,
+                                   extra["lookup"]["share_of_target_calls"]))
   if point.auto:
     extra["auto_calibration_alpha"] = point.calibration_alpha
     curve = point.predicted_curve + point.tree_curve  # gammas, then trees by label
@@ -121,6 +123,32 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
                                    and "lookup" not in extra),  # one chain's formula only
                       calibration=point.calibration,
                       extra=extra)
+
+
+def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
+  """A lookup-first row's predictions (the record's keys; empty where a piece is missing): the
+  formula's E and the loop's iteration (`theory.loop_speedup`), the iteration moved from the
+  timed decode's lookup share to the calibration decode's (`theory.mixed_iteration`, the draft's
+  calls at draft_gamma lone steps), E from the calibration decode's profile, both decoded in the
+  run's batch shape (`runner.measure.Calibration.decode`). The in-sample twin uses the measured
+  share and profile. Why not the chain's formula: its iteration is one program's, while a
+  lookup-first iteration is one of two whose mix differs from prompt to prompt."""
+  loop, cal, g = point.loop, point.calibration or {}, point.gamma
+  if (loop is None or draft_costs is None or g not in loop.lookup_share or cal.get("gamma") != g
+      or "lookup_share" not in cal or measured_share is None or not spec_records):
+    return {}
+  def predict(share, accept_at_least):
+    tokens = 1.0 + sum(min(max(float(a or 0.0), 0.0), 1.0) for a in accept_at_least)
+    ms = theory.mixed_iteration(loop.iteration_ms[g], loop.lookup_share[g], share,
+                                g * draft_costs.draft_ms)
+    return tokens, ms, theory.loop_speedup(tokens, loop.ar_ms, ms, tokens=loop.tokens,
+                                           ar_fixed=loop.ar_fixed_ms, spec_fixed=loop.fixed_ms[g])
+  tokens, _, speedup = predict(cal["lookup_share"], cal["accept_at_least"])
+  stats = acceptance_stats.summarize(acceptance_stats.merge(r.counters for r in spec_records))
+  tokens_in, ms_in, speedup_in = predict(measured_share, stats["accepts_per_position"])
+  return {"speedup_predicted": speedup, "speedup_predicted_from": "loop, lookup share",
+          "expected_tokens_per_iteration": tokens, "speedup_predicted_in_sample": speedup_in,
+          "expected_tokens_per_iteration_in_sample": tokens_in, "iteration_ms": ms_in}
 
 
 def tree_block(scheme, spec_records) -> dict:

@@ -60,6 +60,10 @@ class LoopCosts:
     interleaved timing ((full - zero) / iterations in each round; the figures above take the
     medians of full and zero first, and the chains' running maximum); empty where not measured.
     What `speedup_rounds` pairs.
+  lookup_share: {gamma: the fraction of the timed decode's target calls the prompt lookup
+    drafted} for a lookup-first drafter's programs (empty for the others): its iteration above
+    is a mixture of cheap lookup iterations and dearer draft ones in that proportion
+    (`calibrate.predict_lookup_first`).
   """
 
   ar_ms: float
@@ -72,6 +76,7 @@ class LoopCosts:
   rows: int
   ar_rounds_ms: Sequence[float] = ()
   iteration_rounds_ms: Mapping[Any, Sequence[float]] = dataclasses.field(default_factory=dict)
+  lookup_share: Mapping[Any, float] = dataclasses.field(default_factory=dict)
 
   def to_json(self) -> dict[str, Any]:
     """The record's `loop_costs` (what report.build reads; gamma keys as strings)."""
@@ -81,6 +86,7 @@ class LoopCosts:
             "iteration_ms": keyed(self.iteration_ms), "fixed_ms": keyed(self.fixed_ms),
             "tokens_per_iteration": keyed(self.tokens_per_iteration),
             "batches": self.batches, "rows": self.rows,
+            **({"lookup_share": keyed(self.lookup_share)} if self.lookup_share else {}),
             **({"ar_rounds_ms": list(self.ar_rounds_ms),
                 "iteration_rounds_ms": {k: list(v) for k, v in
                                         keyed(self.iteration_rounds_ms).items()}}
@@ -229,7 +235,8 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
   """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared):
   medians of the rounds, and the rounds' own per-iteration costs (paired by round)."""
   def per_iteration(key, g):
-    counts = [acceptance_stats.counters_to_dict(r.counters) for r in results[(key, g, "full")]]
+    counts = [acceptance_stats.counters_to_dict(r.counters, draft_stats=r.draft_stats)
+              for r in results[(key, g, "full")]]
     iterations = sum(c["iterations"] for c in counts)
     full, zero = rounds[(key, g, "full")], rounds[(key, g, "zero")]
     ms = 1e3 * max(statistics.median(full) - statistics.median(zero), 0.0) / max(iterations, 1)
@@ -237,11 +244,13 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
     return ms, 1e3 * statistics.median(zero) / n_batches, iterations, counts, by_round
 
   ar_ms, ar_fixed, ar_iterations, _, ar_rounds = per_iteration("ar", 0)
-  it, fixed, tpi, it_rounds = {}, {}, {}, {}
+  it, fixed, tpi, it_rounds, share = {}, {}, {}, {}, {}
   for g in sorted(gammas, key=loop_order):
     it[g], fixed[g], _, counts, it_rounds[g] = per_iteration(key, g)
     merged = acceptance_stats.merge(counts)
     tpi[g] = merged["emitted"] / max(merged["target_calls"], 1)
+    if all("lookup_iterations" in c for c in counts):
+      share[g] = sum(c["lookup_iterations"] for c in counts) / max(merged["target_calls"], 1)
   # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
   # (taken at face value, 'auto' would favour that gamma). Running maximum over the chains'
   # gammas, as for v(T) (trees are no chain of one another: left as timed).
@@ -252,4 +261,5 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
   return LoopCosts(ar_ms=ar_ms, ar_fixed_ms=ar_fixed, tokens=ar_iterations / n_batches,
                    iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
                    batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]),
-                   ar_rounds_ms=tuple(ar_rounds), iteration_rounds_ms=it_rounds)
+                   ar_rounds_ms=tuple(ar_rounds), iteration_rounds_ms=it_rounds,
+                   lookup_share=share)

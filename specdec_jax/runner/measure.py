@@ -59,9 +59,21 @@ class Calibration:
 
   def decode(self, point: Point, scheme, statistic: Callable) -> dict:
     """statistic(decoder, params, inputs_BxP, rows=prompts) of one untimed decode of all the
-    calibration prompts with the point's draft, temperature and `scheme`."""
+    calibration prompts with the point's draft, temperature and `scheme`; for a drafter that
+    chooses once per batch (`chooses_per_batch`), statistic(decoder, params, [batches],
+    rows=[rows of each]) of the prompts in the run's batch shape (only
+    `calibrate.calibration_acceptance` meets one: lookup-first decodes no trees)."""
     rows = range(self.prompts)
     decoder, params = decoder_for(self.cfg, self.loaded, point.temperature, point.draft, scheme)
+    size = self.cfg.batch_size
+    if getattr(decoder.drafter, "chooses_per_batch", False) and size < self.prompts:
+      # One choice per iteration for the whole batch (lookup-first: the lookup only where every
+      # row matches): in one batch of all the prompts it would hardly ever look up, so the
+      # calibration would describe another program than the run's. In the run's batch shape.
+      chunks = [rows[i:i + size] for i in range(0, self.prompts, size)]
+      return statistic(decoder, params,
+                       [global_batch(self.loaded.calibration, self.loaded, c)[0] for c in chunks],
+                       rows=[len(c) for c in chunks])
     return statistic(decoder, params, global_batch(self.loaded.calibration, self.loaded, rows)[0],
                      rows=self.prompts)
 

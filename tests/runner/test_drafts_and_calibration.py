@@ -1,16 +1,23 @@
-"""The runner's view of drafts: names, kinds, and the calibration alpha (review defects 3-5).
+"""The runner's view of drafts: names, kinds, and the calibration decode (review defects 3-5).
 
 Why: a sweep files each draft's results under its name, refuses a draft that cannot serve the
 target before anything compiles, and chooses GAMMA='auto' from an alpha that must be the prompts'
 alpha, not the padding's.
 """
+from types import SimpleNamespace
+
+import jax
 import numpy as np
 import pytest
 
 from specdec_jax.decoding.decoder import Decoder, Params
+from specdec_jax.decoding.drafter import TokenDrafter
+from specdec_jax.decoding.lookup_token import LookupTokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
-from specdec_jax.runner import calibrate, pipeline, run_config as config_lib
+from specdec_jax.models.model import Model
+from specdec_jax.models.model_config import get_preset
+from specdec_jax.runner import calibrate, measure, pipeline, run_config as config_lib
 from specdec_jax.runner.run_config import DraftSpec, RunConfig
 from specdec_jax.testing import WrongOnRows, tiny_pair
 
@@ -52,3 +59,44 @@ def test_calibration_alpha_counts_real_rows_only():
   both = alpha(np.concatenate([a, b]), rows=2)
   assert alone == pytest.approx(1.0) and padded == pytest.approx(1.0)
   assert both < 0.9  # the padding row would have pulled it down
+
+
+def test_calibration_decodes_a_per_batch_choice_in_the_runs_batch_shape(monkeypatch):
+  """The lookup-first choice is one per iteration for the whole batch, so a calibration decode of
+  every prompt in one batch described another program than the run's batch-1 decode (SmolLM2
+  HumanEval: A_1 0.99 calibrated against 0.88 measured, the lookup almost never drafting).
+  `calibration_acceptance` over a list of batches is the merge of their decodes, with the lookup
+  share the record's prediction reads, and `Calibration.decode` hands it the run's batches."""
+  target = Model(get_preset("decoder_test_target", vocab_size=16, eos_id=-1))
+  tp = target.init(jax.random.key(0))  # a small vocabulary: outputs repeat, the lookup matches
+  drafter = LookupTokenDrafter(draft_gamma=2, lookup_ngram=1)
+  assert drafter.chooses_per_batch and not getattr(TokenDrafter(), "chooses_per_batch", False)
+  decoder = Decoder(target, target, Chain(3), SamplingConfig(), max_decode_len=16,
+                    drafter=drafter)
+  params = Params(tp, tp)
+  inputs = np.array([[5, 6, 7, 5, 6, 0], [3, 4, 3, 4, 3, 4], [9, 9, 9, 0, 0, 0],
+                     [7, 0, 0, 0, 0, 0]], np.int32)
+  acc = lambda x, rows: calibrate.calibration_acceptance(decoder, params, x, rows=rows,  # noqa: E731
+                                                         seed=0)
+  rows = [acc(inputs[i:i + 1], 1) for i in range(4)]
+  calls = [int(np.sum(decoder.generate(params, inputs[i:i + 1],
+                                       jax.random.key(7919)).counters.target_calls_B))
+           for i in range(4)]
+  weighted = lambda f: sum(f(r) * n for r, n in zip(rows, calls)) / sum(calls)  # noqa: E731
+  apart = acc([inputs[i:i + 1] for i in range(4)], [1, 1, 1, 1])
+  assert apart["lookup_share"] == pytest.approx(weighted(lambda r: r["lookup_share"]))
+  assert apart["accept_at_least"] == pytest.approx(
+      [weighted(lambda r, i=i: r["accept_at_least"][i]) for i in range(3)])
+  assert 0 < apart["lookup_share"] < 1
+  assert acc(inputs, 4)["lookup_share"] < apart["lookup_share"]  # every row must match at once
+  # The run's measure decodes in the run's batch size (a fake run: batch 1, 4 prompts).
+  seen = []
+  prompts = SimpleNamespace(ids=list(range(4)), batch=lambda pos: inputs[list(pos)])
+  loaded = SimpleNamespace(calibration=prompts, held_out=True, mesh=None)
+  monkeypatch.setattr(measure, "decoder_for", lambda *a, **k: (decoder, params))
+  point = SimpleNamespace(temperature=0.0, draft="d")
+  measure.Calibration(RunConfig(batch_size=1), loaded, log=print).decode(
+      point, 2, lambda d, p, x, rows: seen.append((len(x), rows)))
+  measure.Calibration(RunConfig(batch_size=4), loaded, log=print).decode(
+      point, 2, lambda d, p, x, rows: seen.append((x.shape, rows)))
+  assert seen == [(4, [1, 1, 1, 1]), ((4, 6), 4)]

@@ -277,7 +277,8 @@ def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
 @pytest.mark.slow  # ~40 s of CPU on 2 cores (compiles: costs, calibration, loops, decodes)
 def test_run_with_lookup_where_it_matches(tmp_path):
   """feature_lookup_gamma in a run: the row is the target's own greedy output, says how it was
-  decoded, and reports the lookup's share of target calls (the smoke task's copies match)."""
+  decoded, reports the lookup's share of target calls (the smoke task's copies match) and is
+  predicted from it."""
   path = _save_feature_draft(tmp_path / "fd" / "export")
   (m,) = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
       f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = 2", "NUM_EXAMPLES = 4", "BATCH_SIZE = 1",
@@ -286,4 +287,8 @@ def test_run_with_lookup_where_it_matches(tmp_path):
       "RunConfig.feature_lookup_ngram = 1"])
   assert m["feature_scheme"] == "lookup" and m["greedy_match_rate"] == 1.0
   assert m["lookup"]["gamma"] == 3 and 0.0 <= m["lookup"]["share_of_target_calls"] <= 1.0
-  assert m.get("speedup_predicted") is None  # the one-chain formula does not describe it
+  # Predicted from the two kinds of iteration at the calibration decode's lookup share (decoded
+  # at the run's batch size), not from one chain's formula.
+  assert m["speedup_predicted_from"] == "loop, lookup share" and m["speedup_predicted"] > 0
+  assert 0.0 <= m["calibration"]["lookup_share"] <= 1.0
+  assert "lookup_share" in m["loop_costs"]
