@@ -267,9 +267,11 @@ def predict(gamma: int | None, alpha: float | None, costs, *, temperature: float
   it_ms = (loop or {}).get("iteration_ms", {}).get(str(gamma))
   if it_ms is not None:
     n_ar, n_spec = tokens
-    speedup = loop_speedup(expected, loop["ar_ms"], it_ms, tokens=n_ar,
-                           ar_fixed=loop["ar_fixed_ms"], spec_fixed=loop["fixed_ms"][str(gamma)],
-                           spec_tokens=n_spec)
+    # the fixed costs at the calibration prompts' widths where measured (`LoopCosts.to_json`)
+    ar_fixed = loop.get("ar_fixed_calibrated_ms", loop["ar_fixed_ms"])
+    spec_fixed = loop.get("fixed_calibrated_ms", loop["fixed_ms"])[str(gamma)]
+    speedup = loop_speedup(expected, loop["ar_ms"], it_ms, tokens=n_ar, ar_fixed=ar_fixed,
+                           spec_fixed=spec_fixed, spec_tokens=n_spec)
     return Prediction(costs.c, v, speedup, "loop", lone, expected, it_ms)
   return Prediction(costs.c, v, lone, None if lone is None else "lone_extend", lone, expected)
 

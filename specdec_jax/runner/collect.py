@@ -142,7 +142,8 @@ def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
     ms = theory.mixed_iteration(loop.iteration_ms[g], loop.lookup_share[g], share,
                                 g * draft_costs.draft_ms)
     return tokens, ms, theory.loop_speedup(tokens, loop.ar_ms, ms, tokens=loop.tokens,
-                                           ar_fixed=loop.ar_fixed_ms, spec_fixed=loop.fixed_ms[g])
+                                           ar_fixed=loop.calibrated_fixed(),
+                                           spec_fixed=loop.calibrated_fixed(g))
   tokens, _, speedup = predict(cal["lookup_share"], cal["accept_at_least"])
   stats = acceptance_stats.summarize(acceptance_stats.merge(r.counters for r in spec_records))
   tokens_in, ms_in, speedup_in = predict(measured_share, stats["accepts_per_position"])

@@ -63,7 +63,11 @@ class LoopCosts:
   lookup_share: {gamma: the fraction of the timed decode's target calls the prompt lookup
     drafted} for a lookup-first drafter's programs (empty for the others): its iteration above
     is a mixture of cheap lookup iterations and dearer draft ones in that proportion
-    (`calibrate.predict_lookup_first`).
+    (`collect.lookup_prediction`).
+  ar_fixed_by_width, fixed_by_width: the fixed costs by prompt width (the batch's padded width):
+    {width: ms} and {gamma: {width: ms}}, the timed batches' own width(s) included;
+    calibration_widths: the width of every calibration batch in the run's shape. What
+    `calibrated_fixed` averages; empty where not measured (then the timed batches' own).
   """
 
   ar_ms: float
@@ -77,6 +81,22 @@ class LoopCosts:
   ar_rounds_ms: Sequence[float] = ()
   iteration_rounds_ms: Mapping[Any, Sequence[float]] = dataclasses.field(default_factory=dict)
   lookup_share: Mapping[Any, float] = dataclasses.field(default_factory=dict)
+  ar_fixed_by_width: Mapping[int, float] = dataclasses.field(default_factory=dict)
+  fixed_by_width: Mapping[Any, Mapping[int, float]] = dataclasses.field(default_factory=dict)
+  calibration_widths: Sequence[int] = ()
+
+  def calibrated_fixed(self, program=None) -> float:
+    """The per-request fixed cost (ms per batch) of `program` (None: the autoregressive loop)
+    averaged over the calibration batches' prompt widths. Why: the fixed cost is the prefill,
+    which grows with the prompt (SmolLM2 summaries: ~190 ms at width 128, ~6 s at 1,654), and the
+    few timed batches need not be typical: the 4 first calibration documents were all of width
+    128, where a third of the 48 were wider, and the prediction came out 17 % high. A width not
+    measured counts at the timed batches' own cost."""
+    base = self.ar_fixed_ms if program is None else self.fixed_ms[program]
+    by_width = self.ar_fixed_by_width if program is None else self.fixed_by_width.get(program, {})
+    if not self.calibration_widths:
+      return base
+    return statistics.fmean(by_width.get(w, base) for w in self.calibration_widths)
 
   def to_json(self) -> dict[str, Any]:
     """The record's `loop_costs` (what report.build reads; gamma keys as strings)."""
@@ -87,10 +107,21 @@ class LoopCosts:
             "tokens_per_iteration": keyed(self.tokens_per_iteration),
             "batches": self.batches, "rows": self.rows,
             **({"lookup_share": keyed(self.lookup_share)} if self.lookup_share else {}),
+            **(self._widths_json() if self.calibration_widths else {}),
             **({"ar_rounds_ms": list(self.ar_rounds_ms),
                 "iteration_rounds_ms": {k: list(v) for k, v in
                                         keyed(self.iteration_rounds_ms).items()}}
                if self.ar_rounds_ms else {})}
+
+  def _widths_json(self) -> dict[str, Any]:
+    by_width = lambda d: {str(w): d[w] for w in sorted(d)}  # noqa: E731
+    return {"calibration_widths": list(self.calibration_widths),
+            "ar_fixed_by_width": by_width(self.ar_fixed_by_width),
+            "fixed_by_width": {str(g): by_width(self.fixed_by_width[g])
+                               for g in sorted(self.fixed_by_width, key=loop_order)},
+            "ar_fixed_calibrated_ms": self.calibrated_fixed(),
+            "fixed_calibrated_ms": {str(g): self.calibrated_fixed(g)
+                                    for g in sorted(self.fixed_ms, key=loop_order)}}
 
   def unresolved(self) -> list[str]:
     """The per-iteration costs this measurement could not separate from the fixed ones (a
@@ -105,8 +136,8 @@ class LoopCosts:
     """theory.loop_speedup at `gamma` (or a tree's label) with its fixed costs, N = the
     calibration's tokens."""
     return theory.loop_speedup(tokens_per_iteration, self.ar_ms, self.iteration_ms[gamma],
-                               tokens=self.tokens, ar_fixed=self.ar_fixed_ms,
-                               spec_fixed=self.fixed_ms[gamma])
+                               tokens=self.tokens, ar_fixed=self.calibrated_fixed(),
+                               spec_fixed=self.calibrated_fixed(gamma))
 
   def speedup_rounds(self, gamma, tokens_per_iteration: float) -> list[float | None]:
     """`speedup` round by round (each round's autoregressive and speculative iteration, the
@@ -114,7 +145,8 @@ class LoopCosts:
     not kept."""
     its = self.iteration_rounds_ms.get(gamma, ())
     return [theory.loop_speedup(tokens_per_iteration, ar, it, tokens=self.tokens,
-                                ar_fixed=self.ar_fixed_ms, spec_fixed=self.fixed_ms[gamma])
+                                ar_fixed=self.calibrated_fixed(),
+                                spec_fixed=self.calibrated_fixed(gamma))
             if ar > 0 and it > 0 else None for ar, it in zip(self.ar_rounds_ms, its)]
 
   def speedup_se(self, gamma, tokens_per_iteration: float) -> float:
@@ -199,7 +231,8 @@ def agree(costs: dict[DraftSpec, timing.Costs]) -> dict[DraftSpec, timing.Costs]
 def measure_loops(template: Decoder, target_params,
                   drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
                   batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS,
-                  tick=None, chain_options: Mapping[str, Any] | None = None
+                  tick=None, chain_options: Mapping[str, Any] | None = None,
+                  width_batches: Sequence[jax.Array] = (), calibration_widths: Sequence[int] = ()
                   ) -> dict[Any, LoopCosts]:
   """{key: LoopCosts} for drafts {key: (draft, params, programs)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
@@ -208,32 +241,53 @@ def measure_loops(template: Decoder, target_params,
   the same Decoder with the draft and its scheme per gamma >= 1 or tree (`scheme_of`; filed
   under `loop_key`; `chain_options`: how a feature draft's chains are built, as the run
   decodes them, `runner.drafts.chain_options`). `tick(done, total)`: progress (every compile
-  and sample of `timing.interleaved`)."""
+  and sample of `timing.interleaved`). `width_batches`: one batch per prompt width the
+  calibration prompts have and `batches` lack, on which every program is timed at cap 0 only
+  (the fixed costs by width, averaged over `calibration_widths`: `LoopCosts.calibrated_fixed`)."""
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
   rng = jax.random.key(seed + 7919)
 
-  def program(decoder, params, cap):
+  def program(decoder, params, cap, inputs=batches):
     return lambda: [jax.block_until_ready(decoder.generate(params, x, rng, max_iterations=cap))
-                    for x in batches]
+                    for x in inputs]
 
-  ar = dataclasses.replace(template, draft=None, scheme=Autoregressive())
-  programs = {("ar", 0, "full"): program(ar, Params(target_params), full_cap),
-              ("ar", 0, "zero"): program(ar, Params(target_params), zero_cap)}
+  def add(key, g, decoder, params):
+    programs[(key, g, "full")] = program(decoder, params, full_cap)
+    programs[(key, g, "zero")] = program(decoder, params, zero_cap)
+    for x in width_batches:
+      programs[(key, g, ("zero", int(x.shape[1])))] = program(decoder, params, zero_cap, [x])
+
+  programs = {}
+  add("ar", 0, dataclasses.replace(template, draft=None, scheme=Autoregressive()),
+      Params(target_params))
   for key, (draft, params, gammas) in drafts.items():
     for g in gammas:
       scheme, drafter = scheme_of(g, draft, **(chain_options or {}))
-      spec = dataclasses.replace(template, draft=draft, scheme=scheme, drafter=drafter)
-      programs[(key, loop_key(g), "full")] = program(spec, Params(target_params, params), full_cap)
-      programs[(key, loop_key(g), "zero")] = program(spec, Params(target_params, params), zero_cap)
+      add(key, loop_key(g), dataclasses.replace(template, draft=draft, scheme=scheme,
+                                                drafter=drafter), Params(target_params, params))
   results, rounds = timing.interleaved_rounds(programs, repeats, tick=tick)
-  return {key: _loop_costs(results, rounds, key, [loop_key(g) for g in gammas], len(batches))
+  widths = ({int(x.shape[1]) for x in batches}, [int(x.shape[1]) for x in width_batches],
+            tuple(calibration_widths))
+  return {key: _loop_costs(results, rounds, key, [loop_key(g) for g in gammas], len(batches),
+                           widths)
           for key, (_, _, gammas) in drafts.items()}
 
 
-def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
+def _loop_costs(results, rounds, key, gammas, n_batches: int, widths=(set(), [], ())
+                ) -> LoopCosts:
   """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared):
-  medians of the rounds, and the rounds' own per-iteration costs (paired by round)."""
+  medians of the rounds, and the rounds' own per-iteration costs (paired by round). `widths`:
+  (the timed batches' widths, the width batches', the calibration batches'); a width the timed
+  batches share gets their fixed cost (their mean where they differ)."""
+  timed_widths, extra_widths, calibration_widths = widths
+
+  def by_width(key, g, timed_fixed):
+    out = {w: timed_fixed for w in timed_widths}
+    out.update({w: 1e3 * statistics.median(rounds[(key, g, ("zero", w))])
+                for w in extra_widths})
+    return out
+
   def per_iteration(key, g):
     counts = [acceptance_stats.counters_to_dict(r.counters, draft_stats=r.draft_stats)
               for r in results[(key, g, "full")]]
@@ -262,4 +316,7 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int) -> LoopCosts:
                    iteration_ms=it, fixed_ms=fixed, tokens_per_iteration=tpi,
                    batches=n_batches, rows=int(first[0].tokens_BxN.shape[0]),
                    ar_rounds_ms=tuple(ar_rounds), iteration_rounds_ms=it_rounds,
-                   lookup_share=share)
+                   lookup_share=share, calibration_widths=calibration_widths,
+                   ar_fixed_by_width=by_width("ar", 0, ar_fixed) if calibration_widths else {},
+                   fixed_by_width=({g: by_width(key, g, fixed[g]) for g in fixed}
+                                   if calibration_widths else {}))

@@ -89,6 +89,22 @@ class Calibration:
       self._batches = [jax.device_put(cal.batch(c)) for c in full]
     return self._batches
 
+  def widths(self) -> tuple[list, list[int]]:
+    """(one batch per prompt width the calibration prompts have and `batches()` lack, the width
+    of every calibration batch in the run's shape): the loops' fixed costs are measured at each
+    width and averaged over the calibration batches (`costs.LoopCosts.calibrated_fixed`)."""
+    cfg, cal = self.cfg, self.loaded.calibration
+    chunks = [range(i, min(i + cfg.batch_size, self.prompts))
+              for i in range(0, self.prompts, cfg.batch_size)]
+    inputs = [cal.batch(c) for c in chunks]
+    timed = {int(x.shape[1]) for x in self.batches()}
+    first = {}
+    for x in inputs:
+      if int(x.shape[1]) not in timed and len(x) == len(inputs[0]):
+        first.setdefault(int(x.shape[1]), x)
+    return ([jax.device_put(first[w]) for w in sorted(first)],
+            [int(x.shape[1]) for x in inputs])
+
   def loops(self, temperature: float, programs: Mapping[DraftSpec, list]) -> dict:
     """{draft spec: costs.LoopCosts}: each draft's programs (gammas, trees) timed beside the
     autoregressive loop at `temperature` (`costs.measure_loops`), on `batches()`."""
@@ -96,10 +112,12 @@ class Calibration:
     t0 = time.perf_counter()
     with contextlib.closing(logs.bar(f"calibrate: loops at T={temperature:g}", unit="step")
                             ) as progress:
+      width_batches, widths = self.widths()
       loops = costs_lib.measure_loops(
           decoder_for(cfg, loaded, temperature)[0], loaded.target_params,
           {d: (*loaded.drafts[d], gs) for d, gs in programs.items()}, self.batches(),
-          seed=cfg.seed, tick=logs.ticker(progress), chain_options=drafts_lib.chain_options(cfg))
+          seed=cfg.seed, tick=logs.ticker(progress), chain_options=drafts_lib.chain_options(cfg),
+          width_batches=width_batches, calibration_widths=widths)
     for d, lc in loops.items():
       if lc.unresolved():
         continue  # autotune.timed_loops warns and leaves it out
@@ -109,5 +127,11 @@ class Calibration:
                "speculative " + ", ".join(
                    f"{'gamma ' if isinstance(g, int) else ''}{g}: {ms:.2f} ms/iteration "
                    f"(+{lc.fixed_ms[g]:.1f})" for g, ms in sorted(
-                       lc.iteration_ms.items(), key=lambda x: costs_lib.loop_order(x[0]))))
+                       lc.iteration_ms.items(), key=lambda x: costs_lib.loop_order(x[0])))
+               + (f"; fixed costs over the calibration prompts' widths "
+                  f"{sorted(set(lc.calibration_widths))}: autoregressive "
+                  f"+{lc.calibrated_fixed():.1f}, speculative " + ", ".join(
+                      f"+{lc.calibrated_fixed(g):.1f}" for g in sorted(
+                          lc.fixed_ms, key=costs_lib.loop_order))
+                  if len(set(lc.calibration_widths)) > 1 else ""))
     return loops

@@ -7,6 +7,7 @@ same counters, iterations as capped), that the choice follows the loop costs rat
 lone-extend ranking, that pruning is what the docstring says, and that the expected length comes
 from the calibration decode's measured profile (block verification, clustered acceptances).
 """
+import dataclasses
 import json
 import statistics
 
@@ -457,3 +458,36 @@ def test_a_lookup_first_row_is_predicted_from_its_share_of_lookups():
                                      records, 0.5) == {}
   with pytest.raises(ValueError, match="lookup shares"):
     theory.mixed_iteration(30.0, 1.5, 0.5, 4.0)
+
+
+def test_fixed_costs_are_averaged_over_the_calibration_prompts_widths():
+  """The per-request fixed cost is the prefill, which grows with the prompt's width; the few
+  timed batches need not be typical (SmolLM2 summaries: the 4 timed documents all of width 128,
+  a third of the 48 wider, the prediction 17 % high). `measure_loops` times every program at cap
+  0 on one batch per other width, and the prediction averages over the calibration batches."""
+  target, tp, draft, dp = tiny_pair("decoder", seed=3)
+  template = Decoder(target, sampling=SamplingConfig(), rule="tokenwise", max_decode_len=6)
+  batches = [jnp.asarray([[5, 6, 7, 2]], jnp.int32)]
+  wide = jnp.asarray([[5, 6, 7, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5, 6, 7]], jnp.int32)
+  lc = costs.measure_loops(template, tp, {"d": (draft, dp, [2])}, batches, seed=0, repeats=1,
+                           width_batches=[wide], calibration_widths=[4, 4, 16])["d"]
+  assert sorted(lc.ar_fixed_by_width) == [4, 16] and sorted(lc.fixed_by_width[2]) == [4, 16]
+  assert lc.ar_fixed_by_width[4] == lc.ar_fixed_ms and lc.fixed_by_width[2][4] == lc.fixed_ms[2]
+  assert lc.calibrated_fixed() == pytest.approx(
+      (2 * lc.ar_fixed_ms + lc.ar_fixed_by_width[16]) / 3)
+  js = lc.to_json()
+  assert js["calibration_widths"] == [4, 4, 16] and js["fixed_by_width"]["2"].keys() == {"4", "16"}
+  assert js["fixed_calibrated_ms"]["2"] == pytest.approx(lc.calibrated_fixed(2))
+  # The prediction reads them: the loop object's and the record's (`theory.predict`) agree.
+  spread = dataclasses.replace(lc, ar_fixed_by_width={4: 10.0, 16: 100.0},
+                               fixed_by_width={2: {4: 12.0, 16: 130.0}}, ar_ms=5.0,
+                               iteration_ms={2: 8.0}, tokens=20.0)
+  assert spread.calibrated_fixed() == pytest.approx(40.0)
+  assert spread.calibrated_fixed(2) == pytest.approx(154.0 / 3)
+  expected = (40.0 + 20 * 5.0) / (154.0 / 3 + 20 / 2.5 * 8.0)
+  assert spread.speedup(2, 2.5) == pytest.approx(expected)
+  pred = theory.predict(2, 0.9, COSTS, temperature=0.0, accepts_per_position=[0.9, 0.6],
+                        loop=spread.to_json(), tokens=(20.0, 20.0))
+  assert pred.speedup == pytest.approx(expected)
+  plain = dataclasses.replace(spread, calibration_widths=())
+  assert plain.calibrated_fixed() == plain.ar_fixed_ms and "calibration_widths" not in plain.to_json()

@@ -100,3 +100,22 @@ def test_calibration_decodes_a_per_batch_choice_in_the_runs_batch_shape(monkeypa
   measure.Calibration(RunConfig(batch_size=4), loaded, log=print).decode(
       point, 2, lambda d, p, x, rows: seen.append((x.shape, rows)))
   assert seen == [(4, [1, 1, 1, 1]), ((4, 6), 4)]
+
+
+def test_the_loops_fixed_costs_are_measured_at_every_calibration_width():
+  """`Calibration.widths`: one batch of the run's shape per width the calibration prompts have
+  and the timed batches lack, and every calibration batch's width (what the fixed costs are
+  averaged over, `costs.LoopCosts.calibrated_fixed`); a short last batch is not timed."""
+  from specdec_jax.runner.inputs import Prompts
+  lengths = [3, 5, 4, 20, 40, 6, 30, 70, 2]
+  ids = [list(range(1, n + 1)) for n in lengths]
+  cal = Prompts(list(range(len(ids))), ids, None, width=70)
+  loaded = SimpleNamespace(calibration=cal, held_out=True, mesh=None)
+  one = measure.Calibration(RunConfig(batch_size=1, auto_timing_examples=2), loaded, log=print)
+  batches, widths = one.widths()
+  assert widths == [16, 16, 16, 32, 64, 16, 32, 70, 16]  # buckets: powers of two, at most 70
+  assert [b.shape for b in batches] == [(1, 32), (1, 64), (1, 70)]  # the timed ones are 16 wide
+  two = measure.Calibration(RunConfig(batch_size=2, auto_timing_examples=2), loaded, log=print)
+  batches, widths = two.widths()
+  assert widths == [16, 32, 64, 70, 16]  # the last batch is one prompt
+  assert [b.shape for b in batches] == [(2, 32), (2, 64), (2, 70)]
