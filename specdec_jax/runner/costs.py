@@ -232,7 +232,7 @@ def measure_loops(template: Decoder, target_params,
                   drafts: Mapping[Any, tuple[Any, Any, Sequence[int]]],
                   batches: Sequence[jax.Array], *, seed: int, repeats: int = LOOP_REPEATS,
                   tick=None, chain_options: Mapping[str, Any] | None = None,
-                  width_batches: Sequence[jax.Array] = (), calibration_widths: Sequence[int] = ()
+                  widths: tuple[Sequence[jax.Array], Sequence[int]] = ((), ())
                   ) -> dict[Any, LoopCosts]:
   """{key: LoopCosts} for drafts {key: (draft, params, programs)}, all on `batches` (inputs of
   the run's batch shape; each program decodes all of them per call), timed side by side with the
@@ -241,9 +241,11 @@ def measure_loops(template: Decoder, target_params,
   the same Decoder with the draft and its scheme per gamma >= 1 or tree (`scheme_of`; filed
   under `loop_key`; `chain_options`: how a feature draft's chains are built, as the run
   decodes them, `runner.drafts.chain_options`). `tick(done, total)`: progress (every compile
-  and sample of `timing.interleaved`). `width_batches`: one batch per prompt width the
-  calibration prompts have and `batches` lack, on which every program is timed at cap 0 only
-  (the fixed costs by width, averaged over `calibration_widths`: `LoopCosts.calibrated_fixed`)."""
+  and sample of `timing.interleaved`). `widths`: (one batch per prompt width the calibration
+  prompts have and `batches` lack, on which every program is timed at cap 0 only; the width of
+  every calibration batch): the fixed costs by width and what they are averaged over
+  (`LoopCosts.calibrated_fixed`; `runner.measure.Calibration.widths`)."""
+  width_batches, calibration_widths = widths
   full_cap = jnp.int32(template.max_decode_len + 1)  # every iteration writes >= 1 token per row
   zero_cap = jnp.int32(0)
   rng = jax.random.key(seed + 7919)
@@ -267,10 +269,10 @@ def measure_loops(template: Decoder, target_params,
       add(key, loop_key(g), dataclasses.replace(template, draft=draft, scheme=scheme,
                                                 drafter=drafter), Params(target_params, params))
   results, rounds = timing.interleaved_rounds(programs, repeats, tick=tick)
-  widths = ({int(x.shape[1]) for x in batches}, [int(x.shape[1]) for x in width_batches],
-            tuple(calibration_widths))
+  timed = ({int(x.shape[1]) for x in batches}, [int(x.shape[1]) for x in width_batches],
+           tuple(calibration_widths))
   return {key: _loop_costs(results, rounds, key, [loop_key(g) for g in gammas], len(batches),
-                           widths)
+                           timed)
           for key, (_, _, gammas) in drafts.items()}
 
 

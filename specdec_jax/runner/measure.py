@@ -112,12 +112,11 @@ class Calibration:
     t0 = time.perf_counter()
     with contextlib.closing(logs.bar(f"calibrate: loops at T={temperature:g}", unit="step")
                             ) as progress:
-      width_batches, widths = self.widths()
       loops = costs_lib.measure_loops(
           decoder_for(cfg, loaded, temperature)[0], loaded.target_params,
           {d: (*loaded.drafts[d], gs) for d, gs in programs.items()}, self.batches(),
           seed=cfg.seed, tick=logs.ticker(progress), chain_options=drafts_lib.chain_options(cfg),
-          width_batches=width_batches, calibration_widths=widths)
+          widths=self.widths())
     for d, lc in loops.items():
       if lc.unresolved():
         continue  # autotune.timed_loops warns and leaves it out

@@ -470,7 +470,7 @@ def test_fixed_costs_are_averaged_over_the_calibration_prompts_widths():
   batches = [jnp.asarray([[5, 6, 7, 2]], jnp.int32)]
   wide = jnp.asarray([[5, 6, 7, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5, 6, 7]], jnp.int32)
   lc = costs.measure_loops(template, tp, {"d": (draft, dp, [2])}, batches, seed=0, repeats=1,
-                           width_batches=[wide], calibration_widths=[4, 4, 16])["d"]
+                           widths=([wide], [4, 4, 16]))["d"]
   assert sorted(lc.ar_fixed_by_width) == [4, 16] and sorted(lc.fixed_by_width[2]) == [4, 16]
   assert lc.ar_fixed_by_width[4] == lc.ar_fixed_ms and lc.fixed_by_width[2][4] == lc.fixed_ms[2]
   assert lc.calibrated_fixed() == pytest.approx(
