@@ -127,7 +127,7 @@ def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows
   drafter that chooses once per batch (`chooses_per_batch`: lookup-first) decoded in the run's
   batch shape (`runner.measure.Calibration.decode`), the totals merged. Where the drafter counts
   its lookup iterations, 'lookup_share' (of the target calls) and 'tokens_per_target_call' come
-  too: what a lookup-first row is predicted from (`predict_lookup_first`)."""
+  too: what a lookup-first row is predicted from (`collect.lookup_prediction`)."""
   many = isinstance(inputs_BxP, (list, tuple))
   batches, counts = (inputs_BxP, rows) if many else ([inputs_BxP], [rows])
   totals, lookups = [], []

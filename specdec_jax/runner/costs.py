@@ -276,7 +276,7 @@ def measure_loops(template: Decoder, target_params,
           for key, (_, _, gammas) in drafts.items()}
 
 
-def _loop_costs(results, rounds, key, gammas, n_batches: int, widths=(set(), [], ())
+def _loop_costs(results, rounds, key, gammas, n_batches: int, widths=((), (), ())
                 ) -> LoopCosts:
   """One draft's LoopCosts from `measure_loops`'s timings (the autoregressive ones shared):
   medians of the rounds, and the rounds' own per-iteration costs (paired by round). `widths`:
