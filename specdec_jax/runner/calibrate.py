@@ -139,7 +139,7 @@ def calibration_acceptance(decoder: Decoder, params: Params, inputs_BxP, *, rows
     lookups.append(totals[-1].get("lookup_iterations"))
   merged = acceptance_stats.merge(totals)
   stats = acceptance_stats.summarize(merged)
-  out = {"alpha": (merged["beta_sum"] / merged["beta_count"]) if merged["beta_count"] else 0.0,
+  out = {"alpha": stats["alpha"] or 0.0,
          "accept_at_least": [a or 0.0 for a in stats["accepts_per_position"]]}
   if all(x is not None for x in lookups) and merged["target_calls"]:
     out["lookup_share"] = sum(lookups) / merged["target_calls"]

@@ -138,7 +138,8 @@ def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
       or "lookup_share" not in cal or measured_share is None or not spec_records):
     return {}
   def predict(share, accept_at_least):
-    tokens = 1.0 + sum(min(max(float(a or 0.0), 0.0), 1.0) for a in accept_at_least)
+    profile = [a or 0.0 for a in accept_at_least]  # E = 1 + sum A_i, for either rule
+    tokens = theory.expected_tokens_per_iteration(0.0, len(profile), "tokenwise", profile)
     ms = theory.mixed_iteration(loop.iteration_ms[g], loop.lookup_share[g], share,
                                 g * draft_costs.draft_ms)
     return tokens, ms, theory.loop_speedup(tokens, loop.ar_ms, ms, tokens=loop.tokens,

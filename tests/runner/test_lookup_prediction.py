@@ -1,0 +1,62 @@
+"""A lookup-first row's prediction (`collect.lookup_prediction`, `theory.mixed_iteration`).
+
+Why: a lookup-first iteration is the lookup's or the draft's, in a mix that differs by prompt;
+the loop timed on a few prompts is moved to the calibration decode's lookup share before the
+formula, and a row missing a piece gets no prediction rather than one chain's.
+"""
+import jax
+import jax.numpy as jnp
+import pytest
+
+from specdec_jax import timing
+from specdec_jax.decoding.decoder import Decoder
+from specdec_jax.decoding.sampling import SamplingConfig
+from specdec_jax.metrics import theory
+from specdec_jax.runner import costs
+
+
+def test_a_lookup_first_row_is_predicted_from_its_share_of_lookups():
+  """A lookup-first iteration is one of two (the lookup's, the draft's): the loop timed on a few
+  prompts is moved to the calibration decode's lookup share before the formula
+  (`theory.mixed_iteration`, `collect.lookup_prediction`); the timed loop records its own share,
+  and a row missing a piece has no prediction rather than the chain's."""
+  from types import SimpleNamespace
+  from specdec_jax.models.model import Model
+  from specdec_jax.models.model_config import get_preset
+  from specdec_jax.runner import collect
+  target = Model(get_preset("decoder_test_target", vocab_size=16, eos_id=-1))
+  tp = target.init(jax.random.key(0))
+  template = Decoder(target, sampling=SamplingConfig(), rule="tokenwise", max_decode_len=12)
+  batches = [jnp.asarray([[5, 6, 7, 5, 6]], jnp.int32), jnp.asarray([[3, 4, 3, 4, 3]], jnp.int32)]
+  options = dict(parallel=False, lookup_gamma=3, lookup_ngram=1, prompt_cache="auto")
+  lc = costs.measure_loops(template, tp, {"d": (target, tp, [2])}, batches, seed=0, repeats=1,
+                           chain_options=options)["d"]
+  assert 0.0 < lc.lookup_share[2] < 1.0 and lc.to_json()["lookup_share"] == {"2": lc.lookup_share[2]}
+  plain = costs.measure_loops(template, tp, {"d": (target, tp, [2])}, batches, seed=0,
+                              repeats=1)["d"]
+  assert plain.lookup_share == {} and "lookup_share" not in plain.to_json()
+  # The prediction, by hand: timed at share 0.25, calibrated at 0.75, draft step 2 ms, gamma 2.
+  loop = costs.LoopCosts(ar_ms=10.0, ar_fixed_ms=50.0, tokens=40.0, iteration_ms={2: 30.0},
+                         fixed_ms={2: 60.0}, tokens_per_iteration={2: 2.0}, batches=1, rows=1,
+                         lookup_share={2: 0.25})
+  cal = {"gamma": 2, "alpha": 0.9, "accept_at_least": [0.8, 0.6, 0.5], "lookup_share": 0.75}
+  point = SimpleNamespace(loop=loop, calibration=cal, gamma=2)
+  draft = timing.Costs(target_ms=10.0, draft_ms=2.0, c=0.2, v={})
+  counters = {"drafted": 30, "accepted": 20, "emitted": 30, "target_calls": 10, "beta_sum": 0.0,
+              "beta_count": 0, "iterations": 10, "accepts_per_position": [7, 5, 3],
+              "accepted_length_hist": [3, 2, 2, 3]}
+  records = [SimpleNamespace(counters=counters)]
+  out = collect.lookup_prediction(point, draft, records, 0.5)
+  ms = theory.mixed_iteration(30.0, 0.25, 0.75, 2 * 2.0)
+  assert ms == pytest.approx(28.0)
+  assert out["expected_tokens_per_iteration"] == pytest.approx(2.9)
+  assert out["speedup_predicted"] == pytest.approx((50 + 40 * 10) / (60 + 40 / 2.9 * 28.0))
+  assert out["expected_tokens_per_iteration_in_sample"] == pytest.approx(2.5)
+  assert out["iteration_ms"] == pytest.approx(29.0)  # the measured share, 0.5
+  assert out["speedup_predicted_from"] == "loop, lookup share"
+  for broken in (dict(calibration={**cal, "gamma": 3}), dict(calibration={"gamma": 2}),
+                 dict(loop=None), dict(loop=plain)):
+    assert collect.lookup_prediction(SimpleNamespace(**{**vars(point), **broken}), draft,
+                                     records, 0.5) == {}
+  with pytest.raises(ValueError, match="lookup shares"):
+    theory.mixed_iteration(30.0, 1.5, 0.5, 4.0)
