@@ -52,7 +52,7 @@ import jax
 from specdec_jax import distributed, timing
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.metrics import acceptance_stats, theory
-from specdec_jax.runner import keys, tree_choice
+from specdec_jax.runner import keys, lookup_mix, tree_choice
 from specdec_jax.runner.run_config import ADAPTIVE, AUTO, TREE, DraftSpec, Point
 from specdec_jax.runner.confidence import confidence, describe_confidence  # noqa: F401
 from specdec_jax.runner.costs import LoopCosts
@@ -228,9 +228,10 @@ def expected_tokens(plan: AutoPlan, gamma: int, rule: str) -> float:
   """A candidate's expected tokens per iteration: from its own calibration decode's profile
   where it had one (`plan.profiles`), else from the one decode's."""
   own = plan.profiles.get(gamma)
-  if own is not None:
-    return theory.expected_tokens_per_iteration(float(own["alpha"]), gamma, rule,
-                                                own.get("accept_at_least"))
+  if own is not None:  # a lookup-first decode keeps up to max(gamma, lookup_gamma) per call
+    a_i = own.get("accept_at_least")
+    n = len(a_i) if a_i and own.get("lookup_share") is not None else gamma
+    return theory.expected_tokens_per_iteration(float(own["alpha"]), n, rule, a_i)
   return theory.expected_tokens_per_iteration(plan.alpha, gamma, rule, plan.accept_at_least)
 
 
@@ -245,11 +246,15 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   rule = theory.effective_rule(rule, plan.point.temperature)
   spread: dict = {}
   if loop is not None and plan.candidates:
+    # a lookup-first chain's loop at its own calibration decode's lookup share (runner/lookup_mix)
+    shares = {g: s for g, s in lookup_mix.calibration_shares(plan.profiles).items()
+              if g in loop.lookup_share}
+    loop = lookup_mix.at_shares(loop, shares, costs.draft_ms)
     curve, tokens = {0: 1.0}, {}
     for g in plan.candidates:
       tokens[g] = expected_tokens(plan, g, rule)
       curve[g] = loop.speedup(g, tokens[g])
-    source = "loop"
+    source = "loop, lookup share" if shares else "loop"
     lead = theory.best_gamma(curve, float("-inf"))
     spread = {g: loop.lead_se(lead, tokens[lead], g, tokens[g]) for g in tokens if g != lead}
   elif loop is None and plan.candidates:
@@ -261,8 +266,10 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
           "curve": [[g, s] for g, s in sorted(curve.items())], "curve_from": source,
           "lone_curve": [[g, s] for g, s in sorted(plan.lone_curve.items())],
           "candidates": list(plan.candidates)}
-  if source == "loop":
+  if source.startswith("loop"):
     memo["confidence"] = confidence(loop, curve, tokens, memo["gamma"], min_speedup)
+  if source == "loop, lookup share":
+    memo["lookup_share"] = {str(g): s for g, s in sorted(shares.items())}
   if plan.accept_at_least is not None:
     memo["accept_at_least"] = list(plan.accept_at_least)
   if plan.profiles:  # each candidate's own decode (what the chosen point's prediction uses)

@@ -14,7 +14,7 @@ from typing import Any
 from specdec_jax.metrics import acceptance_stats, code_exec, quality, report, theory
 from specdec_jax.metrics.tensorboard import RunWriter, run_dir
 from specdec_jax.runner.run_config import FEATURE_DRAFT, MODEL_DRAFT, RunConfig, temperatures
-from specdec_jax.runner import keys
+from specdec_jax.runner import keys, lookup_mix
 from specdec_jax.runner.costs import loop_key
 from specdec_jax.runner.pipeline import Loaded
 from specdec_jax.runner.store import ResultStore
@@ -128,8 +128,8 @@ def point_metrics(cfg: RunConfig, loaded: Loaded, store: ResultStore, point, cos
 def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
   """A lookup-first row's predictions (the record's keys; empty where a piece is missing): the
   formula's E and the loop's iteration (`theory.loop_speedup`), the iteration moved from the
-  timed decode's lookup share to the calibration decode's (`theory.mixed_iteration`, the draft's
-  calls at draft_gamma lone steps), E from the calibration decode's profile, both decoded in the
+  timed decode's lookup share to the calibration decode's (`lookup_mix.at_shares`, as 'auto'
+  chose: the draft's calls at draft_gamma lone steps), E from the calibration decode's profile, both decoded in the
   run's batch shape (`runner.measure.Calibration.decode`). The in-sample twin uses the measured
   share and profile. Why not the chain's formula: its iteration is one program's, while a
   lookup-first iteration is one of two whose mix differs from prompt to prompt."""
@@ -140,11 +140,8 @@ def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
   def predict(share, accept_at_least):
     profile = [a or 0.0 for a in accept_at_least]  # E = 1 + sum A_i, for either rule
     tokens = theory.expected_tokens_per_iteration(0.0, len(profile), "tokenwise", profile)
-    ms = theory.mixed_iteration(loop.iteration_ms[g], loop.lookup_share[g], share,
-                                g * draft_costs.draft_ms)
-    return tokens, ms, theory.loop_speedup(tokens, loop.ar_ms, ms, tokens=loop.tokens,
-                                           ar_fixed=loop.calibrated_fixed(),
-                                           spec_fixed=loop.calibrated_fixed(g))
+    moved = lookup_mix.at_shares(loop, {g: share}, draft_costs.draft_ms)  # what 'auto' reads
+    return tokens, moved.iteration_ms[g], moved.speedup(g, tokens)
   tokens, _, speedup = predict(cal["lookup_share"], cal["accept_at_least"])
   stats = acceptance_stats.summarize(acceptance_stats.merge(r.counters for r in spec_records))
   tokens_in, ms_in, speedup_in = predict(measured_share, stats["accepts_per_position"])

@@ -212,6 +212,12 @@ def check_feature_run(cfg: RunConfig, specs) -> None:
   schedule.check(gammas, feature=next((s.name for s in specs if s.kind == FEATURE_DRAFT), None),
                  parallel=cfg.feature.parallel, lookup_gamma=cfg.feature.lookup_gamma,
                  trees=trees, model=any(s.kind == MODEL_DRAFT for s in specs))
+  if cfg.feature.lookup_gamma and AUTO in gammas and not cfg.auto.each_gamma:
+    # one decode at the calibration gamma has one lookup share and one mix of lookup and draft
+    # acceptances: each candidate's prediction needs its own (runner/lookup_mix.py)
+    raise ValueError("GAMMA='auto' with prompt lookup first (RunConfig.feature_lookup_gamma) "
+                     "needs RunConfig.auto_each_gamma = True: each candidate gamma's lookup "
+                     "share and acceptance come from its own calibration decode")
 
 
 def _warn_if_larger(checkpoint: str, params, target_name: str, target_params,

@@ -146,11 +146,13 @@ def check(gammas: Sequence[Any], *, feature: str | None, parallel: bool = False,
     raise ValueError("lookup_gamma (RunConfig.feature_lookup_gamma) combines prompt lookup with "
                      "a feature-level draft or a model self-draft: this run or pair has neither "
                      "(a DRAFT_CHECKPOINT)")
-  if lookup_gamma and words:
-    raise ValueError(f"lookup_gamma (RunConfig.feature_lookup_gamma) decodes at fixed int "
-                     f"GAMMAs only, got {words[0]!r}: 'auto' predicts a chain's speedup from "
-                     "its acceptance, which a decode that switches drafts per iteration does "
-                     "not follow; 'adaptive' and 'tree' are not combined with it (not built)")
+  not_chains = ([repr(w) for w in words if w != AUTO]
+                + [type(t).__name__ for t in trees if t is not None])
+  if lookup_gamma and not_chains:
+    raise ValueError(f"lookup_gamma (RunConfig.feature_lookup_gamma) decodes chains, at int "
+                     f"GAMMAs or 'auto' (the draft's gamma chosen, lookup_gamma fixed); got "
+                     f"{not_chains[0]}: 'adaptive' and trees (GAMMA 'tree', RunConfig."
+                     "tree_candidates) are not combined with it (not built)")
   if feature is None:
     return
   if parallel and (ADAPTIVE in gammas or trees):

@@ -249,8 +249,8 @@ def test_sharded_run_with_a_feature_draft_equals_the_unsharded_run(tmp_path):
 
 def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
   """RunConfig.feature_lookup_gamma: refused by name without a feature or model draft, with
-  'auto' (its prediction assumes one chain) and with the parallel chain; `chain_options` builds the
-  LookupFeatureDrafter at every program of the run."""
+  'auto' unless each candidate has its own calibration decode (its lookup share) and with the
+  parallel chain; `chain_options` builds the LookupFeatureDrafter at every program of the run."""
   path = _save_feature_draft(tmp_path / "fd")
   target, tp = loader.load_model("t5_test_target", seed=0)
   draft, _ = drafts_lib.load_draft(rc.DraftSpec(rc.FEATURE_DRAFT, path), target, tp,
@@ -267,7 +267,11 @@ def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
   with pytest.raises(ValueError, match="has neither"):  # no feature draft, no model draft
     drafts_lib.check_feature_run(lookups, rc.draft_specs(lookups))
   drafts_lib.check_feature_run(cfg, rc.draft_specs(cfg))  # a model draft: its self-draft may
-  for bad, match in ((dict(gamma="auto"), "fixed int GAMMAs"),
+  auto = rc.RunConfig(draft="model", draft_checkpoint=path, feature_lookup_gamma=4,
+                      gamma="auto", auto_each_gamma=True)
+  drafts_lib.check_feature_run(auto, rc.draft_specs(auto))
+  for bad, match in ((dict(gamma="auto"), "auto_each_gamma = True"),
+                     (dict(gamma="tree"), "'tree'"),
                      (dict(feature_parallel=True), "feature_parallel")):
     c = rc.RunConfig(draft="model", draft_checkpoint=path, feature_lookup_gamma=4, **bad)
     with pytest.raises(ValueError, match=match):

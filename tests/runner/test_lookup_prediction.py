@@ -60,3 +60,48 @@ def test_a_lookup_first_row_is_predicted_from_its_share_of_lookups():
                                      records, 0.5) == {}
   with pytest.raises(ValueError, match="lookup shares"):
     theory.mixed_iteration(30.0, 1.5, 0.5, 4.0)
+
+
+def test_auto_chooses_a_lookup_first_gamma_at_each_candidates_own_lookup_share():
+  """GAMMA='auto' with prompt lookup first: each candidate's loop is moved to its own calibration
+  decode's lookup share (`lookup_mix.at_shares`) and its E counts every kept token of the mixed
+  profile (a lookup iteration keeps up to lookup_gamma = 4 drafts, past draft gamma 2). At the
+  timed prompts' 20 % share gamma 2 leads; at the calibration's 80 % most iterations skip the
+  longer chain's extra draft steps and gamma 4 wins. The chosen gamma's curve value is the record's
+  `speedup_predicted` (`collect.lookup_prediction` reads the same move)."""
+  from types import SimpleNamespace
+  from specdec_jax.runner import calibrate, collect
+  from specdec_jax.runner.run_config import DraftSpec, Point
+  from specdec_jax.testing import MemoryStore
+  draft = timing.Costs(target_ms=10.0, draft_ms=5.0, c=0.5, v={g: 1.0 for g in range(1, 6)})
+  loop = costs.LoopCosts(ar_ms=10.0, ar_fixed_ms=0.0, tokens=40.0,
+                         iteration_ms={2: 20.0, 3: 24.0, 4: 25.0},
+                         fixed_ms={2: 0.0, 3: 0.0, 4: 0.0},
+                         tokens_per_iteration={2: 2.0, 3: 2.0, 4: 2.0}, batches=1, rows=1,
+                         lookup_share={2: 0.2, 3: 0.2, 4: 0.2})
+  own = {g: {"alpha": 0.9, "accept_at_least": a, "gamma": g, "lookup_share": 0.8}
+         for g, a in ((2, [0.9, 0.8, 0.6, 0.5]), (3, [0.9, 0.8, 0.7, 0.5]),
+                      (4, [0.9, 0.8, 0.7, 0.6]))}
+  point, store = Point(DraftSpec("model", "self"), "auto", 0.0), MemoryStore()
+  plan = calibrate.plan_auto(point, draft, store, lambda: own[4], gamma_max=4, min_speedup=1.0,
+                             rule="tokenwise")
+  assert plan.candidates == (2, 3, 4)
+  as_timed = calibrate.choose(calibrate.with_own_profiles(plan, lambda g: {**own[g],
+                                                                           "lookup_share": 0.2}),
+                              draft, loop, MemoryStore(), min_speedup=1.0, rule="tokenwise")
+  assert as_timed["gamma"] == 2 and dict(as_timed["curve"])[2] == pytest.approx(3.8 * 10 / 20)
+  memo = calibrate.choose(calibrate.with_own_profiles(plan, own.get), draft, loop, store,
+                          min_speedup=1.0, rule="tokenwise")
+  curve = dict(memo["curve"])
+  assert curve[2] == pytest.approx(3.8 * 10.0 / (20.0 - 0.6 * 2 * 5.0))  # E 3.8, not 2.7
+  assert curve[4] == pytest.approx(4.0 * 10.0 / (25.0 - 0.6 * 4 * 5.0))
+  assert memo["gamma"] == 4 and memo["curve_from"] == "loop, lookup share"
+  assert memo["lookup_share"] == {"2": 0.8, "3": 0.8, "4": 0.8}
+  resolved = calibrate.resolved(point, memo=memo, loop=loop, calibration=own[4])
+  assert resolved.calibration == own[4] and resolved.loop is loop  # the record keeps the timing
+  records = [SimpleNamespace(counters={
+      "drafted": 30, "accepted": 20, "emitted": 30, "target_calls": 10, "beta_sum": 0.0,
+      "beta_count": 0, "iterations": 10, "accepts_per_position": [7, 5, 3, 2],
+      "accepted_length_hist": [3, 2, 2, 1, 2]})]
+  out = collect.lookup_prediction(resolved, draft, records, 0.5)
+  assert out["speedup_predicted"] == pytest.approx(curve[4])

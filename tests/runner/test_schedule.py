@@ -85,14 +85,18 @@ def test_one_check_for_the_run_and_the_api():
   ok = dict(feature="fd")
   schedule.check(["adaptive", "tree"], trees=[TreeScheme((2,)), DynamicTreeScheme()], **ok)
   schedule.check([2], lookup_gamma=4, **ok)
+  schedule.check(["auto", 3], lookup_gamma=4, **ok)  # the draft's gamma chosen, lookup's fixed
+  schedule.check(["auto"], feature=None, model=True, lookup_gamma=4)
   for kwargs, match in (
       (dict(gammas=[2], feature=None, parallel=True), "has none"),
       (dict(gammas=[2], feature=None, lookup_gamma=3), "has neither"),
       (dict(gammas=["adaptive"], feature="fd", parallel=True), "not combined"),
       (dict(gammas=[2], feature="fd", parallel=True, trees=[TreeScheme((2,))]), "not combined"),
       (dict(gammas=[2], feature="fd", parallel=True, lookup_gamma=3), "feature_parallel"),
-      (dict(gammas=["auto"], feature="fd", lookup_gamma=3), "fixed int GAMMAs"),
-      (dict(gammas=["auto"], feature=None, model=True, lookup_gamma=3), "fixed int GAMMAs"),
+      (dict(gammas=["adaptive"], feature="fd", lookup_gamma=3), "'adaptive'"),
+      (dict(gammas=["tree"], feature=None, model=True, lookup_gamma=3), "'tree'"),
+      (dict(gammas=["auto"], feature="fd", lookup_gamma=3, trees=[TreeScheme((2,))]),
+       "TreeScheme"),
       (dict(gammas=["tree"], feature="fd", trees=[LookupTreeScheme()]), "drafts from tokens")):
     gammas = kwargs.pop("gammas")
     with pytest.raises(ValueError, match=match):
