@@ -207,6 +207,8 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
   if memo is not None:
     return AutoPlan(point, memo, trees=trees)
   acc = acceptance_fn()
+  if acc.get("lookup_share") is not None:  # lookup-first: that share of iterations draws no draft
+    costs = dataclasses.replace(costs, c=costs.c * (1.0 - float(acc["lookup_share"])))
   alpha = float(acc["alpha"])
   rule = theory.effective_rule(rule, point.temperature)
   a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None

@@ -278,14 +278,16 @@ def test_feature_lookup_is_refused_where_it_cannot_run(tmp_path):
       drafts_lib.check_feature_run(c, rc.draft_specs(c))
 
 
-@pytest.mark.slow  # ~40 s of CPU on 2 cores (compiles: costs, calibration, loops, decodes)
-def test_run_with_lookup_where_it_matches(tmp_path):
+@pytest.mark.slow  # ~40 s of CPU on 2 cores each (compiles: costs, calibration, loops, decodes)
+@pytest.mark.parametrize("gamma", ["2", "'auto'"])
+def test_run_with_lookup_where_it_matches(tmp_path, gamma):
   """feature_lookup_gamma in a run: the row is the target's own greedy output, says how it was
   decoded, reports the lookup's share of target calls (the smoke task's copies match) and is
-  predicted from it."""
+  predicted from it; 'auto' chooses the draft's gamma from the same prediction."""
   path = _save_feature_draft(tmp_path / "fd" / "export")
   (m,) = run.run(["configs/local/smoke.gin"], str(tmp_path / "out"), [
-      f"DRAFT_CHECKPOINT = '{path}'", "GAMMA = 2", "NUM_EXAMPLES = 4", "BATCH_SIZE = 1",
+      f"DRAFT_CHECKPOINT = '{path}'", f"GAMMA = {gamma}", "RunConfig.auto_each_gamma = True",
+      "RunConfig.auto_min_speedup = 0.01", "NUM_EXAMPLES = 4", "BATCH_SIZE = 1",
       "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1", "RunConfig.gamma_max = 2",
       "RunConfig.auto_calibration_gamma = 2", "RunConfig.feature_lookup_gamma = 3",
       "RunConfig.feature_lookup_ngram = 1"])
@@ -296,3 +298,6 @@ def test_run_with_lookup_where_it_matches(tmp_path):
   assert m["speedup_predicted_from"] == "loop, lookup share" and m["speedup_predicted"] > 0
   assert 0.0 <= m["calibration"]["lookup_share"] <= 1.0
   assert "lookup_share" in m["loop_costs"]
+  if gamma == "'auto'":  # the chosen gamma's curve value is the record's prediction
+    assert m["gamma_auto"] and m["gamma"] > 0
+    assert m["auto_predicted_speedup"][str(m["gamma"])] == pytest.approx(m["speedup_predicted"])

@@ -86,6 +86,8 @@ def test_auto_chooses_a_lookup_first_gamma_at_each_candidates_own_lookup_share()
   plan = calibrate.plan_auto(point, draft, store, lambda: own[4], gamma_max=4, min_speedup=1.0,
                              rule="tokenwise")
   assert plan.candidates == (2, 3, 4)
+  # pruned by the lone-extend model with the draft's c paid on the 20 % of draft iterations only
+  assert plan.lone_curve[4] == pytest.approx(4.0 / (4 * 0.5 * 0.2 + 1.0))
   as_timed = calibrate.choose(calibrate.with_own_profiles(plan, lambda g: {**own[g],
                                                                            "lookup_share": 0.2}),
                               draft, loop, MemoryStore(), min_speedup=1.0, rule="tokenwise")
