@@ -71,7 +71,7 @@ def resolve_points(cfg: RunConfig, measure: Measure, store: ResultStore, log: Ca
                or p.draft.kind not in (MODEL_DRAFT, FEATURE_DRAFT)
                else functools.partial(tree_acceptance_of, p))
     plans[p] = calibrate.plan_auto(p, costs[p.draft], store, functools.partial(acceptance_of, p),
-                                   gamma_max=cfg.gamma_max, min_speedup=cfg.auto.min_speedup,
+                                   gamma_max=gamma_max(cfg, p), min_speedup=cfg.auto.min_speedup,
                                    rule=cfg.rule, trees=trees, tree_acceptance_fn=tree_fn)
     if cfg.auto.each_gamma:
       plans[p] = calibrate.with_own_profiles(plans[p],
@@ -123,10 +123,10 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore
   (`RunConfig.auto_each_gamma`; None or the calibration gamma: the one decode). Each decode is
   made once and remembered in the store (a resumed run recalls it)."""
   fixed = [int(g) for g in as_list(cfg.gamma) if g not in GAMMA_WORDS]
-  calibration_gamma = calibrate.calibration_gamma(cfg.auto.calibration_gamma, cfg.gamma_max,
-                                                  fixed)
 
   def gamma_acceptance_of(p: Point, gamma: int | None) -> dict:
+    calibration_gamma = min(calibrate.calibration_gamma(cfg.auto.calibration_gamma,
+                                                        cfg.gamma_max, fixed), gamma_max(cfg, p))
     gamma = calibration_gamma if gamma is None else int(gamma)
     key = keys.calibration(p.draft.name, p.temperature)
     key += "" if gamma == calibration_gamma else f"/gamma{gamma}"
@@ -138,6 +138,15 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore
       store.remember("calibration", key, acc)
     return acc
   return (lambda p: gamma_acceptance_of(p, None)), gamma_acceptance_of
+
+
+def gamma_max(cfg: RunConfig, p: Point) -> int:
+  """The largest draft gamma `p` may decode: RunConfig.gamma_max, or a lookup-first draft's
+  lookup_gamma where smaller (its chain verifies lookup_gamma tokens every iteration, and the
+  draft's tokens must fit in them: `lookup_first.check_draft_gamma`)."""
+  if cfg.feature.lookup_gamma and p.draft.kind in (MODEL_DRAFT, FEATURE_DRAFT):
+    return min(cfg.gamma_max, cfg.feature.lookup_gamma)
+  return cfg.gamma_max
 
 
 def _tree_acceptances(cfg: RunConfig, measure: Measure, store: ResultStore, trees) -> Callable:

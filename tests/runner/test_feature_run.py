@@ -290,7 +290,9 @@ def test_run_with_lookup_where_it_matches(tmp_path, gamma):
       "RunConfig.auto_min_speedup = 0.01", "NUM_EXAMPLES = 4", "BATCH_SIZE = 1",
       "MAX_DECODE_LENGTH = 8", "RunConfig.repeats = 1", "RunConfig.gamma_max = 2",
       "RunConfig.auto_calibration_gamma = 2", "RunConfig.feature_lookup_gamma = 3",
-      "RunConfig.feature_lookup_ngram = 1"])
+      "RunConfig.feature_lookup_ngram = 1"]
+      # 'auto' may not pass lookup_gamma (3): its chain verifies 3 tokens every iteration
+      + (["RunConfig.gamma_max = 4"] if gamma == "'auto'" else []))
   assert m["feature_scheme"] == "lookup" and m["greedy_match_rate"] == 1.0
   assert m["lookup"]["gamma"] == 3 and 0.0 <= m["lookup"]["share_of_target_calls"] <= 1.0
   # Predicted from the two kinds of iteration at the calibration decode's lookup share (decoded
@@ -299,5 +301,5 @@ def test_run_with_lookup_where_it_matches(tmp_path, gamma):
   assert 0.0 <= m["calibration"]["lookup_share"] <= 1.0
   assert "lookup_share" in m["loop_costs"]
   if gamma == "'auto'":  # the chosen gamma's curve value is the record's prediction
-    assert m["gamma_auto"] and m["gamma"] > 0
+    assert m["gamma_auto"] and 0 < m["gamma"] <= 3
     assert m["auto_predicted_speedup"][str(m["gamma"])] == pytest.approx(m["speedup_predicted"])
