@@ -124,14 +124,19 @@ def _acceptances(cfg: RunConfig, measure: Measure, store: ResultStore
   made once and remembered in the store (a resumed run recalls it)."""
   fixed = [int(g) for g in as_list(cfg.gamma) if g not in GAMMA_WORDS]
 
+  calibration_gamma = calibrate.calibration_gamma(cfg.auto.calibration_gamma, cfg.gamma_max,
+                                                  fixed)
+
   def gamma_acceptance_of(p: Point, gamma: int | None) -> dict:
-    calibration_gamma = min(calibrate.calibration_gamma(cfg.auto.calibration_gamma,
-                                                        cfg.gamma_max, fixed), gamma_max(cfg, p))
-    gamma = calibration_gamma if gamma is None else int(gamma)
+    lookup = _lookup_first(cfg, p)
+    cg = min(calibration_gamma, cfg.feature.lookup_gamma) if lookup else calibration_gamma
+    gamma = cg if gamma is None else int(gamma)
     key = keys.calibration(p.draft.name, p.temperature)
-    key += "" if gamma == calibration_gamma else f"/gamma{gamma}"
+    key += "" if gamma == cg else f"/gamma{gamma}"
     acc = store.recall("calibration", key)
-    if acc is None or acc.get("gamma", gamma) != gamma:  # a resumed run with another gamma_max
+    # decoded again: a resumed run with another gamma_max, or a lookup-first decode stored
+    # before decodes recorded their lookup share (its prediction needs it)
+    if acc is None or acc.get("gamma", gamma) != gamma or (lookup and "lookup_share" not in acc):
       acc = measure.decode(p, gamma, functools.partial(calibrate.calibration_acceptance,
                                                        seed=cfg.seed))
       acc = dict(acc, gamma=gamma, prompts=measure.prompts, held_out=measure.held_out)
@@ -144,9 +149,13 @@ def gamma_max(cfg: RunConfig, p: Point) -> int:
   """The largest draft gamma `p` may decode: RunConfig.gamma_max, or a lookup-first draft's
   lookup_gamma where smaller (its chain verifies lookup_gamma tokens every iteration, and the
   draft's tokens must fit in them: `lookup_first.check_draft_gamma`)."""
-  if cfg.feature.lookup_gamma and p.draft.kind in (MODEL_DRAFT, FEATURE_DRAFT):
-    return min(cfg.gamma_max, cfg.feature.lookup_gamma)
-  return cfg.gamma_max
+  return min(cfg.gamma_max, cfg.feature.lookup_gamma) if _lookup_first(cfg, p) else cfg.gamma_max
+
+
+def _lookup_first(cfg: RunConfig, p: Point) -> bool:
+  """`p` drafts with prompt lookup first (RunConfig.feature_lookup_gamma applies to the model and
+  feature-level drafts, not to a prompt-lookup token draft)."""
+  return bool(cfg.feature.lookup_gamma) and p.draft.kind in (MODEL_DRAFT, FEATURE_DRAFT)
 
 
 def _tree_acceptances(cfg: RunConfig, measure: Measure, store: ResultStore, trees) -> Callable:

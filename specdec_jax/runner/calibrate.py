@@ -207,14 +207,16 @@ def plan_auto(point: Point, costs: timing.Costs, store, acceptance_fn, *, gamma_
   if memo is not None:
     return AutoPlan(point, memo, trees=trees)
   acc = acceptance_fn()
-  if acc.get("lookup_share") is not None:  # lookup-first: that share of iterations draws no draft
-    costs = dataclasses.replace(costs, c=costs.c * (1.0 - float(acc["lookup_share"])))
   alpha = float(acc["alpha"])
   rule = theory.effective_rule(rule, point.temperature)
   a_i = tuple(acc["accept_at_least"]) if acc.get("accept_at_least") else None
-  curve = lone_curve(alpha, costs, gamma_max, rule, a_i)
+  lookup = a_i and acc.get("lookup_share") is not None  # lookup-first: its own model, more timed
+  curve = (lookup_mix.lone_curve(a_i, float(acc["lookup_share"]), costs, gamma_max) if lookup
+           else lone_curve(alpha, costs, gamma_max, rule, a_i))
+  chosen = candidates(curve, min_speedup,
+                      lookup_mix.MAX_CANDIDATES if lookup else MAX_CANDIDATES)
   tree_acc = tree_acceptance_fn() if trees else {}
-  return AutoPlan(point, None, candidates(curve, min_speedup), alpha, a_i, curve, trees,
+  return AutoPlan(point, None, chosen, alpha, a_i, curve, trees,
                   tree_acc.get("rank_acceptance"), dict(tree_acc.get("dynamic_tokens", {})))
 
 
@@ -249,9 +251,7 @@ def choose(plan: AutoPlan, costs: timing.Costs, loop: LoopCosts | None, store, *
   spread: dict = {}
   if loop is not None and plan.candidates:
     # a lookup-first chain's loop at its own calibration decode's lookup share (runner/lookup_mix)
-    shares = {g: s for g, s in lookup_mix.calibration_shares(plan.profiles).items()
-              if g in loop.lookup_share}
-    loop = lookup_mix.at_shares(loop, shares, costs.draft_ms)
+    loop, shares = lookup_mix.at_calibration(loop, plan.profiles, costs.draft_ms)
     curve, tokens = {0: 1.0}, {}
     for g in plan.candidates:
       tokens[g] = expected_tokens(plan, g, rule)

@@ -309,8 +309,9 @@ def _loop_costs(results, rounds, key, gammas, n_batches: int, widths=((), (), ()
       share[g] = sum(c["lookup_iterations"] for c in counts) / max(merged["target_calls"], 1)
   # A longer block never makes an iteration cheaper: a dip is the noise of a shared machine
   # (taken at face value, 'auto' would favour that gamma). Running maximum over the chains'
-  # gammas, as for v(T) (trees are no chain of one another: left as timed).
-  chains = sorted(g for g in it if isinstance(g, int))
+  # gammas, as for v(T) (trees are no chain of one another, nor lookup-first programs, each a
+  # mix at its own lookup share: left as timed).
+  chains = sorted(g for g in it if isinstance(g, int) and g not in share)
   for prev, g in zip(chains, chains[1:]):
     it[g] = max(it[g], it[prev])
   first = results[("ar", 0, "full")]
