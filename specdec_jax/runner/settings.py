@@ -41,7 +41,8 @@ class Auto:
       AdaptiveConfig), so a settled `RunConfig.auto` leaves it None.
     min_speedup: the gate: plain decoding unless a candidate is predicted above it (default
       1.0; gin/decoding/auto_gamma.gin: 1.1).
-    calibration_gamma: the calibration decode's gamma (at least gamma_max is used; default 4).
+    calibration_gamma: the calibration decode's gamma (at least gamma_max is used, at most a
+      lookup-first draft's lookup_gamma; default 4).
     calibration_examples: held-out prompts the calibration decode reads (default 4).
     timing_examples: of those, how many the candidate loops are timed on (default 16).
     each_gamma: give every candidate gamma (and a fixed gamma) its own calibration decode and
@@ -104,7 +105,8 @@ class FeatureOptions:
     parallel: the whole block in one draft call (`FeatureDrafter(parallel=True)`; a
       block-trained draft). Default False.
     lookup_gamma: > 0: prompt lookup drafts this many tokens where the last n-gram matches at
-      least `lookup_ngram` tokens, the feature draft GAMMA elsewhere (int GAMMAs only). Default 0.
+      least `lookup_ngram` tokens, the feature draft GAMMA elsewhere (int GAMMAs, or 'auto'
+      with `Auto.each_gamma`, choosing GAMMA within 1..lookup_gamma). Default 0.
       With a model token draft, the same with the draft in the target's cache
       (`decoding.lookup_token.LookupTokenDrafter`: a self-draft, e.g. the target's checkpoint in
       int8 panels); model-free drafts ignore it.
