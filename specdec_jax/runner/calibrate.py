@@ -232,7 +232,7 @@ def expected_tokens(plan: AutoPlan, gamma: int, rule: str) -> float:
   """A candidate's expected tokens per iteration: from its own calibration decode's profile
   where it had one (`plan.profiles`), else from the one decode's."""
   own = plan.profiles.get(gamma)
-  if own is not None:  # a lookup-first decode keeps up to max(gamma, lookup_gamma) per call
+  if own is not None:  # a lookup-first decode keeps up to lookup_gamma (its profile's length)
     a_i = own.get("accept_at_least")
     n = len(a_i) if a_i and own.get("lookup_share") is not None else gamma
     return theory.expected_tokens_per_iteration(float(own["alpha"]), n, rule, a_i)

@@ -129,10 +129,11 @@ def lookup_prediction(point, draft_costs, spec_records, measured_share) -> dict:
   """A lookup-first row's predictions (the record's keys; empty where a piece is missing): the
   formula's E and the loop's iteration (`theory.loop_speedup`), the iteration moved from the
   timed decode's lookup share to the calibration decode's (`lookup_mix.at_shares`, as 'auto'
-  chose: the draft's calls at draft_gamma lone steps), E from the calibration decode's profile, both decoded in the
-  run's batch shape (`runner.measure.Calibration.decode`). The in-sample twin uses the measured
-  share and profile. Why not the chain's formula: its iteration is one program's, while a
-  lookup-first iteration is one of two whose mix differs from prompt to prompt."""
+  chose: the draft's calls at draft_gamma lone steps), E from the calibration decode's profile,
+  both decoded in the run's batch shape (`runner.measure.Calibration.decode`). The in-sample
+  twin uses the measured share and profile. Why not the chain's formula: its iteration is one
+  program's, while a lookup-first iteration is one of two whose mix differs from prompt to
+  prompt."""
   loop, cal, g = point.loop, point.calibration or {}, point.gamma
   if (loop is None or draft_costs is None or g not in loop.lookup_share or cal.get("gamma") != g
       or "lookup_share" not in cal or measured_share is None or not spec_records):
