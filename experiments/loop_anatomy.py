@@ -28,7 +28,9 @@ at that gamma to reach S end to end: N T_free / ((F_ar + N T_ar) / S - F_free). 
 exceeds gamma + 1 no draft, however cheap and accurate, reaches S at that gamma on this machine.
 With the model draft's own iteration instead (its calls as timed here), the tokens per call it
 would need and the alpha that gives them with independent positions (`alpha_for_goal`,
-`theory.alpha_for_tokens`; None: more than gamma + 1). Token drafts only: a feature-level draft
+`theory.alpha_for_tokens`; None: more than gamma + 1); docs/results.md's table adds, at the
+model draft's own tokens per call, the most one draft call may cost for S
+(`theory.draft_call_budget`). Token drafts only: a feature-level draft
 has no free twin, and its rows carry no end-to-end figures.
 
   python experiments/loop_anatomy.py --gin_file=configs/local/default.gin --gammas=1,2,4 \

@@ -9,30 +9,52 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec_jax.metrics import theory
+
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+def _need(tokens: float, gamma: int, alpha: float | None | str = "derive") -> str:
+  """A 'needs' cell: tokens per call and the alpha that gives them (independent positions; the
+  record's where it holds one, else `theory.alpha_for_tokens`); '(none)' where more than gamma + 1
+  are needed, and no count where the per-request fixed costs alone exceed the goal's time
+  (loop_anatomy writes infinity)."""
+  if tokens == float("inf"):
+    return "none (fixed costs exceed the goal)"
+  if alpha == "derive":
+    alpha = theory.alpha_for_tokens(tokens, gamma)
+  return f"{tokens:.2f} of {gamma + 1} " + ("(none)" if alpha is None else f"({alpha:.2f})")
+
+
 def anatomy_goal_table(records: Sequence[Mapping[str, Any]]) -> str:
   """Per loop_anatomy --goal record and gamma: tokens per call and speed as timed, with a free
-  draft, and the tokens per call (and alpha) a free draft and this draft would need."""
+  draft, the tokens per call (and alpha) a free draft and this draft would need, and what one
+  draft call may cost at this draft's tokens per call (`theory.draft_call_budget`; c against the
+  lone target step)."""
   head = ["record", "goal", "gamma", "tokens/call", "end to end", "with a free draft",
-          "free draft needs", "this draft needs (alpha)"]
+          "free draft needs (alpha)", "this draft needs (alpha)",
+          "at its tokens/call, a draft call may cost (c)"]
   out = []
   for rec in records:
-    rows = rec["metrics"]["rows"]
+    m = rec["metrics"]
+    rows = m["rows"]
     for i, key in enumerate(sorted(rows, key=lambda k: rows[k]["gamma"])):
       r = rows[key]
-      alpha = r["alpha_for_goal"]
+      budget = theory.draft_call_budget(
+          r["goal"], r["tokens_per_target_call"], r["iteration_ms_free_draft"], r["gamma"],
+          tokens=r["tokens_per_request"], ar_iteration=m["autoregressive_iteration_ms"],
+          ar_fixed=r["autoregressive_fixed_ms"], spec_fixed=r["fixed_ms"])
       out.append([rec["name"] if i == 0 else "", f"{r['goal']:g}x" if i == 0 else "",
                   str(r["gamma"]), f"{r['tokens_per_target_call']:.2f}",
                   f"{r['speedup_end_to_end']:.2f}x",
                   f"{r['speedup_end_to_end_with_free_draft']:.2f}x",
-                  f"{r['free_draft_tokens_per_call_for_goal']:.2f} of {r['gamma'] + 1}",
-                  f"{r['tokens_per_call_for_goal']:.2f} "
-                  + ("(none)" if alpha is None else f"({alpha:.2f})")])
+                  _need(r["free_draft_tokens_per_call_for_goal"], r["gamma"]),
+                  _need(r["tokens_per_call_for_goal"], r["gamma"], r["alpha_for_goal"]),
+                  "none (free calls fall short)" if budget is None else
+                  f"{budget:.2f} ms ({budget / m['lone_target_ms']:.3f})"])
   return _table(head, out)
 
 

@@ -121,6 +121,23 @@ def loop_speedup(tokens_per_iteration: float, ar_iteration: float, iteration: fl
           / (spec_fixed + spec_tokens / tokens_per_iteration * iteration))
 
 
+def draft_call_budget(goal: float, tokens_per_iteration: float, free_iteration: float,
+                      gamma: int, *, tokens: float, ar_iteration: float, ar_fixed: float,
+                      spec_fixed: float) -> float | None:
+  """The most one draft call may cost for `loop_speedup` to reach `goal` at this acceptance:
+  (T_iter - T_free) / gamma, where T_iter solves loop_speedup(E, T_ar, T_iter, tokens=N, ...) =
+  goal, i.e. ((ar_fixed + N T_ar) / goal - spec_fixed) E / N, and T_free is the same loop with
+  a draft that costs nothing (`free_iteration`: glue and verify). None where even free calls do
+  not reach the goal. Why: it turns a missed goal into the draft a researcher would have to
+  build: as accurate as this one, at most this expensive (times in any one unit)."""
+  if min(goal, tokens_per_iteration, tokens, gamma) <= 0:
+    raise ValueError(f"need a positive goal, E, N and gamma, got {goal}, "
+                     f"{tokens_per_iteration}, {tokens}, {gamma}")
+  room = (ar_fixed + tokens * ar_iteration) / goal - spec_fixed  # the goal's time, fixed costs off
+  iteration = room * tokens_per_iteration / tokens
+  return (iteration - free_iteration) / gamma if iteration > free_iteration else None
+
+
 def mixed_iteration(iteration: float, share_timed: float, share: float,
                     draft_calls: float) -> float:
   """A lookup-first iteration's mean cost at lookup share `share`, from its loop timed at

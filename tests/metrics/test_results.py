@@ -199,13 +199,28 @@ def test_the_diagnostic_tables_render_their_records_figures():
   assert "| tb | d | c | 0 | 1.16x | (2, 3) | 1.37x | (2, 16) |" in out
   row = {"gamma": 1, "goal": 1.7, "alpha_for_goal": None, "tokens_per_target_call": 1.657,
          "speedup_end_to_end": 1.218, "speedup_end_to_end_with_free_draft": 1.5,
-         "free_draft_tokens_per_call_for_goal": 1.948, "tokens_per_call_for_goal": 2.5665}
-  rec = {"name": "la", "metrics": {"rows": {"gamma1": row, "gamma2": dict(row, gamma=2,
-                                                                          alpha_for_goal=0.891)}}}
+         "free_draft_tokens_per_call_for_goal": 1.948, "tokens_per_call_for_goal": 2.5665,
+         "iteration_ms_free_draft": 1.0, "tokens_per_request": 40.0,
+         "autoregressive_fixed_ms": 10.0, "fixed_ms": 12.0}
+  rec = {"name": "la", "metrics": {
+      "autoregressive_iteration_ms": 1.2, "lone_target_ms": 1.25,
+      "rows": {"gamma1": row, "gamma2": dict(row, gamma=2, alpha_for_goal=0.891)}}}
   out = results.render("<!-- results:anatomy_goal la -->\n<!-- /results:anatomy_goal -->",
                        {"la": rec})
-  assert "| la | 1.7x | 1 | 1.66 | 1.22x | 1.50x | 1.95 of 2 | 2.57 (none) |" in out
-  assert "|  |  | 2 | 1.66 | 1.22x | 1.50x | 1.95 of 3 | 2.57 (0.89) |" in out
+  # At 1.657 tokens per call 1.7x needs an iteration of ((10 + 48) / 1.7 - 12) x 1.657 / 40 =
+  # 0.916 ms, under the free loop's 1.0: no budget for the draft (at gamma 2 neither).
+  assert ("| la | 1.7x | 1 | 1.66 | 1.22x | 1.50x | 1.95 of 2 (0.95) | 2.57 of 2 (none) | "
+          "none (free calls fall short) |") in out
+  assert "|  |  | 2 | 1.66 | 1.22x | 1.50x | 1.95 of 3 (0.59) | 2.57 of 3 (0.89) |" in out
+  row["tokens_per_target_call"] = 3.0  # iteration 1.659 ms: 0.659 left for one draft call
+  out = results.render("<!-- results:anatomy_goal la -->\n<!-- /results:anatomy_goal -->",
+                       {"la": rec})
+  assert "| 3.00 | 1.22x | 1.50x | 1.95 of 2 (0.95) | 2.57 of 2 (none) | 0.66 ms (0.527) |" in out
+  # Fixed costs past the goal's time: loop_anatomy writes infinity; no count, no alpha.
+  rec["metrics"]["rows"]["gamma2"]["free_draft_tokens_per_call_for_goal"] = float("inf")
+  out = results.render("<!-- results:anatomy_goal la -->\n<!-- /results:anatomy_goal -->",
+                       {"la": rec})
+  assert "| 2 | 1.66 | 1.22x | 1.50x | none (fixed costs exceed the goal) | 2.57 of 3" in out
 
 
 def test_the_peer_table_renders_a_compare_hf_records_figures():

@@ -88,6 +88,22 @@ def test_the_lone_extend_formula_is_the_loop_formula_in_target_steps():
     g.loop_speedup(2.0, 4.0, 0.0)
 
 
+def test_the_draft_call_budget_is_the_loop_formula_solved_for_the_draft():
+  """At the budget the loop formula gives exactly the goal; a dearer draft falls short; a goal
+  that free calls miss has no budget. Fails if the fixed costs or E enter the wrong way."""
+  kw = dict(tokens=40, ar_iteration=4.0, ar_fixed=10.0, spec_fixed=14.0)
+  budget = g.draft_call_budget(2.0, 3.0, 5.0, 4, **kw)
+  assert budget == pytest.approx((((10 + 40 * 4) / 2.0 - 14) * 3.0 / 40 - 5.0) / 4)
+  assert g.loop_speedup(3.0, 4.0, 5.0 + 4 * budget, tokens=40, ar_fixed=10.0,
+                        spec_fixed=14.0) == pytest.approx(2.0)
+  assert g.loop_speedup(3.0, 4.0, 5.0 + 4 * budget * 1.1, tokens=40, ar_fixed=10.0,
+                        spec_fixed=14.0) < 2.0
+  assert g.draft_call_budget(3.0, 3.0, 5.0, 4, **kw) is None  # free calls: 2.11x < 3x
+  assert g.draft_call_budget(20.0, 3.0, 5.0, 4, **kw) is None  # fixed costs alone exceed it
+  with pytest.raises(ValueError):
+    g.draft_call_budget(2.0, 3.0, 5.0, 0, **kw)
+
+
 def test_best_gamma_needs_to_beat_the_bar():
   assert g.best_gamma({0: 1.0, 1: 1.05, 2: 1.3, 3: 1.2}, 1.1) == 2
   assert g.best_gamma({0: 1.0, 1: 1.05}, 1.1) == 0
