@@ -36,6 +36,10 @@ TARGET_NAME_Q4 = "specdec_packed_matmul_q4"  # over q4 panels (4-bit blocks of 3
 SYMBOL_Q4 = "SpecdecPackedMatmulQ4"
 TARGET_NAME_CACHE_WRITE = "specdec_cache_write"  # a cache block written in place (cache_write)
 SYMBOL_CACHE_WRITE = "SpecdecCacheWrite"
+TARGET_NAME_ATTN_LOGITS = "specdec_attention_logits"  # q k^T + bias over filled slots
+SYMBOL_ATTN_LOGITS = "SpecdecAttentionLogits"
+TARGET_NAME_ATTN_VALUES = "specdec_attention_values"  # weights x v over filled slots
+SYMBOL_ATTN_VALUES = "SpecdecAttentionValues"
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 BUILD_TIMEOUT_S = 300
 
@@ -119,7 +123,9 @@ def load() -> bool:
     lib = ctypes.cdll.LoadLibrary(path)
     for name, symbol in ((TARGET_NAME, SYMBOL), (TARGET_NAME_BF16, SYMBOL_BF16),
                          (TARGET_NAME_INT8, SYMBOL_INT8), (TARGET_NAME_Q4, SYMBOL_Q4),
-                         (TARGET_NAME_CACHE_WRITE, SYMBOL_CACHE_WRITE)):
+                         (TARGET_NAME_CACHE_WRITE, SYMBOL_CACHE_WRITE),
+                         (TARGET_NAME_ATTN_LOGITS, SYMBOL_ATTN_LOGITS),
+                         (TARGET_NAME_ATTN_VALUES, SYMBOL_ATTN_VALUES)):
       jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (RuntimeError, OSError, AttributeError) as e:
     logging.warning("specdec_jax kernels off: building or loading %s failed (%s); dense layers "

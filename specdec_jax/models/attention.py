@@ -7,10 +7,13 @@ initialisation, and pretrained checkpoints already contain it; the HF families s
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from specdec_jax.kernels import decode_attention
 from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import LayerKV
 from specdec_jax.models.layers import FUSED_PROJECTIONS, Dense
@@ -78,10 +81,11 @@ class MultiHeadAttention(nn.Module):
     return self._heads(q), self._heads(k), self._heads(v)
 
   def attend(self, q_BxTxHxK: jax.Array, k_BxHxKxS: jax.Array, v_BxHxSxK: jax.Array,
-             bias_BxHxTxS: jax.Array) -> jax.Array:
+             bias_BxHxTxS: jax.Array, limit_B: Optional[jax.Array] = None) -> jax.Array:
     """softmax(q k^T + bias) v, then the output projection. Returns B x T x D. Keys and values
     come in the cache's head-major layouts (`kv_cache.LayerKV`), which both products read as
-    they are."""
+    they are. `limit_B` (the kernels' path only): every slot at or past limit_B[b] is masked for
+    example b, and both products read the slots before it alone (`kernels.decode_attention`)."""
     # Both products as batched (b, h) matmuls with the operands in the order written: [T, K] x
     # [K, S] and [T, S] x [S, K]. Left to `jnp.einsum`, XLA:CPU computed the second as
     # ([S, K]^T x [T, S]^T) into [H, K, T], a GEMM path ~1.5-2x slower at T = 2..9 (verification).
@@ -93,6 +97,12 @@ class MultiHeadAttention(nn.Module):
     if self.config.attention_scale != 1.0:
       q_BxHxTxK = q_BxHxTxK * jnp.float32(self.config.attention_scale)
     q_BxGxRxK = q_BxHxTxK.reshape(b, g_kv, (h // g_kv) * t, k)
+    if limit_B is not None:
+      logits_BxGxRxS = decode_attention.logits(q_BxGxRxK, k_BxHxKxS, bias_BxHxTxS, limit_B)
+      weights = jax.nn.softmax(logits_BxGxRxS, axis=-1)
+      y_BxGxRxK = decode_attention.values(weights, v_BxHxSxK, limit_B)
+      y_BxTxHxK = jnp.transpose(y_BxGxRxK.reshape(b, h, t, k), (0, 2, 1, 3))
+      return self.out(y_BxTxHxK.reshape(b, t, h * k))
     logits_BxGxRxS = jax.lax.dot_general(q_BxGxRxK, k_BxHxKxS.astype(jnp.float32),
                                          (((3,), (2,)), ((0, 1), (0, 1))))
     logits_BxHxTxS = logits_BxGxRxS.reshape(b, h, t, s) + bias_BxHxTxS.astype(jnp.float32)

@@ -108,11 +108,15 @@ class DecoderLayer(nn.Module):
     q, k, v = self.self_attention.project_qkv(h)
     if rope is not None:
       q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    limit_B = None
     if self.matmul != "xla" and cache_write.available():  # the kernels' single CPU device
       kv = kv.write_in_place(k, v, slots_BxT[:, 0])  # slots: index + 0..T-1 (block_biases)
+      if kv.k_BxHxKxS.dtype == jnp.float32:  # every slot past the block is masked: skip them
+        limit_B = slots_BxT[:, 0] + slots_BxT.shape[1]
     else:
       kv = kv.write(k, v, slots_BxT)
-    x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias)
+    x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias,
+                                                   limit_B)
     if cross_kv is not None:
       h = self.pre_cross_attention_layer_norm(x_BxTxD)
       q = self.encoder_decoder_attention.project_q(h)
