@@ -314,6 +314,10 @@ def compare_decoder(target_spec: str, draft_spec: str | None, *, task: str, spli
 
 def main(argv=None) -> dict:
   args = parse_args(argv)
+  if args.output:  # refused before minutes of decoding, not after them
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+      raise SystemExit(f"error: --output {args.output}: no directory {out_dir}")
   temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
   from specdec_jax.checkpoints import fetch
   common = dict(task=args.task, split=args.split, num_examples=args.num_examples,

@@ -63,3 +63,15 @@ def test_compare_hf_fetched_gguf_target(tmp_path, monkeypatch):
                                         "hf_prompt_lookup=hf_plain": 1.0,
                                         "hf_assisted=hf_plain": 1.0}
   assert greedy["hf_assisted_vs_hf_plain"] > 0 and "HF assist" in mod.table(res)
+
+
+def test_compare_hf_refuses_an_output_in_no_directory_before_decoding(tmp_path):
+  """The error used to come after minutes of decoding, from the final write, losing them."""
+  spec = importlib.util.spec_from_file_location("compare_hf",
+                                                os.path.join(ROOT, "scripts", "compare_hf.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  missing = tmp_path / "no_such_dir" / "metrics.json"
+  with pytest.raises(SystemExit, match="no directory"):
+    mod.main(["--target=t5_test_target", f"--output={missing}"])
+  assert not missing.parent.exists()
