@@ -21,6 +21,14 @@ import jax.numpy as jnp
 
 from specdec_jax.kernels import build
 
+# The widest block (tokens per call) the calls take. Why: they are written for decode steps (a
+# few query rows, one thread per call); a prompt's prefill is a block of hundreds of rows, where
+# XLA's batched products ran faster (SmolLM2, a 256-token prefill 396 ms against 505, 1,024
+# tokens 2.9 s against 4.7; level at 64). Every chain's verify and the trees configured here fit
+# (the widest, (4, 3, 2, 1), verifies 65 tokens); a wider block takes XLA's products, as every
+# block did before.
+MAX_BLOCK = 96
+
 
 def logits(q_BxGxRxK: jax.Array, k_BxGxKxS: jax.Array, bias_BxHxTxS: jax.Array,
            limit_B: jax.Array) -> jax.Array:

@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from specdec_jax.kernels import cache_write
+from specdec_jax.kernels import cache_write, decode_attention
 from specdec_jax.models.attention import MultiHeadAttention
 from specdec_jax.models.model_config import ModelConfig
 from specdec_jax.models.kv_cache import DecodeCache, LayerKV
@@ -104,6 +104,7 @@ class DecoderLayer(nn.Module):
   def __call__(self, x_BxTxD: jax.Array, kv: LayerKV, slots_BxT: jax.Array, self_bias: jax.Array,
                cross_kv: Optional[LayerKV], cross_bias: Optional[jax.Array],
                rope: Optional[tuple[jax.Array, jax.Array]] = None) -> tuple[jax.Array, LayerKV]:
+    t = x_BxTxD.shape[1]
     h = self.pre_self_attention_layer_norm(x_BxTxD)
     q, k, v = self.self_attention.project_qkv(h)
     if rope is not None:
@@ -111,8 +112,9 @@ class DecoderLayer(nn.Module):
     limit_B = None
     if self.matmul != "xla" and cache_write.available():  # the kernels' single CPU device
       kv = kv.write_in_place(k, v, slots_BxT[:, 0])  # slots: index + 0..T-1 (block_biases)
-      if kv.k_BxHxKxS.dtype == jnp.float32:  # every slot past the block is masked: skip them
-        limit_B = slots_BxT[:, 0] + slots_BxT.shape[1]
+      if kv.k_BxHxKxS.dtype == jnp.float32 and t <= decode_attention.MAX_BLOCK:
+        # every slot past the block is masked: attention reads the slots before it alone
+        limit_B = slots_BxT[:, 0] + t
     else:
       kv = kv.write(k, v, slots_BxT)
     x_BxTxD = x_BxTxD + self.self_attention.attend(q, kv.k_BxHxKxS, kv.v_BxHxSxK, self_bias,

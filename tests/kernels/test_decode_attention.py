@@ -80,3 +80,9 @@ def test_the_decoder_layer_attends_through_the_calls_on_the_kernels_path():
   text = jax.jit(model.extend).lower(mparams, cache, jnp.asarray([[3]])).as_text()
   assert f"stablehlo.custom_call @{build.TARGET_NAME_ATTN_LOGITS}(" in text
   assert f"stablehlo.custom_call @{build.TARGET_NAME_ATTN_VALUES}(" in text
+  # A prefill-sized block keeps XLA's products (faster there): the calls are for decode steps.
+  wide = jnp.arange(decode_attention.MAX_BLOCK + 1)[None] % 7 + 3
+  text = jax.jit(model.extend).lower(mparams, model.prefill(mparams, jnp.asarray([[5, 6]]), 96),
+                                     wide).as_text()
+  assert f"@{build.TARGET_NAME_ATTN_LOGITS}(" not in text
+  assert "@specdec_cache_write(" in text  # still the kernels' path
