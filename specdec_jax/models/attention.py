@@ -101,14 +101,13 @@ class MultiHeadAttention(nn.Module):
       logits_BxGxRxS = decode_attention.logits(q_BxGxRxK, k_BxHxKxS, bias_BxHxTxS, limit_B)
       weights = jax.nn.softmax(logits_BxGxRxS, axis=-1)
       y_BxGxRxK = decode_attention.values(weights, v_BxHxSxK, limit_B)
-      y_BxTxHxK = jnp.transpose(y_BxGxRxK.reshape(b, h, t, k), (0, 2, 1, 3))
-      return self.out(y_BxTxHxK.reshape(b, t, h * k))
-    logits_BxGxRxS = jax.lax.dot_general(q_BxGxRxK, k_BxHxKxS.astype(jnp.float32),
-                                         (((3,), (2,)), ((0, 1), (0, 1))))
-    logits_BxHxTxS = logits_BxGxRxS.reshape(b, h, t, s) + bias_BxHxTxS.astype(jnp.float32)
-    weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxHxSxK.dtype)
-    y_BxGxRxK = jax.lax.dot_general(weights.reshape(b, g_kv, (h // g_kv) * t, s), v_BxHxSxK,
-                                    (((3,), (2,)), ((0, 1), (0, 1))))
+    else:
+      logits_BxGxRxS = jax.lax.dot_general(q_BxGxRxK, k_BxHxKxS.astype(jnp.float32),
+                                           (((3,), (2,)), ((0, 1), (0, 1))))
+      logits_BxHxTxS = logits_BxGxRxS.reshape(b, h, t, s) + bias_BxHxTxS.astype(jnp.float32)
+      weights = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(v_BxHxSxK.dtype)
+      y_BxGxRxK = jax.lax.dot_general(weights.reshape(b, g_kv, (h // g_kv) * t, s), v_BxHxSxK,
+                                      (((3,), (2,)), ((0, 1), (0, 1))))
     y_BxTxHxK = jnp.transpose(y_BxGxRxK.reshape(b, h, t, k), (0, 2, 1, 3))
     return self.out(y_BxTxHxK.reshape(b, t, h * k))
 
