@@ -27,8 +27,11 @@ kernel streams each weight once for any number of rows, but it needs the weights
   int8 panels with per-column scales (`kmatmul.pack_int8_panels`): a different, cheaper draft,
   not the checkpoint's distribution; exactness does not depend on it (the verifier uses the q the
   draft drew from). "hybrid" then keeps the DEQUANTIZED matrix as `kernel`, so XLA's dot computes
-  the same draft. A tied head becomes an untied `logits_dense` first (`_untied`), so the head
-  is int8 too. Never a target's layout (`for_backend` refuses it for one).
+  the same draft. Never a target's layout (`for_backend` refuses it for one).
+- A tied head (the embedding table as the output projection) becomes an untied `logits_dense`
+  first (`_untied`), for targets and drafts alike: the head is a decode step's largest matrix,
+  and as a projection it streams through the kernel (or XLA's one-row product) like the rest,
+  and packs into int8 panels in an int8 or q4 draft.
 - `panels='q4'` (drafts only, the same way) packs them into q4 panels (`kmatmul.pack_q4_panels`:
   Q4_1's quantization, 4-bit codes in blocks of 32 inputs with a float16 scale and minimum): 5 bits
   a weight against int8's 8, and for a checkpoint converted from Q4_1 (SmolLM2-135M's
@@ -185,7 +188,7 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
     raise ValueError(f"pack: panels must be one of {PANELS}, got {panels!r}")
   if is_packed(model):
     raise ValueError("pack: the model is already a PackedModel")
-  if panels in LOSSY_PANELS and not isinstance(model, FeatureDraft) and model.config.tie_embeddings:
+  if not isinstance(model, FeatureDraft) and model.config.tie_embeddings:
     model, params = _untied(model, params)
   if isinstance(model, FeatureDraft):
     if matmul not in PACKED_MATMULS:
@@ -230,11 +233,16 @@ def pack(model: Model, params: Params, matmul: str = "hybrid", panels: str = "au
 
 def _untied(model: Model, params: Params) -> tuple[Model, Params]:
   """A tied model as an untied one whose `logits_dense` is the embedding's transpose (its rows of
-  the restricted head's ids): the same function. Why, for int8 drafts only: a tied head is the
-  embedding read by XLA's float32 product, 113 MB of SmolLM2-135M's step that int8 panels
-  would not touch (its int8 self-draft stepped in 13.7 ms against the target's 25.2, most of
-  the rest that head); as a `logits_dense` the head packs into int8 panels with the rest.
-  The embedding stays, for the input; the float32 `kernel` "hybrid" keeps is a copy."""
+  the restricted head's ids): the same function. Why: a tied head is the embedding read by XLA's
+  float32 product, [T, D] x [V, D]^T, which re-reads the table from two rows on: SmolLM2-135M's
+  113 MB head took 5.6 ms for one row and 10.7 for six (a verify of gamma 5), against 4.9 and
+  5.5 for the kernel over float32 panels and 4.5 for XLA's one-row product over the [D, V]
+  transpose (which "hybrid" takes for one row of a matrix this large); it was ~5 ms of the
+  target's 6-token verify beyond its one-token step (unrecorded probe, 2026-12-08, AMD EPYC 2
+  cores, interleaved medians of 5 rounds). For an int8 or q4 draft the head then packs into
+  int8 panels with the rest (its int8 self-draft stepped in 13.7 ms against the target's 25.2
+  while its head was the float32 table). The embedding stays, for the input; the head's panels
+  and the float32 `kernel` "hybrid" keeps are copies (SmolLM2-135M: +226 MB of memory)."""
   table_VxD = params["token_embedder"]["embedding"]
   if model.head_ids is not None:
     table_VxD = jnp.take(table_VxD, jnp.asarray(model.head_ids, jnp.int32), axis=0)
