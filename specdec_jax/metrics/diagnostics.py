@@ -152,6 +152,36 @@ def cache_update_table(records: Sequence[Mapping[str, Any]]) -> str:
   return _table(head, out)
 
 
+def head_ab_table(records: Sequence[Mapping[str, Any]]) -> str:
+  """Per experiments/tied_head_ab.py record (one process each): the target's tied head (XLA's
+  product over the embedding table) against it untied and packed, each loop's ms per token for
+  both, untied over tied with its paired bootstrap interval over documents, each head's own
+  speedup, and whether both wrote the same tokens."""
+  head = ["record", "T", "documents", "loop", "tied ms/token", "untied ms/token",
+          "untied over tied [95% CI]", "speedup tied / untied", "same tokens", "machine", "load",
+          "commit"]
+  from specdec_jax.metrics.compare import machine_label  # pylint: disable=import-outside-toplevel
+  out = []
+  for rec in records:
+    m = rec["metrics"]
+    for i, loop in enumerate(("ar", "spec")):
+      r = m["untied_over_tied"][loop]
+      lo, hi = r["interval95"]
+      out.append([rec["name"] if i == 0 else "", f"{m['temperature']:g}" if i == 0 else "",
+                  str(m["documents"]) if i == 0 else "",
+                  "autoregressive" if loop == "ar" else "speculative",
+                  f"{m['ms_per_token'][f'tied_{loop}']:.2f}",
+                  f"{m['ms_per_token'][f'untied_{loop}']:.2f}",
+                  f"{r['value']:.3f}x [{lo:.3f}, {hi:.3f}]",
+                  (f"{m['speedup']['tied']['value']:.2f}x / "
+                   f"{m['speedup']['untied']['value']:.2f}x") if loop == "spec" else "",
+                  "yes" if m["same_tokens"][loop] else "no",
+                  machine_label(rec) if i == 0 else "",
+                  f"{rec['load_average'][0]:.1f}" if i == 0 else "",
+                  str(rec.get("commit", ""))[:7] if i == 0 else ""])
+  return _table(head, out)
+
+
 def weight_floor_table(records: Sequence[Mapping[str, Any]]) -> str:
   """Per scripts/bench_loop.py record (one process, one weight layout): the autoregressive step
   against the weight-streaming floor of the same process (bytes a step reads over the faster of

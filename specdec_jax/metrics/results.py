@@ -249,6 +249,7 @@ TABLES: dict[str, Callable[[Sequence[Mapping[str, Any]]], str]] = {
     "peer": diagnostics.peer_table,                  # scripts/compare_hf.py
     "draft_alpha": diagnostics.draft_alpha_table,    # experiments/feature_draft_alpha.py
     "cache_update": diagnostics.cache_update_table,  # experiments/cache_update_ab.py
+    "head_ab": diagnostics.head_ab_table,            # experiments/tied_head_ab.py
     "weight_floor": diagnostics.weight_floor_table,  # scripts/bench_loop.py (one layout a record)
 }
 # Tables over every committed record: their marker names none (a claim counts all it can test).
