@@ -11,7 +11,9 @@ interleaved per document (one untimed warm call, then `--rounds` timed ones, the
 each round). The tied target is `models.packed` with `_untied` patched to the identity while it
 packs (the code before the change). Prints and writes (`--output`, refused if it exists) each
 variant's ms per token, and untied over tied for each loop with a paired bootstrap 95 % interval
-over documents, and whether the two targets wrote the same tokens.
+over documents, and whether the two targets wrote the same tokens. (Record
+smollm2_tied_head_ab_t1 came from commit 71acfef's copy of the prompt building and bootstrap,
+since replaced by `chat.apply` and `metrics.bootstrap`.)
 
   SPECDEC_HOME=/tmp/sdhome python experiments/tied_head_ab.py --documents=16 \
       --output=/tmp/tied_ab/metrics.json
@@ -26,15 +28,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tokenizers import Tokenizer
 
 from specdec_jax.checkpoints import fetch
 from specdec_jax.checkpoints.loader import load_model
-from specdec_jax.data import chat, local_tasks
+from specdec_jax.data import chat, hf_tokenizer, local_tasks
 from specdec_jax.decoding.decoder import Decoder, Params
 from specdec_jax.decoding.lookup_token import LookupTokenDrafter
 from specdec_jax.decoding.sampling import SamplingConfig
 from specdec_jax.decoding.speculative import Chain
+from specdec_jax.metrics import bootstrap
 from specdec_jax.models import packed
 
 
@@ -53,28 +55,18 @@ def targets(model, params):
 
 
 def prompts(ck: str, n: int, width: int) -> list[list[int]]:
-  """The first `n` summarize training documents as the summaries config asks (chat turn), each
-  cut to its last `width` tokens."""
-  tok = Tokenizer.from_file(os.path.join(ck, "tokenizer.json"))
-  with open(os.path.join(ck, "tokenizer_config.json"), encoding="utf-8") as f:
-    template = json.load(f)["chat_template"]
-  prefix = local_tasks.INPUT_PREFIXES.get("document", "")
-  out = []
-  for ex in local_tasks.load_examples("summarize", "train", n):
-    text = ex.inputs[len(prefix):] if ex.inputs.startswith(prefix) else ex.inputs
-    turn = chat.render(template, chat.TURNS["document"][0].format(text=text))
-    out.append(tok.encode(turn, add_special_tokens=False).ids[-width:])
-  return out
+  """The first `n` summarize training documents as the summaries config asks them (`chat.apply`,
+  the runner's door), each cut to its last `width` tokens."""
+  vocab = hf_tokenizer.HFTokenizerVocabulary(ck)
+  examples = chat.apply(local_tasks.load_examples("summarize", "train", n), vocab, "chat")
+  return [vocab.encode(ex.inputs)[-width:] for ex in examples]
 
 
-def ratio(base_Px2, other_Px2, resamples: int = 2000) -> dict:
-  """base ms per token over other's (sums over documents), paired bootstrap 95 % interval."""
-  per_token = lambda rows, idx: rows[idx, 0].sum() / rows[idx, 1].sum()
-  n = len(base_Px2)
-  draws = [per_token(base_Px2, i) / per_token(other_Px2, i)
-           for i in np.random.default_rng(0).integers(0, n, (resamples, n))]
-  return {"value": float(per_token(base_Px2, np.arange(n)) / per_token(other_Px2, np.arange(n))),
-          "interval95": [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))]}
+def ratio(base_Px2, other_Px2) -> dict:
+  """base ms per token over other's (sums over documents), with `bootstrap`'s paired interval."""
+  (bs, bt), (os_, ot) = base_Px2.T, other_Px2.T
+  return {"value": float((bs.sum() / bt.sum()) / (os_.sum() / ot.sum())),
+          "interval95": list(bootstrap.ratio_of_ratios_interval(bs, bt, os_, ot))}
 
 
 def main():
